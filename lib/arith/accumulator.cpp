@@ -1,0 +1,610 @@
+#include "arith/accumulator.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace prism {
+namespace {
+
+// Cache-line aligned array that owns its memory.
+template <class T>
+class Lanes {
+ public:
+  explicit Lanes(size_t n) : n_(n) {
+    const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+    p_ = static_cast<T*>(std::aligned_alloc(64, bytes ? bytes : 64));
+    if (!p_) throw std::bad_alloc();
+  }
+  ~Lanes() { std::free(p_); }
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  void fill(const T& v) {
+    for (size_t i = 0; i < n_; ++i) p_[i] = v;
+  }
+
+ private:
+  T* p_;
+  size_t n_;
+};
+
+constexpr uint32_t kBlock = 256;  // lanes per kernel call (bounds the stack scratch)
+
+// Sideband carried in the payload of a quiet NaN: 0x7FF8'5052'0000'00ss.
+constexpr uint64_t kTagBase = 0x7FF8505200000000ull;
+inline double tag_nan(uint8_t side_bits) { return bits_double(kTagBase | side_bits); }
+inline bool is_tagged(double d) { return std::isnan(d); }
+inline uint8_t tag_of(double d) {
+  const uint64_t b = double_bits(d);
+  return (b & 0xFFFFFFFF00000000ull) == kTagBase ? uint8_t(b & side::ALL) : side::NAN_INPUT;
+}
+
+uint8_t special_side(const Decoded& x) {
+  if (x.cls == FpClass::NaN) return side::NAN_INPUT;
+  if (x.cls == FpClass::Inf) return x.neg ? side::NEG_INF : side::POS_INF;
+  return 0;
+}
+
+// Result of a lane whose sideband holds a special; false when there is none.
+bool special_result(uint8_t s, Format out, Exceptions ex, uint32_t* bits, uint8_t* fl) {
+  const FormatInfo& fo = info(out);
+  if (s & side::NAN_INPUT) {
+    *bits = fo.canonical_nan;
+    *fl |= flag::NAN_INPUT;
+    return true;
+  }
+  const bool pos = s & side::POS_INF, neg = s & side::NEG_INF;
+  if (pos && neg) {
+    *bits = fo.canonical_nan;
+    *fl |= flag::INVALID;
+    return true;
+  }
+  if (pos || neg) {
+    if (fo.has_inf) {
+      *bits = fo.inf | (neg ? fo.sign_bit : 0);
+    } else {
+      *bits = overflow_bits(out, neg, ex);
+      *fl |= flag::OVERFLOW;
+    }
+    return true;
+  }
+  return false;
+}
+
+Encoded encode_wide(Format out, Exceptions ex, const Wide& v, int unit, bool neg_zero) {
+  if (v.is_zero()) return {zero_bits(out, neg_zero), false};
+  const bool neg = v.negative();
+  const Wide m = v.magnitude();
+  const int pos = m.msb() - 63;
+  const uint64_t top = m.bits_at(pos);
+  const bool sticky = pos > 0 && m.any_below(pos);
+  return encode_float(out, neg, top, unit + pos, sticky, ex);
+}
+
+Encoded encode_double(Format out, Exceptions ex, double d) {
+  if (d == 0) return {zero_bits(out, std::signbit(d)), false};
+  if (out == Format::FP32) {  // the hardware conversion rounds to nearest even, subnormals included
+    const float f = float(d);
+    if (std::isinf(f)) return {overflow_bits(out, d < 0, ex), true};
+    return {float_bits(f), false};
+  }
+  int e;
+  const double m = std::frexp(std::fabs(d), &e);
+  return encode_float(out, d < 0, uint64_t(std::ldexp(m, 53)), e - 53, false, ex);
+}
+
+// A double's exact value as v * 2^shift with shift >= 0 in units of 2^unit.
+inline void split_double(double d, int unit, int64_t* v, int* shift) {
+  int e;
+  const double m = std::frexp(d, &e);
+  int64_t mi = int64_t(std::ldexp(m, 53));
+  int s = e - 53 - unit;
+  if (s < 0) {  // the low bits are zero: d is a multiple of 2^unit
+    mi >>= -s;
+    s = 0;
+  }
+  *v = mi;
+  *shift = s;
+}
+
+// Exact conversion of a lane value to double; false when it needs more than 53 bits.
+bool wide_to_double(const Wide& v, int unit, double* out) {
+  if (v.is_zero()) {
+    *out = 0;
+    return true;
+  }
+  const Wide m = v.magnitude();
+  const int lo = m.lsb(), hi = m.msb();
+  if (hi - lo >= 53) return false;
+  const double d = std::ldexp(double(m.bits_at(lo)), lo + unit);
+  *out = v.negative() ? -d : d;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// KULISCH_FIXED, wide formats: double fast path + deferred-carry bank.
+class KulischWide final : public Accumulator {
+ public:
+  KulischWide(const OpDesc& d, const Kernels& k)
+      : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes), bank_(d.lanes), adds_(d.lanes),
+        dirty_(d.lanes) {
+    reset();
+  }
+
+  void reset() override {
+    fast_.fill(-0.0);
+    for (uint32_t i = 0; i < d_.lanes; ++i) bank_[i].clear();
+    adds_.fill(0);
+    dirty_.fill(0);
+  }
+
+  size_t bytes_per_lane() const override { return sizeof(double) + sizeof(Bank) + sizeof(uint16_t) + 1; }
+
+  // Cost: the checked double add for every lane (~3 uops per lane with AVX2);
+  // a lane whose sum would round pays a TwoSum and one bank add instead.
+  void add(const uint8_t* e, uint32_t) override {
+    const uint32_t sz = info(d_.dtype).bytes;
+    uint32_t left[kBlock];
+    for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
+      const uint32_t n = std::min(kBlock, d_.lanes - b);
+      const uint32_t k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      for (uint32_t j = 0; j < k; ++j) {
+        const uint32_t lane = b + left[j];
+        slow_add(lane, load_bits(d_.dtype, e + lane * sz));
+      }
+    }
+  }
+
+  bool add_exact(const LaneExact* in) override {
+    for (uint32_t i = 0; i < d_.lanes; ++i)
+      if (!(in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) && !in[i].value.is_zero() &&
+          in[i].value.magnitude().msb() >= Bank::kWords * Bank::kDigitBits - 4)
+        return false;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const LaneExact& l = in[i];
+      const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
+      if (sp || is_tagged(fast_[i])) {
+        fast_[i] = tag_nan(uint8_t((is_tagged(fast_[i]) ? tag_of(fast_[i]) : 0) | sp));
+        continue;
+      }
+      if (!(l.side & side::NEG_ZERO_ONLY)) fast_[i] += 0.0;  // -0 stays only while every term is -0
+      if (l.value.is_zero()) continue;
+      Bank& bk = bank_[i];
+      bk.normalize();
+      const bool neg = l.value.negative();
+      const Wide m = l.value.magnitude();  // < 2^296, checked above
+      for (int pos = 0; pos <= m.msb(); pos += 32) {
+        const int64_t piece = int64_t(m.bits_at(pos) & 0xFFFFFFFFu);
+        if (piece) bk.add(neg ? -piece : piece, pos);
+      }
+      bk.normalize();
+      adds_[i] = 0;
+      dirty_[i] = 1;
+    }
+    return true;
+  }
+
+  bool state(LaneExact* out) const override {
+    for (uint32_t i = 0; i < d_.lanes; ++i) out[i] = lane_state(i);
+    return true;
+  }
+
+  void finalize(uint8_t* out, uint8_t* flags) const override {
+    const uint32_t osz = info(d_.out).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t fl = 0;
+      uint32_t bits;
+      const double f = fast_[i];
+      if (is_tagged(f)) {
+        special_result(tag_of(f), d_.out, d_.exceptions, &bits, &fl);
+      } else if (!dirty_[i]) {  // every addition was exact: the double is the sum
+        const Encoded en = encode_double(d_.out, d_.exceptions, f);
+        bits = en.bits;
+        if (en.overflow) fl |= flag::OVERFLOW;
+      } else {
+        bits = round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl);
+      }
+      store_bits(d_.out, out + i * osz, bits);
+      if (flags) flags[i] = fl;
+    }
+  }
+
+ private:
+  LaneExact lane_state(uint32_t i) const {
+    LaneExact l;
+    const double f = fast_[i];
+    if (is_tagged(f)) {
+      l.side = tag_of(f);
+      return l;
+    }
+    l.side = double_bits(f) == double_bits(-0.0) ? side::NEG_ZERO_ONLY : 0;
+    if (dirty_[i]) l.value = bank_[i].to_wide();
+    add_double_to_wide(l.value, f, unit_);
+    return l;
+  }
+
+  void slow_add(uint32_t lane, uint32_t bits) {
+    const Decoded x = decode(d_.dtype, bits);
+    double& a = fast_[lane];
+    if (const uint8_t sp = special_side(x); sp || is_tagged(a)) {
+      a = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+      return;
+    }
+    const double b = std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0);
+    const double s = a + b;  // TwoSum: a + b == s + err exactly
+    const double bb = s - a;
+    const double err = (a - (s - bb)) + (b - bb);
+    a = s;
+    if (err == 0) return;
+    int64_t v;
+    int shift;
+    split_double(err, unit_, &v, &shift);
+    bank_[lane].add(v, shift);
+    dirty_[lane] = 1;
+    if (++adds_[lane] == Bank::kAddsBeforeCarry) {
+      bank_[lane].normalize();
+      adds_[lane] = 0;
+    }
+  }
+
+  const Kernels& k_;
+  int unit_;
+  Lanes<double> fast_;
+  Lanes<Bank> bank_;
+  Lanes<uint16_t> adds_;
+  Lanes<uint8_t> dirty_;
+};
+
+// ---------------------------------------------------------------------------
+// KULISCH_FIXED, narrow formats: one double per lane, exact by construction.
+class KulischDouble final : public Accumulator {
+ public:
+  KulischDouble(const OpDesc& d, const Kernels& k)
+      : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes) {
+    reset();
+  }
+  void reset() override { fast_.fill(-0.0); }
+  size_t bytes_per_lane() const override { return sizeof(double); }
+
+  // Cost: a scan for specials and one exact double add per lane. A packet
+  // with a special in it takes the per-lane path.
+  void add(const uint8_t* e, uint32_t) override {
+    if (!k_.any_special(d_.dtype, e, d_.lanes)) {
+      k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+      return;
+    }
+    const uint32_t sz = info(d_.dtype).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const Decoded x = decode(d_.dtype, load_bits(d_.dtype, e + i * sz));
+      double& a = fast_[i];
+      if (const uint8_t sp = special_side(x); sp || is_tagged(a))
+        a = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+      else
+        a += std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0);
+    }
+  }
+
+  bool add_exact(const LaneExact* in) override {
+    std::vector<double> next(d_.lanes);
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const LaneExact& l = in[i];
+      const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
+      const double a = fast_[i];
+      if (sp || is_tagged(a)) {
+        next[i] = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+        continue;
+      }
+      double b;
+      if (!wide_to_double(l.value, unit_, &b)) return false;
+      if (b == 0 && (l.side & side::NEG_ZERO_ONLY)) b = -0.0;
+      const double s = a + b;
+      if (s - a != b || s - b != a) return false;  // a partial too large to be genuine
+      next[i] = s;
+    }
+    std::memcpy(fast_.data(), next.data(), d_.lanes * sizeof(double));
+    return true;
+  }
+
+  bool state(LaneExact* out) const override {
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      LaneExact l;
+      const double f = fast_[i];
+      if (is_tagged(f)) {
+        l.side = tag_of(f);
+      } else {
+        l.side = double_bits(f) == double_bits(-0.0) ? side::NEG_ZERO_ONLY : 0;
+        add_double_to_wide(l.value, f, unit_);
+      }
+      out[i] = l;
+    }
+    return true;
+  }
+
+  void finalize(uint8_t* out, uint8_t* flags) const override {
+    const uint32_t osz = info(d_.out).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t fl = 0;
+      uint32_t bits;
+      if (is_tagged(fast_[i])) {
+        special_result(tag_of(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
+      } else {
+        const Encoded en = encode_double(d_.out, d_.exceptions, fast_[i]);
+        bits = en.bits;
+        if (en.overflow) fl |= flag::OVERFLOW;
+      }
+      store_bits(d_.out, out + i * osz, bits);
+      if (flags) flags[i] = fl;
+    }
+  }
+
+ private:
+  const Kernels& k_;
+  int unit_;
+  Lanes<double> fast_;
+};
+
+// ---------------------------------------------------------------------------
+// Integer inputs, every policy: exact int64 sums.
+class IntegerSum final : public Accumulator {
+ public:
+  IntegerSum(const OpDesc& d, const Kernels& k) : Accumulator(d), k_(k), acc_(d.lanes) { reset(); }
+  void reset() override { acc_.fill(0); }
+  size_t bytes_per_lane() const override { return sizeof(int64_t); }
+  void add(const uint8_t* e, uint32_t) override { k_.add_i64(d_.dtype, acc_.data(), e, d_.lanes); }
+
+  bool add_exact(const LaneExact* in) override {
+    constexpr int64_t kLimit = int64_t(1) << 48;  // 65535 * 2^31 < 2^47
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      if (in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) return false;
+      const Wide& v = in[i].value;
+      if (!v.is_zero() && v.magnitude().msb() >= 48) return false;
+    }
+    for (uint32_t i = 0; i < d_.lanes; ++i) acc_[i] += int64_t(in[i].value.limb[0]);
+    (void)kLimit;
+    return true;
+  }
+
+  bool state(LaneExact* out) const override {
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      out[i] = LaneExact{0, {}};
+      out[i].value.add_shifted(acc_[i], 0);
+    }
+    return true;
+  }
+
+  void finalize(uint8_t* out, uint8_t* flags) const override {
+    const uint32_t osz = info(d_.out).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t fl = 0;
+      uint32_t bits;
+      const int64_t v = acc_[i];
+      if (d_.out == Format::INT32) {
+        const int64_t c = v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v;
+        if (c != v) fl |= flag::OVERFLOW;
+        bits = uint32_t(int32_t(c));
+      } else {
+        const uint64_t mag = v < 0 ? 0 - uint64_t(v) : uint64_t(v);
+        const Encoded en = encode_float(d_.out, v < 0, mag, 0, false, d_.exceptions);
+        bits = en.bits;
+        if (en.overflow) fl |= flag::OVERFLOW;
+      }
+      store_bits(d_.out, out + i * osz, bits);
+      if (flags) flags[i] = fl;
+    }
+  }
+
+ private:
+  const Kernels& k_;
+  Lanes<int64_t> acc_;
+};
+
+// ---------------------------------------------------------------------------
+// FP32 arithmetic shared by FP32_ARRIVAL and FP32_BINOMIAL.
+namespace f32 {
+constexpr uint8_t kInfSeen = side::POS_INF | side::NEG_INF;
+
+// a = fl32(a + x), keeping the flags IEEE arithmetic raises.
+inline void add(float& a, float x, uint8_t& fl) {
+  if (std::isnan(x)) fl |= side::NAN_INPUT;
+  if (std::isinf(x)) fl |= x > 0 ? side::POS_INF : side::NEG_INF;
+  const float s = a + x;
+  if (std::isnan(s) && !std::isnan(a) && !std::isnan(x)) fl |= side::INVALID;
+  if (std::isinf(s) && std::isfinite(a) && std::isfinite(x)) fl |= side::OVERFLOW;
+  a = s;
+}
+
+uint32_t result(float a, uint8_t fl, Format out, Exceptions ex, uint8_t* rfl) {
+  const FormatInfo& fo = info(out);
+  if (fl & side::NAN_INPUT) *rfl |= flag::NAN_INPUT;
+  if (fl & side::INVALID) *rfl |= flag::INVALID;
+  if (fl & side::OVERFLOW) *rfl |= flag::OVERFLOW;
+  if (std::isnan(a)) return fo.canonical_nan;
+  const bool neg = std::signbit(a);
+  if (std::isinf(a)) {
+    if (fl & kInfSeen) {  // an input infinity
+      if (fo.has_inf) return fo.inf | (neg ? fo.sign_bit : 0);
+      *rfl |= flag::OVERFLOW;
+      return overflow_bits(out, neg, ex);
+    }
+    *rfl |= flag::OVERFLOW;  // a finite sum overflowed
+    return overflow_bits(out, neg, ex);
+  }
+  if (out == Format::FP32) return float_bits(a);
+  if (a == 0) return zero_bits(out, neg);
+  int e;
+  const float m = std::frexp(std::fabs(a), &e);
+  const Encoded en = encode_float(out, neg, uint64_t(std::ldexp(m, 24)), e - 24, false, ex);
+  if (en.overflow) *rfl |= flag::OVERFLOW;
+  return en.bits;
+}
+
+inline float from_lane(const LaneExact& l, int unit, bool* ok) {
+  const uint8_t s = l.side;
+  if (s & side::NAN_INPUT) return NAN;
+  if ((s & side::POS_INF) && (s & side::NEG_INF)) return NAN;
+  if (s & side::POS_INF) return INFINITY;
+  if (s & side::NEG_INF) return -INFINITY;
+  double d;
+  if (!wide_to_double(l.value, unit, &d) || double(float(d)) != d) {
+    *ok = false;
+    return 0;
+  }
+  if (d == 0) return (s & side::NEG_ZERO_ONLY) ? -0.0f : 0.0f;
+  return float(d);
+}
+}  // namespace f32
+
+class Fp32Arrival final : public Accumulator {
+ public:
+  Fp32Arrival(const OpDesc& d, const Kernels& k)
+      : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), acc_(d.lanes), fl_(d.lanes) {
+    reset();
+  }
+  void reset() override {
+    acc_.fill(-0.0f);  // -0 + x == x for every x: the first term is taken as it is
+    fl_.fill(0);
+  }
+  size_t bytes_per_lane() const override { return sizeof(float) + 1; }
+
+  // Cost: a scan for specials and one fp32 add per lane (AVX2: 8 lanes per add).
+  void add(const uint8_t* e, uint32_t) override {
+    if (!k_.any_special(d_.dtype, e, d_.lanes)) {
+      k_.add_f32(d_.dtype, acc_.data(), e, d_.lanes);
+      return;
+    }
+    const uint32_t sz = info(d_.dtype).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) add_one(i, to_float(d_.dtype, load_bits(d_.dtype, e + i * sz)));
+  }
+
+  bool add_exact(const LaneExact* in) override {
+    bool ok = true;
+    std::vector<float> v(d_.lanes);
+    for (uint32_t i = 0; i < d_.lanes && ok; ++i) v[i] = f32::from_lane(in[i], unit_, &ok);
+    if (!ok) return false;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      add_one(i, v[i]);
+      fl_[i] |= in[i].side & (side::INVALID | side::OVERFLOW);
+    }
+    return true;
+  }
+
+  bool state(LaneExact* out) const override {
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      LaneExact l;
+      const float a = acc_[i];
+      uint8_t fl = fl_[i];
+      if (std::isinf(a) && !(fl & f32::kInfSeen)) fl |= side::OVERFLOW;
+      l.side = fl & (side::INVALID | side::OVERFLOW | side::NAN_INPUT);
+      if (std::isnan(a)) {
+        if (!(l.side & side::NAN_INPUT)) l.side |= side::POS_INF | side::NEG_INF;
+      } else if (std::isinf(a)) {
+        l.side |= a > 0 ? side::POS_INF : side::NEG_INF;
+      } else {
+        if (float_bits(a) == 0x80000000u) l.side |= side::NEG_ZERO_ONLY;
+        add_double_to_wide(l.value, double(a), unit_);
+      }
+      out[i] = l;
+    }
+    return true;
+  }
+
+  void finalize(uint8_t* out, uint8_t* flags) const override {
+    const uint32_t osz = info(d_.out).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t fl = 0;
+      const uint32_t bits = f32::result(acc_[i], fl_[i], d_.out, d_.exceptions, &fl);
+      store_bits(d_.out, out + i * osz, bits);
+      if (flags) flags[i] = fl;
+    }
+  }
+
+ private:
+  void add_one(uint32_t i, float x) {
+    // An infinity that no input brought came from an overflow in the vector path.
+    if (std::isinf(acc_[i]) && !(fl_[i] & f32::kInfSeen)) fl_[i] |= side::OVERFLOW;
+    f32::add(acc_[i], x, fl_[i]);
+  }
+
+  const Kernels& k_;
+  int unit_;
+  Lanes<float> acc_;
+  Lanes<uint8_t> fl_;
+};
+
+class Fp32Binomial final : public Accumulator {
+ public:
+  Fp32Binomial(const OpDesc& d, const Kernels&) : Accumulator(d), vals_(size_t(d.group) * d.lanes) { reset(); }
+  void reset() override { vals_.fill(-0.0f); }
+  size_t bytes_per_lane() const override { return sizeof(float) * d_.group; }
+
+  void add(const uint8_t* e, uint32_t index) override {
+    if (index >= d_.group) return;
+    const uint32_t sz = info(d_.dtype).bytes;
+    float* row = &vals_[size_t(index) * d_.lanes];
+    for (uint32_t i = 0; i < d_.lanes; ++i) row[i] = to_float(d_.dtype, load_bits(d_.dtype, e + i * sz));
+  }
+  bool add_exact(const LaneExact*) override { return false; }
+  bool state(LaneExact*) const override { return false; }
+
+  // The seed's binomial reduce: at step k, x_i <- x_i + x_{i+2^k} for every i
+  // that is a multiple of 2^(k+1) with i + 2^k < R.
+  void finalize(uint8_t* out, uint8_t* flags) const override {
+    const uint32_t R = d_.group, osz = info(d_.out).bytes;
+    std::vector<float> x(R);
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t fl = 0;
+      for (uint32_t r = 0; r < R; ++r) {
+        x[r] = vals_[size_t(r) * d_.lanes + i];
+        if (std::isnan(x[r])) fl |= side::NAN_INPUT;
+        if (std::isinf(x[r])) fl |= x[r] > 0 ? side::POS_INF : side::NEG_INF;
+      }
+      for (uint32_t step = 1; step < R; step <<= 1)
+        for (uint32_t r = 0; r + step < R; r += 2 * step) f32::add(x[r], x[r + step], fl);
+      uint8_t rfl = 0;
+      store_bits(d_.out, out + i * osz, f32::result(x[0], fl, d_.out, d_.exceptions, &rfl));
+      if (flags) flags[i] = rfl;
+    }
+  }
+
+ private:
+  Lanes<float> vals_;
+};
+
+}  // namespace
+
+void add_double_to_wide(Wide& w, double d, int unit) {
+  if (d == 0) return;
+  int64_t v;
+  int shift;
+  split_double(d, unit, &v, &shift);
+  w.add_shifted(v, shift);
+}
+
+uint32_t round_lane(const LaneExact& l, int unit, Format out, Exceptions ex, uint8_t* flags) {
+  uint32_t bits;
+  if (special_result(l.side, out, ex, &bits, flags)) return bits;
+  const Encoded en = encode_wide(out, ex, l.value, unit, l.side & side::NEG_ZERO_ONLY);
+  if (en.overflow) *flags |= flag::OVERFLOW;
+  return en.bits;
+}
+
+std::unique_ptr<Accumulator> make_accumulator(const OpDesc& d, const Kernels& k) {
+  if (auto err = admission_error(d, kMaxWidth)) throw std::invalid_argument(*err);
+  if (!is_float(d.dtype)) return std::make_unique<IntegerSum>(d, k);
+  switch (d.policy) {
+    case Policy::FP32_ARRIVAL: return std::make_unique<Fp32Arrival>(d, k);
+    case Policy::FP32_BINOMIAL: return std::make_unique<Fp32Binomial>(d, k);
+    case Policy::KULISCH_FIXED: break;
+  }
+  const bool narrow = info(d.dtype).bytes == 1 || (d.dtype == Format::FP16 && d.group <= 8192);
+  if (narrow) return std::make_unique<KulischDouble>(d, k);
+  return std::make_unique<KulischWide>(d, k);
+}
+
+}  // namespace prism

@@ -1,0 +1,80 @@
+// Accumulators: the state of one chunk of one operation, one lane per element.
+//
+// add() takes one contribution (a packet's worth of elements, lane i from
+// element i) and is the hot path; finalize() rounds once into the output
+// format. state()/add_exact() move the exact state between accumulators, which
+// is how lossless partials merge in a tree of switches.
+//
+// Implementations, chosen by make_accumulator() from the descriptor:
+//  - KULISCH_FIXED on fp32/bf16 (and fp16 beyond 8192 ranks): a double per lane
+//    that takes every addition it can do exactly (checked: s - a == b and
+//    s - b == a), plus a Bank of deferred-carry digits that receives the exact
+//    rounding error of the rest. 59 bytes per lane.
+//  - KULISCH_FIXED on fp8, and fp16 up to 8192 ranks: a double per lane, exact
+//    by construction (fp16: 40 magnitude bits + 13 of headroom fit in 53).
+//    8 bytes per lane.
+//  - Integer inputs (any policy): an int64 per lane. 8 bytes per lane.
+//  - FP32_ARRIVAL: a float per lane plus a flag byte. 5 bytes per lane.
+//  - FP32_BINOMIAL: every contribution kept until finalize (4*R bytes per lane):
+//    the baseline that fixes the FP32 order instead of removing it.
+// Specials never reach the fixed-point path: a lane that has seen a NaN or an
+// infinity holds a quiet NaN whose payload carries the sideband bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "arith/kernels.hpp"
+#include "arith/op.hpp"
+
+namespace prism {
+
+class Accumulator {
+ public:
+  explicit Accumulator(const OpDesc& d) : d_(d) {}
+  virtual ~Accumulator() = default;
+  Accumulator(const Accumulator&) = delete;
+  Accumulator& operator=(const Accumulator&) = delete;
+
+  const OpDesc& desc() const { return d_; }
+
+  // One contribution: desc().lanes elements of desc().dtype, little-endian.
+  // `index` is the contribution's place in FP32_BINOMIAL's order (the sender's
+  // rank, 0..R-1); the other policies ignore it.
+  virtual void add(const uint8_t* elems, uint32_t index) = 0;
+
+  // Adds desc().lanes exact lane states (a decoded partial). Returns false and
+  // changes nothing when a value cannot be taken exactly (out of range for this
+  // op, or a policy without lossless partials: FP32_BINOMIAL).
+  virtual bool add_exact(const LaneExact* lanes) = 0;
+
+  // The exact state of every lane (lossless). False for FP32_BINOMIAL.
+  virtual bool state(LaneExact* out) const = 0;
+
+  // Rounds every lane once into desc().out: `out` gets lanes elements, `flags`
+  // (may be null) one status byte per lane (flag::OVERFLOW, INVALID, NAN_INPUT).
+  virtual void finalize(uint8_t* out, uint8_t* flags) const = 0;
+
+  // Back to the empty state, keeping the memory.
+  virtual void reset() = 0;
+
+  // Accumulator memory per lane, in bytes.
+  virtual size_t bytes_per_lane() const = 0;
+
+ protected:
+  OpDesc d_;
+};
+
+// Throws std::invalid_argument with admission_error()'s message when the
+// descriptor is not admissible at kMaxWidth.
+std::unique_ptr<Accumulator> make_accumulator(const OpDesc& d, const Kernels& k = best_kernels());
+
+// Exact value of a finite double as a lane value in units of 2^unit (the
+// double must be a multiple of 2^unit).
+void add_double_to_wide(Wide& w, double d, int unit);
+
+// Rounds an exact lane state into `out`; returns the element bits and ORs result flags into *flags.
+uint32_t round_lane(const LaneExact& l, int unit, Format out, Exceptions ex, uint8_t* flags);
+
+}  // namespace prism

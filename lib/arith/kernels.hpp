@@ -1,0 +1,45 @@
+// The reducers' inner loops, one packet's worth of lanes per call.
+//
+// Two implementations with identical results: a portable one (plain C++) and
+// an AVX2/FMA/F16C one chosen at run time when the CPU has them. Each kernel
+// works on `n` lanes: element i of the packet updates lane i, so a packet's
+// lanes update different memory and the loops vectorise across lanes.
+#pragma once
+
+#include <cstdint>
+
+#include "format/format.hpp"
+
+namespace prism {
+
+struct Kernels {
+  const char* name;
+  // True when any of the n elements is a NaN or an infinity.
+  bool (*any_special)(Format f, const uint8_t* e, uint32_t n);
+  // acc[i] = fl32(acc[i] + float(e[i])): FP32 arrival order. No specials in e.
+  // Cost (AVX2, fp32): one load, one add, one store per 8 lanes.
+  void (*add_f32)(Format f, float* acc, const uint8_t* e, uint32_t n);
+  // acc[i] += double(e[i]) where the caller has proved every sum exact
+  // (fp16 with R <= 8192, every fp8). No specials in e.
+  void (*add_f64)(Format f, double* acc, const uint8_t* e, uint32_t n);
+  // acc[i] += double(e[i]) only where that addition is exact; returns how
+  // many lanes it left unchanged (specials, or a sum that would round) and
+  // writes their indices to `left`. Exactness test: s = a + b is exact iff
+  // s - a == b and s - b == a (Fast2Sum's error term is zero for the larger
+  // operand). Cost (AVX2): ~13 uops per 4 lanes.
+  uint32_t (*add_f64_checked)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
+  // acc[i] += int(e[i]) for int8/int32 elements.
+  void (*add_i64)(Format f, int64_t* acc, const uint8_t* e, uint32_t n);
+};
+
+const Kernels& portable_kernels();
+// Null when the CPU lacks AVX2, FMA or F16C.
+const Kernels* avx2_kernels();
+// The fastest available; PRISM_KERNELS=portable in the environment forces the portable ones.
+const Kernels& best_kernels();
+
+// fp8 code -> exact fp32 value, one 256-entry table per fp8 format (NaN -> quiet NaN).
+const float* fp8_table(Format f);
+float fp16_to_float(uint16_t h);
+
+}  // namespace prism

@@ -1,0 +1,174 @@
+// AVX2 kernels. Compiled with -mavx2 -mfma -mf16c and only called after the
+// CPU has been checked; tails shorter than a vector go to the portable code.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "arith/kernels.hpp"
+
+namespace prism {
+namespace {
+
+const Kernels& P() { return portable_kernels(); }
+
+// Eight elements starting at lane i, converted exactly to fp32.
+template <Format F>
+inline __m256 load8(const uint8_t* e, uint32_t i, const float* table) {
+  if constexpr (F == Format::FP32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(e) + i);
+  } else if constexpr (F == Format::FP16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 2 * i)));
+  } else if constexpr (F == Format::BF16) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  } else {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
+    return _mm256_i32gather_ps(table, idx, 4);
+  }
+}
+
+template <Format F>
+void add_f32_t(float* acc, const uint8_t* e, uint32_t n) {
+  const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8)  // 1 load + 1 add + 1 store per 8 lanes (+ convert)
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), load8<F>(e, i, table)));
+  if (i < n) P().add_f32(F, acc + i, e + i * info(F).bytes, n - i);
+}
+
+template <Format F>
+void add_f64_t(double* acc, const uint8_t* e, uint32_t n) {
+  const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = load8<F>(e, i, table);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    _mm256_storeu_pd(acc + i, _mm256_add_pd(_mm256_loadu_pd(acc + i), lo));
+    _mm256_storeu_pd(acc + i + 4, _mm256_add_pd(_mm256_loadu_pd(acc + i + 4), hi));
+  }
+  if (i < n) P().add_f64(F, acc + i, e + i * info(F).bytes, n - i);
+}
+
+// Four lanes: keeps a + b where it is exact, leaves the others to the caller.
+inline uint32_t checked4(double* acc, __m256d b, uint32_t base, uint32_t* left, uint32_t k) {
+  const __m256d a = _mm256_loadu_pd(acc);
+  const __m256d s = _mm256_add_pd(a, b);
+  const __m256d ok = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s, a), b, _CMP_EQ_OQ),
+                                   _mm256_cmp_pd(_mm256_sub_pd(s, b), a, _CMP_EQ_OQ));
+  _mm256_storeu_pd(acc, _mm256_blendv_pd(a, s, ok));
+  unsigned bad = ~unsigned(_mm256_movemask_pd(ok)) & 0xF;
+  while (bad) {  // rare: a special, or a sum that spills below the double's 53 bits
+    left[k++] = base + unsigned(__builtin_ctz(bad));
+    bad &= bad - 1;
+  }
+  return k;
+}
+
+template <Format F>
+uint32_t add_f64_checked_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
+  uint32_t i = 0, k = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = load8<F>(e, i, table);
+    k = checked4(acc + i, _mm256_cvtps_pd(_mm256_castps256_ps128(x)), i, left, k);
+    k = checked4(acc + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), i + 4, left, k);
+  }
+  if (i < n) {
+    const uint32_t t = P().add_f64_checked(F, acc + i, e + i * info(F).bytes, n - i, left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+
+// Specials by exponent pattern: (x & mask) == mask, or x == value for FNUZ.
+template <int Bits>
+inline __m256i cmpeq(__m256i a, __m256i b) {
+  if constexpr (Bits == 8) return _mm256_cmpeq_epi8(a, b);
+  else if constexpr (Bits == 16) return _mm256_cmpeq_epi16(a, b);
+  else return _mm256_cmpeq_epi32(a, b);
+}
+template <int Bits>
+inline __m256i splat(uint32_t v) {
+  if constexpr (Bits == 8) return _mm256_set1_epi8(char(v));
+  else if constexpr (Bits == 16) return _mm256_set1_epi16(short(v));
+  else return _mm256_set1_epi32(int(v));
+}
+template <int Bits>
+bool any_masked(const uint8_t* e, uint32_t nbytes, uint32_t mask, uint32_t value, uint32_t& done) {
+  const __m256i m = splat<Bits>(mask), v = splat<Bits>(value);
+  __m256i hit = _mm256_setzero_si256();
+  uint32_t i = 0;
+  for (; i + 32 <= nbytes; i += 32) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i));
+    hit = _mm256_or_si256(hit, cmpeq<Bits>(_mm256_and_si256(x, m), v));
+  }
+  done = i;
+  return !_mm256_testz_si256(hit, hit);
+}
+
+bool any_special(Format f, const uint8_t* e, uint32_t n) {
+  const uint32_t nbytes = n * info(f).bytes;
+  uint32_t done = 0;
+  bool hit;
+  switch (f) {
+    case Format::FP32: hit = any_masked<32>(e, nbytes, 0x7F800000, 0x7F800000, done); break;
+    case Format::FP16: hit = any_masked<16>(e, nbytes, 0x7C00, 0x7C00, done); break;
+    case Format::BF16: hit = any_masked<16>(e, nbytes, 0x7F80, 0x7F80, done); break;
+    case Format::E4M3FN: hit = any_masked<8>(e, nbytes, 0x7F, 0x7F, done); break;
+    case Format::E5M2: hit = any_masked<8>(e, nbytes, 0x7C, 0x7C, done); break;
+    case Format::E4M3FNUZ:
+    case Format::E5M2FNUZ: hit = any_masked<8>(e, nbytes, 0xFF, 0x80, done); break;
+    default: return false;
+  }
+  if (hit) return true;
+  const uint32_t sz = info(f).bytes;
+  return done < nbytes && P().any_special(f, e + done, (nbytes - done) / sz);
+}
+
+void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
+  uint32_t i = 0;
+  if (f == Format::INT8) {
+    for (; i + 4 <= n; i += 4) {
+      int32_t w;
+      std::memcpy(&w, e + i, 4);
+      const __m256i x = _mm256_cvtepi8_epi64(_mm_cvtsi32_si128(w));
+      auto* p = reinterpret_cast<__m256i*>(acc + i);
+      _mm256_storeu_si256(p, _mm256_add_epi64(_mm256_loadu_si256(p), x));
+    }
+  } else {
+    for (; i + 4 <= n; i += 4) {
+      const __m256i x = _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 4 * i)));
+      auto* p = reinterpret_cast<__m256i*>(acc + i);
+      _mm256_storeu_si256(p, _mm256_add_epi64(_mm256_loadu_si256(p), x));
+    }
+  }
+  if (i < n) P().add_i64(f, acc + i, e + i * info(f).bytes, n - i);
+}
+
+#define PRISM_FLOAT_DISPATCH(fn, f, ...)                         \
+  switch (f) {                                                   \
+    case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);     \
+    case Format::FP16: return fn<Format::FP16>(__VA_ARGS__);     \
+    case Format::BF16: return fn<Format::BF16>(__VA_ARGS__);     \
+    case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__); \
+    case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
+    case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);     \
+    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);           \
+  }
+
+void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
+void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
+uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
+}
+
+}  // namespace
+
+const Kernels& avx2_kernels_unchecked() {
+  static const Kernels k{"avx2", any_special, add_f32, add_f64, add_f64_checked, add_i64};
+  return k;
+}
+
+}  // namespace prism

@@ -1,0 +1,118 @@
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "arith/kernels.hpp"
+
+namespace prism {
+namespace {
+
+struct Fp8Tables {
+  float t[4][256];
+  Fp8Tables() {
+    const Format fs[4] = {Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ};
+    for (int k = 0; k < 4; ++k)
+      for (int c = 0; c < 256; ++c) t[k][c] = to_float(fs[k], uint32_t(c));
+  }
+};
+const Fp8Tables& tables() {
+  static const Fp8Tables t;
+  return t;
+}
+
+inline float elem_float(Format f, const uint8_t* e, uint32_t i) {
+  switch (f) {
+    case Format::FP32: {
+      float x;
+      std::memcpy(&x, e + 4 * i, 4);
+      return x;
+    }
+    case Format::FP16: return fp16_to_float(uint16_t(e[2 * i] | e[2 * i + 1] << 8));
+    case Format::BF16: return bits_float(uint32_t(e[2 * i] | e[2 * i + 1] << 8) << 16);
+    default: return fp8_table(f)[e[i]];
+  }
+}
+
+bool any_special(Format f, const uint8_t* e, uint32_t n) {
+  const FormatInfo& fi = info(f);
+  if (!fi.is_float) return false;
+  for (uint32_t i = 0; i < n; ++i)
+    if (is_special(f, load_bits(f, e + i * fi.bytes))) return true;
+  return false;
+}
+
+void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) acc[i] += elem_float(f, e, i);
+}
+
+void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) acc[i] += double(elem_float(f, e, i));
+}
+
+uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double a = acc[i], b = double(elem_float(f, e, i));
+    const double s = a + b;
+    if (s - a == b && s - b == a) acc[i] = s;
+    else left[k++] = i;
+  }
+  return k;
+}
+
+void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
+  if (f == Format::INT8) {
+    for (uint32_t i = 0; i < n; ++i) acc[i] += int8_t(e[i]);
+  } else {
+    for (uint32_t i = 0; i < n; ++i) {
+      int32_t v;
+      std::memcpy(&v, e + 4 * i, 4);
+      acc[i] += v;
+    }
+  }
+}
+
+}  // namespace
+
+float fp16_to_float(uint16_t h) {
+  const uint32_t s = uint32_t(h & 0x8000) << 16;
+  const uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  if (e == 0x1F) return bits_float(s | 0x7F800000 | (m << 13) | (m ? 0x400000 : 0));
+  if (e != 0) return bits_float(s | ((e + 112) << 23) | (m << 13));
+  const float v = float(m) * 0x1p-24f;  // subnormal or zero: exact
+  return s ? -v : v;
+}
+
+const float* fp8_table(Format f) {
+  switch (f) {
+    case Format::E4M3FN: return tables().t[0];
+    case Format::E4M3FNUZ: return tables().t[1];
+    case Format::E5M2: return tables().t[2];
+    default: return tables().t[3];
+  }
+}
+
+const Kernels& portable_kernels() {
+  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, add_i64};
+  return k;
+}
+
+const Kernels& avx2_kernels_unchecked();  // kernels_avx2.cpp
+
+const Kernels* avx2_kernels() {
+  __builtin_cpu_init();
+  const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok ? &avx2_kernels_unchecked() : nullptr;
+}
+
+const Kernels& best_kernels() {
+  static const Kernels* k = [] {
+    const char* force = std::getenv("PRISM_KERNELS");
+    const Kernels* a = avx2_kernels();
+    if (force && std::strcmp(force, "portable") == 0) a = nullptr;
+    return a ? a : &portable_kernels();
+  }();
+  return *k;
+}
+
+}  // namespace prism

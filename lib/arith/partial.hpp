@@ -1,0 +1,54 @@
+// Lossless partials: the exact state of a chunk's lanes as bytes.
+//
+// Kulisch lane record (payload encoding 3), one per element, in lane order:
+//   byte 0   sideband: bit0 NAN_INPUT, bit1 POS_INF, bit2 NEG_INF,
+//            bit3 NEG_ZERO_ONLY, bit4 INVALID, bit5 OVERFLOW (fp32 policies),
+//            bit6 reserved (0), bit7 sign of the value
+//   byte 1   n: magnitude bytes that follow (0..48)
+//   byte 2   offset: the magnitude counts in units of 2^(8*offset) lane units
+//   n bytes  magnitude, little-endian; first and last byte non-zero
+// A lane unit is 2^unit_exp(dtype) (the input format's smallest subnormal;
+// 1 for integers). A zero value has n = 0 and no sign; a special lane has n = 0.
+// Only the bytes of the digit window in use travel: a typical fp32 gradient
+// lane costs 3 + 4 bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "arith/op.hpp"
+
+namespace prism {
+
+enum class PartialError : uint8_t {
+  None = 0,
+  Truncated,      // the bytes end inside a lane record
+  BadLength,      // n or offset place the magnitude beyond 384 bits
+  NonCanonical,   // a zero first or last magnitude byte, or a sign on zero
+  ReservedBits,   // bit 6 of the sideband set
+  SpecialValue,   // a special or NEG_ZERO_ONLY lane that carries a magnitude
+  Unrepresentable,// an element that is not a whole number of lane units
+};
+const char* describe(PartialError e);
+
+inline constexpr size_t kLaneHeader = 3;
+inline constexpr size_t kMaxLaneBytes = kLaneHeader + 48;
+
+size_t kulisch_lane_size(const LaneExact& l);
+// Writes one lane record; `out` must hold kulisch_lane_size(l) bytes.
+size_t encode_kulisch_lane(const LaneExact& l, uint8_t* out);
+// Reads one lane record from [p, p + len); *used gets its size.
+PartialError decode_kulisch_lane(const uint8_t* p, size_t len, LaneExact* out, size_t* used);
+
+// Whole chunks: n lanes back to back.
+size_t encode_kulisch_lanes(const LaneExact* lanes, uint32_t n, uint8_t* out);
+PartialError decode_kulisch_lanes(const uint8_t* p, size_t len, uint32_t n, LaneExact* out, size_t* used);
+
+// AUTO's question: is every lane exactly a value of `out` (finite, no
+// sideband but NEG_ZERO_ONLY where `out` has -0)? If so, writes the elements.
+bool lanes_fit_format(const LaneExact* lanes, uint32_t n, int unit, Format out, uint8_t* elems);
+
+// The reverse: elements of `f` (a rounded partial) as exact lanes in units of 2^unit.
+PartialError lanes_from_elements(Format f, const uint8_t* elems, uint32_t n, int unit, LaneExact* out);
+
+}  // namespace prism

@@ -1,0 +1,176 @@
+#include "format/format.hpp"
+
+#include <bit>
+#include <cmath>
+
+namespace prism {
+namespace {
+
+constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int ebits, int mbits, int bias,
+                                NanStyle ns, uint32_t max_finite, uint32_t cnan) {
+  const int emax_field = (1 << ebits) - 1;
+  // IEEE formats reserve the all-ones exponent; FN and FNUZ formats use it for finite values.
+  const int emax = (ns == NanStyle::IEEE ? emax_field - 1 : emax_field) - bias;
+  const int emin = 1 - bias;
+  const int p = mbits + 1;
+  const bool has_inf = ns == NanStyle::IEEE;
+  const uint32_t inf = has_inf ? uint32_t(emax_field) << mbits : 0;
+  return FormatInfo{f,        name, bytes,        true,    ebits,
+                    mbits,    bias, p,            emin,    emax,
+                    ns,       has_inf, ns != NanStyle::FNUZ, 1u << (ebits + mbits),
+                    max_finite, cnan, inf, emin - p + 1};
+}
+
+constexpr FormatInfo kInfo[kFormatCount] = {
+    make_float(Format::FP32, "fp32", 4, 8, 23, 127, NanStyle::IEEE, 0x7F7FFFFF, 0x7FC00000),
+    make_float(Format::FP16, "fp16", 2, 5, 10, 15, NanStyle::IEEE, 0x7BFF, 0x7E00),
+    make_float(Format::BF16, "bf16", 2, 8, 7, 127, NanStyle::IEEE, 0x7F7F, 0x7FC0),
+    make_float(Format::E4M3FN, "e4m3fn", 1, 4, 3, 7, NanStyle::FN, 0x7E, 0x7F),
+    make_float(Format::E4M3FNUZ, "e4m3fnuz", 1, 4, 3, 8, NanStyle::FNUZ, 0x7F, 0x80),
+    make_float(Format::E5M2, "e5m2", 1, 5, 2, 15, NanStyle::IEEE, 0x7B, 0x7E),
+    make_float(Format::E5M2FNUZ, "e5m2fnuz", 1, 5, 2, 16, NanStyle::FNUZ, 0x7F, 0x80),
+    FormatInfo{Format::INT8, "int8", 1, false, 0, 0, 0, 8, 0, 0, NanStyle::None, false, false, 0x80, 0x7F, 0, 0, 0},
+    FormatInfo{Format::INT32, "int32", 4, false, 0, 0, 0, 32, 0, 0, NanStyle::None, false, false, 0x80000000u,
+               0x7FFFFFFF, 0, 0, 0},
+};
+
+}  // namespace
+
+const FormatInfo& info(Format f) { return kInfo[uint8_t(f) - 1]; }
+
+std::optional<Format> format_from_code(uint8_t code) {
+  if (code < 1 || code > kFormatCount) return std::nullopt;
+  return Format(code);
+}
+
+std::optional<Format> format_from_name(std::string_view name) {
+  for (const auto& fi : kInfo)
+    if (name == fi.name) return fi.format;
+  return std::nullopt;
+}
+
+Decoded decode(Format f, uint32_t bits) {
+  const FormatInfo& fi = info(f);
+  if (f == Format::INT8) {
+    const int8_t v = int8_t(bits);
+    return {v == 0 ? FpClass::Zero : FpClass::Normal, v < 0, uint32_t(v < 0 ? -int(v) : int(v)), 0};
+  }
+  if (f == Format::INT32) {
+    const int32_t v = int32_t(bits);
+    const uint32_t mag = v < 0 ? 0u - uint32_t(v) : uint32_t(v);
+    return {v == 0 ? FpClass::Zero : FpClass::Normal, v < 0, mag, 0};
+  }
+  const bool neg = (bits & fi.sign_bit) != 0;
+  const uint32_t e = (bits >> fi.mbits) & ((1u << fi.ebits) - 1);
+  const uint32_t m = bits & ((1u << fi.mbits) - 1);
+  const uint32_t emask = (1u << fi.ebits) - 1;
+  switch (fi.nan_style) {
+    case NanStyle::IEEE:
+      if (e == emask) return {m ? FpClass::NaN : FpClass::Inf, neg, 0, 0};
+      break;
+    case NanStyle::FN:
+      if (e == emask && m == (1u << fi.mbits) - 1) return {FpClass::NaN, neg, 0, 0};
+      break;
+    case NanStyle::FNUZ:
+      if (bits == fi.sign_bit) return {FpClass::NaN, true, 0, 0};
+      break;
+    case NanStyle::None: break;
+  }
+  if (e == 0) {
+    if (m == 0) return {FpClass::Zero, neg, 0, 0};
+    return {FpClass::Subnormal, neg, m, fi.unit_exp};
+  }
+  return {FpClass::Normal, neg, m | (1u << fi.mbits), int(e) - fi.bias - fi.mbits};
+}
+
+bool is_special(Format f, uint32_t bits) {
+  const FpClass c = decode(f, bits).cls;
+  return c == FpClass::NaN || c == FpClass::Inf;
+}
+
+uint32_t zero_bits(Format f, bool neg) {
+  const FormatInfo& fi = info(f);
+  return neg && fi.has_neg_zero ? fi.sign_bit : 0;
+}
+
+uint32_t overflow_bits(Format f, bool neg, Exceptions ex) {
+  const FormatInfo& fi = info(f);
+  const uint32_t s = neg ? fi.sign_bit : 0;
+  if (ex == Exceptions::SATURATE) return fi.max_finite | s;
+  return fi.has_inf ? (fi.inf | s) : fi.canonical_nan;
+}
+
+Encoded encode_float(Format f, bool neg, uint64_t mag, int exp, bool sticky, Exceptions ex) {
+  const FormatInfo& fi = info(f);
+  if (mag == 0) {
+    // Only a sticky remainder below an all-zero window: far below the smallest subnormal.
+    return {zero_bits(f, neg), false};
+  }
+  const int msb = 63 - std::countl_zero(mag);
+  const int top = msb + exp;                           // value in [2^top, 2^(top+1))
+  int q = (top > fi.emin ? top : fi.emin) - (fi.p - 1);  // exponent of the result's last bit
+  const int shift = q - exp;
+  uint64_t n;
+  if (shift <= 0) {
+    n = mag << -shift;  // exact: n < 2^p
+  } else {
+    uint64_t rem;
+    bool half, above;
+    if (shift >= 65) {
+      n = 0;
+      half = false;
+      above = false;
+      rem = 1;  // strictly below half a quantum: rounds down
+    } else if (shift == 64) {
+      n = 0;
+      rem = mag;
+      half = rem == (uint64_t(1) << 63) && !sticky;
+      above = rem > (uint64_t(1) << 63) || (rem == (uint64_t(1) << 63) && sticky);
+    } else {
+      n = mag >> shift;
+      rem = mag & ((uint64_t(1) << shift) - 1);
+      const uint64_t h = uint64_t(1) << (shift - 1);
+      half = rem == h && !sticky;
+      above = rem > h || (rem == h && sticky);
+    }
+    if (above || (half && (n & 1))) ++n;
+  }
+  if (n == (uint64_t(1) << fi.p)) {  // rounding carried into a new binade
+    n >>= 1;
+    ++q;
+  }
+  if (n == 0) return {zero_bits(f, neg), false};
+  const uint32_t s = neg ? fi.sign_bit : 0;
+  uint32_t magbits;
+  if (n < (uint64_t(1) << (fi.p - 1))) {
+    magbits = uint32_t(n);  // subnormal: exponent field 0
+  } else {
+    const int e = q + fi.p - 1;
+    if (e > fi.emax) return {overflow_bits(f, neg, ex), true};
+    magbits = (uint32_t(e + fi.bias) << fi.mbits) | uint32_t(n & ((uint64_t(1) << fi.mbits) - 1));
+  }
+  if (magbits > fi.max_finite) return {overflow_bits(f, neg, ex), true};
+  return {magbits | s, false};
+}
+
+uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
+float bits_float(uint32_t b) { return std::bit_cast<float>(b); }
+double bits_double(uint64_t b) { return std::bit_cast<double>(b); }
+uint64_t double_bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+float to_float(Format f, uint32_t bits) {
+  if (f == Format::FP32) return bits_float(bits);
+  if (f == Format::BF16) return bits_float(bits << 16);
+  const Decoded d = decode(f, bits);
+  switch (d.cls) {
+    case FpClass::NaN: return bits_float(0x7FC00000);
+    case FpClass::Inf: return d.neg ? -INFINITY : INFINITY;
+    case FpClass::Zero: return d.neg ? -0.0f : 0.0f;
+    default: {
+      const float v = std::ldexp(float(d.sig), d.exp);  // exact: sig < 2^24, result in fp32 range
+      return d.neg ? -v : v;
+    }
+  }
+}
+
+}  // namespace prism

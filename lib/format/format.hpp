@@ -1,0 +1,118 @@
+// Element formats of PRISM: exact decoding and correctly rounded encoding.
+//
+// Every finite value of every float format is an integer significand times a
+// power of two, so decoding is exact: (class, sign, sig, exp) with
+// value = (-1)^neg * sig * 2^exp. Subnormals are ordinary values here; nothing
+// is ever flushed to zero. Encoding takes an exact value (a 64-bit window of
+// its magnitude plus a sticky bit for anything below the window) and rounds it
+// once, to nearest with ties to even.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace prism {
+
+// Wire codes (BRIEF.md, "Arithmetic").
+enum class Format : uint8_t {
+  FP32 = 1,
+  FP16 = 2,
+  BF16 = 3,
+  E4M3FN = 4,
+  E4M3FNUZ = 5,
+  E5M2 = 6,
+  E5M2FNUZ = 7,
+  INT8 = 8,
+  INT32 = 9,
+};
+inline constexpr int kFormatCount = 9;
+
+enum class Exceptions : uint8_t { IEEE = 1, SATURATE = 2 };
+
+// How a format spells NaN: IEEE (all-ones exponent, non-zero mantissa),
+// FN (all-ones exponent and mantissa, no Inf), FNUZ (0x80 only: no Inf, no -0).
+enum class NanStyle : uint8_t { IEEE, FN, FNUZ, None };
+
+struct FormatInfo {
+  Format format;
+  const char* name;   // command-line and config spelling: "fp32", "e4m3fn", ...
+  uint8_t bytes;      // element size on the wire
+  bool is_float;
+  int ebits, mbits;   // exponent and stored mantissa bits
+  int bias;
+  int p;              // significand precision, implicit bit included
+  int emin, emax;     // unbiased exponent range of normal numbers
+  NanStyle nan_style;
+  bool has_inf;
+  bool has_neg_zero;
+  uint32_t sign_bit;
+  uint32_t max_finite;     // bits of the largest finite value (positive)
+  uint32_t canonical_nan;  // bits of the NaN PRISM outputs
+  uint32_t inf;            // bits of +Inf (0 when the format has none)
+  int unit_exp;            // exponent of the smallest positive value (emin - p + 1); 0 for ints
+};
+
+const FormatInfo& info(Format f);
+std::optional<Format> format_from_code(uint8_t code);
+std::optional<Format> format_from_name(std::string_view name);
+inline const char* name(Format f) { return info(f).name; }
+inline bool is_float(Format f) { return info(f).is_float; }
+
+enum class FpClass : uint8_t { Zero, Subnormal, Normal, Inf, NaN };
+
+// value = (-1)^neg * sig * 2^exp for finite classes; integers decode with exp 0.
+struct Decoded {
+  FpClass cls;
+  bool neg;
+  uint32_t sig;
+  int exp;
+};
+
+Decoded decode(Format f, uint32_t bits);
+
+// Raw element access, little-endian on the wire.
+inline uint32_t load_bits(Format f, const uint8_t* p) {
+  switch (info(f).bytes) {
+    case 1: return p[0];
+    case 2: return uint32_t(p[0]) | uint32_t(p[1]) << 8;
+    default: return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+  }
+}
+inline void store_bits(Format f, uint8_t* p, uint32_t v) {
+  switch (info(f).bytes) {
+    case 1: p[0] = uint8_t(v); break;
+    case 2: p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); break;
+    default: p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v >> 16); p[3] = uint8_t(v >> 24);
+  }
+}
+
+// True when `bits` is a NaN or an infinity of `f` (integers: never).
+bool is_special(Format f, uint32_t bits);
+
+struct Encoded {
+  uint32_t bits;
+  bool overflow;  // the rounded magnitude exceeded the format's largest finite value
+};
+
+// Rounds the exact magnitude (mag + frac) * 2^exp, where frac is in (0,1) when
+// `sticky` is set and 0 otherwise, to the float format `f` (round to nearest,
+// ties to even). A zero magnitude gives a zero with the given sign (+0 where
+// the format has no -0). Overflow gives +-Inf (or the canonical NaN for
+// formats without Inf) under IEEE and +-max finite under SATURATE.
+Encoded encode_float(Format f, bool neg, uint64_t mag, int exp, bool sticky, Exceptions ex);
+
+// The bits an out-of-range result takes under `ex` (sign applied where the format allows).
+uint32_t overflow_bits(Format f, bool neg, Exceptions ex);
+// Signed zero of `f` (+0 when the format has no -0).
+uint32_t zero_bits(Format f, bool neg);
+
+// Exact conversions used by the reducers' fast paths.
+float to_float(Format f, uint32_t bits);  // every float format converts to fp32 exactly
+uint32_t float_bits(float x);
+float bits_float(uint32_t b);
+double bits_double(uint64_t b);
+uint64_t double_bits(double x);
+
+}  // namespace prism

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what PRISM needs on Debian 12 (idempotent: only missing packages are fetched).
+# Usage: scripts/setup.sh            (as root, or with sudo available)
+set -euo pipefail
+PKGS=(
+  build-essential meson ninja-build pkg-config
+  libdpdk-dev dpdk libyaml-cpp-dev libpcap-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pytest python3-numpy python3-scapy python3-yaml
+  tshark gnuplot-nox clang libclang-rt-14-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # tshark asks whether non-root users may capture; answer no without a prompt.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+else
+  echo "setup: all packages present"
+fi
