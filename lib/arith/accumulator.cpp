@@ -1,6 +1,8 @@
 #include "arith/accumulator.hpp"
 
+#include <bit>
 #include <cmath>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -132,12 +134,22 @@ bool wide_to_double(const Wide& v, int unit, double* out) {
 class KulischWide final : public Accumulator {
  public:
   KulischWide(const OpDesc& d, const Kernels& k)
-      : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes), bank_(d.lanes), adds_(d.lanes),
+      : Accumulator(d),
+        k_(k),
+        unit_(unit_exp(d.dtype)),
+        budget_(53 - info(d.dtype).p - ceil_log2(d.group)),
+        special_field_((1u << info(d.dtype).ebits) - 1),
+        fast_(d.lanes),
+        bank_(d.lanes),
+        adds_(d.lanes),
         dirty_(d.lanes) {
     reset();
   }
 
   void reset() override {
+    certified_ = true;
+    lo_ = ~0u;
+    hi_ = 0;
     fast_.fill(-0.0);
     for (uint32_t i = 0; i < d_.lanes; ++i) bank_[i].clear();
     adds_.fill(0);
@@ -146,9 +158,23 @@ class KulischWide final : public Accumulator {
 
   size_t bytes_per_lane() const override { return sizeof(double) + sizeof(Bank) + sizeof(uint16_t) + 1; }
 
-  // Cost: the checked double add for every lane (~3 uops per lane with AVX2);
-  // a lane whose sum would round pays a TwoSum and one bank add instead.
+  // Cost: while every term of the op so far lies in an exponent window the
+  // double holds exactly (hi - lo + p + ceil(log2 R) <= 53 over the whole op,
+  // so every lane's sum is exact), a range scan and a plain double add per
+  // lane. Otherwise the checked double add (~2.5 uops per lane with AVX2); a
+  // lane whose sum would round pays a TwoSum and one bank add instead.
   void add(const uint8_t* e, uint32_t) override {
+    if (certified_) {
+      uint32_t lo = lo_, hi = hi_;
+      k_.exp_range(d_.dtype, e, d_.lanes, &lo, &hi);
+      if (hi < special_field_ && (lo > hi || int(hi) - int(lo) <= budget_)) {
+        lo_ = lo;
+        hi_ = hi;
+        k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+        return;
+      }
+      certified_ = false;  // the window no longer proves exactness: check every add from here on
+    }
     const uint32_t sz = info(d_.dtype).bytes;
     uint32_t left[kBlock];
     for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
@@ -162,6 +188,7 @@ class KulischWide final : public Accumulator {
   }
 
   bool add_exact(const LaneExact* in) override {
+    certified_ = false;
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) && !in[i].value.is_zero() &&
           in[i].value.magnitude().msb() >= Bank::kWords * Bank::kDigitBits - 4)
@@ -255,6 +282,10 @@ class KulischWide final : public Accumulator {
 
   const Kernels& k_;
   int unit_;
+  int budget_;               // exponent fields a window may span and keep double sums exact
+  uint32_t special_field_;   // the all-ones exponent field: Inf/NaN
+  bool certified_;           // every add so far fell inside the window [lo_, hi_]
+  uint32_t lo_, hi_;
   Lanes<double> fast_;
   Lanes<Bank> bank_;
   Lanes<uint16_t> adds_;
@@ -262,64 +293,72 @@ class KulischWide final : public Accumulator {
 };
 
 // ---------------------------------------------------------------------------
-// KULISCH_FIXED, narrow formats: one double per lane, exact by construction.
-class KulischDouble final : public Accumulator {
+// KULISCH_FIXED, narrow formats: one float or double per lane, exact by
+// construction: every term is a multiple of the format's unit and the sum of R
+// terms needs W_mag + ceil(log2 R) bits, at most 24 (float) or 53 (double).
+template <class T>
+class KulischNarrow final : public Accumulator {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  static constexpr Bits kTagBits = sizeof(T) == 4 ? Bits(0x7FD05200u) : Bits(kTagBase);
+  static constexpr Bits kNegZero = Bits(1) << (8 * sizeof(T) - 1);
+
  public:
-  KulischDouble(const OpDesc& d, const Kernels& k)
-      : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes) {
+  KulischNarrow(const OpDesc& d, const Kernels& k) : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes) {
     reset();
   }
-  void reset() override { fast_.fill(-0.0); }
-  size_t bytes_per_lane() const override { return sizeof(double); }
+  void reset() override { fast_.fill(T(-0.0)); }
+  size_t bytes_per_lane() const override { return sizeof(T); }
 
-  // Cost: a scan for specials and one exact double add per lane. A packet
-  // with a special in it takes the per-lane path.
+  // Cost: a scan for specials and one exact add per lane (AVX2: 8 lanes per
+  // float add, 4 per double add). A packet with a special takes the per-lane path.
   void add(const uint8_t* e, uint32_t) override {
     if (!k_.any_special(d_.dtype, e, d_.lanes)) {
-      k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+      if constexpr (sizeof(T) == 4) k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
+      else k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
       return;
     }
     const uint32_t sz = info(d_.dtype).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const Decoded x = decode(d_.dtype, load_bits(d_.dtype, e + i * sz));
-      double& a = fast_[i];
-      if (const uint8_t sp = special_side(x); sp || is_tagged(a))
-        a = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+      T& a = fast_[i];
+      if (const uint8_t sp = special_side(x); sp || std::isnan(a))
+        a = tag(uint8_t(tag_bits(a) | sp));
       else
-        a += std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0);
+        a += T(std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0));
     }
   }
 
   bool add_exact(const LaneExact* in) override {
-    std::vector<double> next(d_.lanes);
+    std::vector<T> next(d_.lanes);
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const LaneExact& l = in[i];
       const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
-      const double a = fast_[i];
-      if (sp || is_tagged(a)) {
-        next[i] = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+      const T a = fast_[i];
+      if (sp || std::isnan(a)) {
+        next[i] = tag(uint8_t(tag_bits(a) | sp));
         continue;
       }
-      double b;
-      if (!wide_to_double(l.value, unit_, &b)) return false;
-      if (b == 0 && (l.side & side::NEG_ZERO_ONLY)) b = -0.0;
-      const double s = a + b;
+      double bd;
+      if (!wide_to_double(l.value, unit_, &bd) || double(T(bd)) != bd) return false;
+      T b = T(bd);
+      if (b == 0 && (l.side & side::NEG_ZERO_ONLY)) b = T(-0.0);
+      const T s = a + b;
       if (s - a != b || s - b != a) return false;  // a partial too large to be genuine
       next[i] = s;
     }
-    std::memcpy(fast_.data(), next.data(), d_.lanes * sizeof(double));
+    std::memcpy(fast_.data(), next.data(), d_.lanes * sizeof(T));
     return true;
   }
 
   bool state(LaneExact* out) const override {
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       LaneExact l;
-      const double f = fast_[i];
-      if (is_tagged(f)) {
-        l.side = tag_of(f);
+      const T f = fast_[i];
+      if (std::isnan(f)) {
+        l.side = tag_bits(f);
       } else {
-        l.side = double_bits(f) == double_bits(-0.0) ? side::NEG_ZERO_ONLY : 0;
-        add_double_to_wide(l.value, f, unit_);
+        l.side = std::bit_cast<Bits>(f) == kNegZero ? side::NEG_ZERO_ONLY : 0;
+        add_double_to_wide(l.value, double(f), unit_);
       }
       out[i] = l;
     }
@@ -331,10 +370,10 @@ class KulischDouble final : public Accumulator {
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
       uint32_t bits;
-      if (is_tagged(fast_[i])) {
-        special_result(tag_of(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
+      if (std::isnan(fast_[i])) {
+        special_result(tag_bits(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
       } else {
-        const Encoded en = encode_double(d_.out, d_.exceptions, fast_[i]);
+        const Encoded en = encode_double(d_.out, d_.exceptions, double(fast_[i]));
         bits = en.bits;
         if (en.overflow) fl |= flag::OVERFLOW;
       }
@@ -344,9 +383,18 @@ class KulischDouble final : public Accumulator {
   }
 
  private:
+  // Sideband in the payload of a quiet NaN (x86 keeps a NaN operand's payload
+  // through later additions of finite values).
+  static T tag(uint8_t side_bits) { return std::bit_cast<T>(Bits(kTagBits | side_bits)); }
+  static uint8_t tag_bits(T v) {
+    if (!std::isnan(v)) return 0;
+    const Bits b = std::bit_cast<Bits>(v);
+    return (b & ~Bits(0xFF)) == kTagBits ? uint8_t(b & side::ALL) : side::NAN_INPUT;
+  }
+
   const Kernels& k_;
   int unit_;
-  Lanes<double> fast_;
+  Lanes<T> fast_;
 };
 
 // ---------------------------------------------------------------------------
@@ -602,8 +650,11 @@ std::unique_ptr<Accumulator> make_accumulator(const OpDesc& d, const Kernels& k)
     case Policy::FP32_BINOMIAL: return std::make_unique<Fp32Binomial>(d, k);
     case Policy::KULISCH_FIXED: break;
   }
-  const bool narrow = info(d.dtype).bytes == 1 || (d.dtype == Format::FP16 && d.group <= 8192);
-  if (narrow) return std::make_unique<KulischDouble>(d, k);
+  // The narrowest lane that holds every possible sum exactly.
+  const FormatInfo& fi = info(d.dtype);
+  const int bits = fi.emax - fi.emin + fi.p + ceil_log2(d.group);  // W_mag + ceil(log2 R)
+  if (bits <= 24) return std::make_unique<KulischNarrow<float>>(d, k);
+  if (bits <= 53) return std::make_unique<KulischNarrow<double>>(d, k);
   return std::make_unique<KulischWide>(d, k);
 }
 

@@ -28,6 +28,11 @@ struct Kernels {
   // s - a == b and s - b == a (Fast2Sum's error term is zero for the larger
   // operand). Cost (AVX2): ~13 uops per 4 lanes.
   uint32_t (*add_f64_checked)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
+  // Widens [*lo, *hi] to the biased exponent fields of the non-zero elements
+  // (subnormals count as field 1: their last bit is the format's unit). An
+  // all-ones field (a special in IEEE formats) shows up as hi. Cost (AVX2):
+  // ~8 uops per vector of elements.
+  void (*exp_range)(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi);
   // acc[i] += int(e[i]) for int8/int32 elements.
   void (*add_i64)(Format f, int64_t* acc, const uint8_t* e, uint32_t n);
 };

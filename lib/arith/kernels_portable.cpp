@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,12 +34,44 @@ inline float elem_float(Format f, const uint8_t* e, uint32_t i) {
   }
 }
 
+// Specials by bit pattern: (x & mask) == value.
+struct SpecialPattern {
+  uint32_t mask, value;
+};
+SpecialPattern special_pattern(Format f) {
+  switch (f) {
+    case Format::FP32: return {0x7F800000, 0x7F800000};
+    case Format::FP16: return {0x7C00, 0x7C00};
+    case Format::BF16: return {0x7F80, 0x7F80};
+    case Format::E4M3FN: return {0x7F, 0x7F};
+    case Format::E5M2: return {0x7C, 0x7C};
+    case Format::E4M3FNUZ:
+    case Format::E5M2FNUZ: return {0xFF, 0x80};
+    default: return {0, 1};  // integers: never
+  }
+}
+
 bool any_special(Format f, const uint8_t* e, uint32_t n) {
+  const SpecialPattern sp = special_pattern(f);
+  const uint32_t sz = info(f).bytes;
+  bool hit = false;
+  for (uint32_t i = 0; i < n; ++i) hit |= (load_bits(f, e + i * sz) & sp.mask) == sp.value;
+  return hit;
+}
+
+void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
   const FormatInfo& fi = info(f);
-  if (!fi.is_float) return false;
-  for (uint32_t i = 0; i < n; ++i)
-    if (is_special(f, load_bits(f, e + i * fi.bytes))) return true;
-  return false;
+  const uint32_t emask = (1u << fi.ebits) - 1, magmask = fi.sign_bit - 1;
+  uint32_t l = *lo, h = *hi;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t x = load_bits(f, e + i * fi.bytes) & magmask;
+    if (x == 0) continue;
+    const uint32_t ex = (x >> fi.mbits) & emask;
+    l = std::min(l, std::max(ex, 1u));
+    h = std::max(h, ex);
+  }
+  *lo = l;
+  *hi = h;
 }
 
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) {
@@ -93,7 +126,7 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, add_i64};
+  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, exp_range, add_i64};
   return k;
 }
 
