@@ -1,0 +1,286 @@
+#include "proto/packet.hpp"
+
+#include <cstring>
+
+#include "arith/partial.hpp"
+
+namespace prism::wire {
+namespace {
+
+inline uint16_t be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+inline uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+inline void put16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+inline void put32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 24);
+  p[1] = uint8_t(v >> 16);
+  p[2] = uint8_t(v >> 8);
+  p[3] = uint8_t(v);
+}
+
+uint32_t sum16(const uint8_t* p, size_t len, uint32_t acc) {
+  for (size_t i = 0; i + 1 < len; i += 2) acc += be16(p + i);
+  if (len & 1) acc += uint32_t(p[len - 1]) << 8;
+  return acc;
+}
+uint16_t fold(uint32_t acc) {
+  while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
+  return uint16_t(acc);
+}
+
+}  // namespace
+
+const char* name(Kind k) {
+  switch (k) {
+    case Kind::CONTRIB: return "CONTRIB";
+    case Kind::PARTIAL: return "PARTIAL";
+    case Kind::RESULT: return "RESULT";
+    case Kind::NACK: return "NACK";
+  }
+  return "?";
+}
+const char* name(Encoding e) {
+  switch (e) {
+    case Encoding::DTYPE: return "dtype";
+    case Encoding::OUT_DTYPE: return "out_dtype";
+    case Encoding::KULISCH: return "kulisch";
+  }
+  return "?";
+}
+const char* name(NackReason r) {
+  switch (r) {
+    case NackReason::MALFORMED: return "malformed";
+    case NackReason::UNKNOWN_JOB: return "unknown_job";
+    case NackReason::NOT_A_MEMBER: return "not_a_member";
+    case NackReason::DESCRIPTOR_MISMATCH: return "descriptor_mismatch";
+    case NackReason::ACCUMULATOR_TOO_NARROW: return "accumulator_too_narrow";
+    case NackReason::NO_FREE_SLOT: return "no_free_slot";
+    case NackReason::RESULT_EXPIRED: return "result_expired";
+  }
+  return "?";
+}
+
+const char* name(Refusal r) {
+  static const char* const kNames[] = {
+      "ok",           "short_frame",   "not_ipv4",        "ip_bad_header",  "ip_bad_length",    "ip_bad_checksum",
+      "ip_fragment",  "not_udp",       "udp_bad_length",  "udp_bad_checksum", "wrong_port",     "short_header",
+      "bad_magic",    "bad_version",   "bad_kind",        "bad_dtype",      "bad_out_dtype",    "bad_policy",
+      "bad_encoding", "bad_transport", "bad_exceptions",  "bad_flags",      "bad_group",        "bad_terms",
+      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",    "bad_nack_reason"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Refusal::kCount));
+  return size_t(r) < size_t(Refusal::kCount) ? kNames[size_t(r)] : "?";
+}
+
+uint16_t ipv4_checksum(const uint8_t* ip, size_t len) { return uint16_t(~fold(sum16(ip, len, 0))); }
+
+uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size_t udp_len) {
+  uint32_t acc = (src_ip >> 16) + (src_ip & 0xFFFF) + (dst_ip >> 16) + (dst_ip & 0xFFFF) + 17 + uint32_t(udp_len);
+  const uint16_t c = uint16_t(~fold(sum16(udp, udp_len, acc)));
+  return c == 0 ? 0xFFFF : c;
+}
+
+void put_header(const Header& h, uint8_t* p) {
+  put16(p + 0, h.magic);
+  p[2] = h.version;
+  p[3] = uint8_t(h.kind);
+  put32(p + 4, h.job);
+  put32(p + 8, h.op);
+  put32(p + 12, h.chunk);
+  put16(p + 16, h.sender);
+  put16(p + 18, h.group);
+  put16(p + 20, h.terms);
+  put16(p + 22, h.count);
+  p[24] = uint8_t(h.dtype);
+  p[25] = uint8_t(h.out_dtype);
+  p[26] = uint8_t(h.policy);
+  p[27] = uint8_t(h.encoding);
+  p[28] = uint8_t(h.transport);
+  p[29] = uint8_t(h.exceptions);
+  p[30] = h.flags;
+  p[31] = h.status;
+}
+
+size_t element_bytes(const Header& h) {
+  const Format f = h.encoding == Encoding::DTYPE ? h.dtype : h.out_dtype;
+  return size_t(h.count) * info(f).bytes;
+}
+
+Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial) {
+  const uint8_t* f = frame.data();
+  const size_t n = frame.size();
+  if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
+  Parsed r;
+  std::memcpy(r.dst.mac.data(), f, 6);
+  std::memcpy(r.src.mac.data(), f + 6, 6);
+  size_t at = 12;
+  uint16_t ethertype = be16(f + at);
+  if (ethertype == 0x8100) {
+    r.vlan = be16(f + at + 2) & 0x0FFF;
+    at += kVlanSize;
+    ethertype = be16(f + at);
+  }
+  at += 2;
+  if (ethertype != 0x0800) return Refusal::NOT_IPV4;
+  if (n < at + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
+  const uint8_t* ip = f + at;
+  const size_t ihl = size_t(ip[0] & 0x0F) * 4;
+  if ((ip[0] >> 4) != 4 || ihl < kIpv4MinSize) return Refusal::IP_BAD_HEADER;
+  const size_t total = be16(ip + 2);
+  if (total < ihl + kUdpSize || at + total > n) return Refusal::IP_BAD_LENGTH;
+  if (fold(sum16(ip, ihl, 0)) != 0xFFFF) return Refusal::IP_BAD_CHECKSUM;
+  if (be16(ip + 6) & 0x3FFF) return Refusal::IP_FRAGMENT;
+  if (ip[9] != 17) return Refusal::NOT_UDP;
+  r.src.ip = be32(ip + 12);
+  r.dst.ip = be32(ip + 16);
+  const uint8_t* udp = ip + ihl;
+  const size_t udp_len = be16(udp + 4);
+  if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
+  if (be16(udp + 6) != 0 && fold(sum16(udp, udp_len,
+                                       (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) +
+                                           (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len))) != 0xFFFF)
+    return Refusal::UDP_BAD_CHECKSUM;
+  r.src.port = be16(udp);
+  r.dst.port = be16(udp + 2);
+  if (r.dst.port != port) return Refusal::WRONG_PORT;
+  const uint8_t* p = udp + kUdpSize;
+  const size_t plen = udp_len - kUdpSize;
+  if (plen < kHeaderSize) return Refusal::SHORT_HEADER;
+
+  Header& h = r.h;
+  h.magic = be16(p);
+  if (h.magic != kMagic) return Refusal::BAD_MAGIC;
+  h.version = p[2];
+  if (h.version != kVersion) return Refusal::BAD_VERSION;
+  if (p[3] < 1 || p[3] > 4) return Refusal::BAD_KIND;
+  h.kind = Kind(p[3]);
+  h.job = be32(p + 4);
+  h.op = be32(p + 8);
+  h.chunk = be32(p + 12);
+  h.sender = be16(p + 16);
+  h.group = be16(p + 18);
+  h.terms = be16(p + 20);
+  h.count = be16(p + 22);
+  h.flags = p[30];
+  h.status = p[31];
+  const uint8_t* body = p + kHeaderSize;
+  const size_t blen = plen - kHeaderSize;
+
+  if (h.kind == Kind::NACK) {
+    // A NACK echoes whatever it refused: its descriptor codes are not checked.
+    h.dtype = Format(p[24]);
+    h.out_dtype = Format(p[25]);
+    h.policy = Policy(p[26]);
+    h.encoding = Encoding(p[27]);
+    h.transport = Transport(p[28]);
+    h.exceptions = Exceptions(p[29]);
+    if (h.status < 1 || h.status > 7) return Refusal::BAD_NACK_REASON;
+    if (h.count != 0) return Refusal::BAD_COUNT;
+    if (blen != 0) return Refusal::PAYLOAD_LENGTH;
+    *out = r;
+    return Refusal::OK;
+  }
+
+  const auto dt = format_from_code(p[24]);
+  if (!dt) return Refusal::BAD_DTYPE;
+  h.dtype = *dt;
+  const auto ot = format_from_code(p[25]);
+  if (!ot) return Refusal::BAD_OUT_DTYPE;
+  h.out_dtype = *ot;
+  const auto pol = policy_from_code(p[26]);
+  if (!pol) return Refusal::BAD_POLICY;
+  h.policy = *pol;
+  if (p[27] < 1 || p[27] > 3) return Refusal::BAD_ENCODING;
+  h.encoding = Encoding(p[27]);
+  const auto tr = transport_from_code(p[28]);
+  if (!tr) return Refusal::BAD_TRANSPORT;
+  h.transport = *tr;
+  const auto ex = exceptions_from_code(p[29]);
+  if (!ex) return Refusal::BAD_EXCEPTIONS;
+  h.exceptions = *ex;
+  if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
+  if (h.group == 0) return Refusal::BAD_GROUP;
+  switch (h.kind) {
+    case Kind::CONTRIB:
+      if (h.encoding != Encoding::DTYPE) return Refusal::BAD_ENCODING;
+      if (h.terms != 1) return Refusal::BAD_TERMS;
+      break;
+    case Kind::PARTIAL:
+      if (h.encoding == Encoding::DTYPE) return Refusal::BAD_ENCODING;
+      if (h.terms == 0 || h.terms > h.group) return Refusal::BAD_TERMS;
+      break;
+    case Kind::RESULT:
+      if (h.encoding != Encoding::OUT_DTYPE) return Refusal::BAD_ENCODING;
+      if (h.terms != h.group) return Refusal::BAD_TERMS;
+      break;
+    default: break;
+  }
+  if (h.count == 0) return Refusal::BAD_COUNT;
+
+  if (h.encoding == Encoding::KULISCH) {
+    if (h.flags & hflag::SIDEBAND) return Refusal::BAD_FLAGS;  // lane records carry their own sideband
+    if (blen < kFragmentHeader) return Refusal::PAYLOAD_LENGTH;
+    r.first_lane = be16(body);
+    r.chunk_lanes = be16(body + 2);
+    if (r.chunk_lanes == 0 || uint32_t(r.first_lane) + h.count > r.chunk_lanes) return Refusal::BAD_FRAGMENT;
+    r.payload = body + kFragmentHeader;
+    r.payload_len = blen - kFragmentHeader;
+    if (check_partial) {
+      size_t at2 = 0;
+      for (uint32_t i = 0; i < h.count; ++i) {
+        LaneExact l;
+        size_t used;
+        const PartialError e = decode_kulisch_lane(r.payload + at2, r.payload_len - at2, &l, &used);
+        if (e == PartialError::Truncated) return Refusal::PAYLOAD_LENGTH;
+        if (e != PartialError::None) return Refusal::BAD_PARTIAL;
+        at2 += used;
+      }
+      if (at2 != r.payload_len) return Refusal::PAYLOAD_LENGTH;
+    }
+  } else {
+    const size_t eb = element_bytes(h);
+    const size_t sb = (h.flags & hflag::SIDEBAND) ? h.count : 0;
+    if (blen != eb + sb) return Refusal::PAYLOAD_LENGTH;
+    r.payload = body;
+    r.payload_len = eb;
+    r.sideband = sb ? body + eb : nullptr;
+    r.chunk_lanes = h.count;
+  }
+  *out = r;
+  return Refusal::OK;
+}
+
+size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
+             std::span<const uint8_t> body, uint16_t ip_id) {
+  const size_t udp_len = kUdpSize + kHeaderSize + body.size();
+  const size_t ip_len = kIpv4MinSize + udp_len;
+  const size_t len = kEthSize + ip_len;
+  if (len > cap || ip_len > 0xFFFF) return 0;
+  std::memcpy(buf, dst.mac.data(), 6);
+  std::memcpy(buf + 6, src.mac.data(), 6);
+  put16(buf + 12, 0x0800);
+  uint8_t* ip = buf + kEthSize;
+  ip[0] = 0x45;
+  ip[1] = 0;
+  put16(ip + 2, uint16_t(ip_len));
+  put16(ip + 4, ip_id);
+  put16(ip + 6, 0x4000);  // don't fragment
+  ip[8] = 64;
+  ip[9] = 17;
+  put16(ip + 10, 0);
+  put32(ip + 12, src.ip);
+  put32(ip + 16, dst.ip);
+  put16(ip + 10, ipv4_checksum(ip, kIpv4MinSize));
+  uint8_t* udp = ip + kIpv4MinSize;
+  put16(udp, src.port);
+  put16(udp + 2, dst.port);
+  put16(udp + 4, uint16_t(udp_len));
+  put16(udp + 6, 0);
+  put_header(h, udp + kUdpSize);
+  if (!body.empty()) std::memcpy(udp + kUdpSize + kHeaderSize, body.data(), body.size());
+  put16(udp + 6, udp_checksum(src.ip, dst.ip, udp, udp_len));
+  return len;
+}
+
+}  // namespace prism::wire

@@ -1,0 +1,91 @@
+// Parsing and building PRISM frames from byte spans. No DPDK: the pipeline
+// hands this the mbuf's data, tests hand it pcap records.
+//
+// parse() checks everything a receiver must before a packet may touch state:
+// Ethernet (optionally one 802.1Q tag), IPv4 header and lengths and checksum,
+// UDP length and checksum (when not zero) and port, then the PRISM header's
+// codes and the payload length the header implies. Every refusal has its own
+// reason; parse() never reads outside the span.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "proto/wire.hpp"
+
+namespace prism::wire {
+
+enum class Refusal : uint8_t {
+  OK = 0,
+  SHORT_FRAME,         // shorter than Ethernet + IPv4 + UDP
+  NOT_IPV4,            // EtherType (after an optional VLAN tag) is not IPv4
+  IP_BAD_HEADER,       // IP version not 4 or IHL < 5
+  IP_BAD_LENGTH,       // IP total length disagrees with the frame
+  IP_BAD_CHECKSUM,
+  IP_FRAGMENT,         // MF set or fragment offset non-zero
+  NOT_UDP,
+  UDP_BAD_LENGTH,
+  UDP_BAD_CHECKSUM,
+  WRONG_PORT,          // UDP destination port is not PRISM's
+  SHORT_HEADER,        // UDP payload shorter than the 32-byte header
+  BAD_MAGIC,
+  BAD_VERSION,
+  BAD_KIND,
+  BAD_DTYPE,
+  BAD_OUT_DTYPE,
+  BAD_POLICY,
+  BAD_ENCODING,        // unknown code, or one the kind may not use
+  BAD_TRANSPORT,
+  BAD_EXCEPTIONS,
+  BAD_FLAGS,           // reserved flag bits set
+  BAD_GROUP,           // group 0
+  BAD_TERMS,           // terms 0, above group, or wrong for the kind
+  BAD_COUNT,           // count 0 (data kinds) or non-zero (NACK)
+  PAYLOAD_LENGTH,      // payload bytes disagree with count and encoding
+  BAD_FRAGMENT,        // Kulisch partial fragment header out of range
+  BAD_PARTIAL,         // a lane record is malformed
+  BAD_NACK_REASON,     // a NACK whose status is not a known reason
+  kCount
+};
+const char* name(Refusal r);
+
+using Mac = std::array<uint8_t, 6>;
+
+struct Endpoint {
+  Mac mac{};
+  uint32_t ip = 0;  // host order
+  uint16_t port = 0;
+};
+
+struct Parsed {
+  Endpoint src, dst;
+  uint16_t vlan = 0;  // VLAN id, 0 when untagged
+  Header h;
+  const uint8_t* payload = nullptr;  // elements (encodings 1, 2) or lane records (3)
+  size_t payload_len = 0;            // without the sideband and the fragment header
+  const uint8_t* sideband = nullptr; // count status bytes when flags has SIDEBAND
+  uint16_t first_lane = 0;           // encoding 3: first lane of this fragment
+  uint16_t chunk_lanes = 0;          // encoding 3: lanes in the whole chunk; else count
+};
+
+// Parses one frame. `port` is the UDP destination port PRISM listens on.
+// `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
+Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true);
+
+// Bytes a payload of `count` elements takes for a data encoding (1 or 2).
+size_t element_bytes(const Header& h);
+
+// Builds a frame: Ethernet / IPv4 (DF, TTL 64, checksum) / UDP (checksum) /
+// header / body (payload, then sideband when flags has SIDEBAND; for encoding
+// 3 the body starts with the fragment header). Returns the frame length, or 0
+// when it would exceed `cap`. The IPv4 identification field is `ip_id`.
+size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
+             std::span<const uint8_t> body, uint16_t ip_id = 0);
+
+// Internet checksum helpers (RFC 1071), exposed for tests.
+uint16_t ipv4_checksum(const uint8_t* ip_header, size_t len);
+uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size_t udp_len);
+
+}  // namespace prism::wire
