@@ -457,10 +457,15 @@ class IntegerSum final : public Accumulator {
 namespace f32 {
 constexpr uint8_t kInfSeen = side::POS_INF | side::NEG_INF;
 
-// a = fl32(a + x), keeping the flags IEEE arithmetic raises.
-inline void add(float& a, float x, uint8_t& fl) {
+// Records what an input brings: a NaN, an infinity.
+inline void note_input(float x, uint8_t& fl) {
   if (std::isnan(x)) fl |= side::NAN_INPUT;
   if (std::isinf(x)) fl |= x > 0 ? side::POS_INF : side::NEG_INF;
+}
+
+// a = fl32(a + x), keeping the exceptions IEEE arithmetic raises: INVALID
+// when two non-NaN operands give NaN, OVERFLOW when two finite ones give Inf.
+inline void add(float& a, float x, uint8_t& fl) {
   const float s = a + x;
   if (std::isnan(s) && !std::isnan(a) && !std::isnan(x)) fl |= side::INVALID;
   if (std::isinf(s) && std::isfinite(a) && std::isfinite(x)) fl |= side::OVERFLOW;
@@ -576,6 +581,7 @@ class Fp32Arrival final : public Accumulator {
   void add_one(uint32_t i, float x) {
     // An infinity that no input brought came from an overflow in the vector path.
     if (std::isinf(acc_[i]) && !(fl_[i] & f32::kInfSeen)) fl_[i] |= side::OVERFLOW;
+    f32::note_input(x, fl_[i]);
     f32::add(acc_[i], x, fl_[i]);
   }
 
@@ -609,8 +615,7 @@ class Fp32Binomial final : public Accumulator {
       uint8_t fl = 0;
       for (uint32_t r = 0; r < R; ++r) {
         x[r] = vals_[size_t(r) * d_.lanes + i];
-        if (std::isnan(x[r])) fl |= side::NAN_INPUT;
-        if (std::isinf(x[r])) fl |= x[r] > 0 ? side::POS_INF : side::NEG_INF;
+        f32::note_input(x[r], fl);
       }
       for (uint32_t step = 1; step < R; step <<= 1)
         for (uint32_t r = 0; r + step < R; r += 2 * step) f32::add(x[r], x[r + step], fl);

@@ -66,8 +66,18 @@ class Case:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.label = label or f'{dtype} R={self.R}'
         self.names = [f'r{i}' for i in range(self.R)]
-        for name, row in zip(self.names, self.mat):
-            (self.dir / name).write_bytes(ref.codes_to_bytes(dtype, row))
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            for name, row in zip(self.names, self.mat):
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dfd)
+                try:
+                    data = memoryview(ref.codes_to_bytes(dtype, row))
+                    while data:
+                        data = data[os.write(fd, data):]
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(dfd)
         self._exact = None
 
     @property

@@ -23,7 +23,6 @@ are at the bottom (:func:`gen_codes`, :func:`gen_int`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -415,22 +414,25 @@ class ExactSums:
         return res
 
 
-def _f32_finalize(acc: np.ndarray, ovf: np.ndarray, nan_in: np.ndarray,
+def _f32_finalize(acc: np.ndarray, ovf: np.ndarray, inv: np.ndarray, nan_in: np.ndarray,
                   inf_in: np.ndarray, out: str, exceptions: str) -> Result:
-    """Shared tail of fp32_arrival / fp32_binomial."""
+    """Shared tail of fp32_arrival / fp32_binomial.
+
+    Flags follow IEEE 754's exceptions: invalid when an addition of two
+    non-NaN operands gave NaN (Inf - Inf), overflow when an addition of two
+    finite operands gave Inf, nan_input when any input was NaN. They are
+    independent: [+Inf, -Inf, NaN] in arrival order flags invalid and nan_input."""
     n = acc.shape[0]
     res = Result(n)
     f = FLOAT_FORMATS[out]
     bits = acc.view(np.uint32)
     res.overflow[:] = ovf
+    res.invalid[:] = inv
+    res.nan_input[:] = nan_in
     for j in range(n):
         a = acc[j]
         if np.isnan(a):
             res.codes[j] = f.canonical_nan
-            if nan_in[j]:
-                res.nan_input[j] = True
-            else:
-                res.invalid[j] = True
         elif np.isinf(a):
             neg = bool(a < 0)
             if inf_in[j]:
@@ -461,12 +463,14 @@ def fp32_arrival(dtype: str, mat: np.ndarray, out: str, exceptions: str) -> Resu
     X = _f32_matrix(dtype, mat)
     acc = X[0].copy()
     ovf = np.zeros(X.shape[1], dtype=bool)
+    inv = np.zeros(X.shape[1], dtype=bool)
     with np.errstate(all='ignore'):
         for i in range(1, X.shape[0]):
             new = (acc + X[i]).astype(np.float32)
             ovf |= np.isfinite(acc) & np.isfinite(X[i]) & np.isinf(new)
+            inv |= ~np.isnan(acc) & ~np.isnan(X[i]) & np.isnan(new)
             acc = new
-    return _f32_finalize(acc, ovf, np.isnan(X).any(axis=0), np.isinf(X).any(axis=0),
+    return _f32_finalize(acc, ovf, inv, np.isnan(X).any(axis=0), np.isinf(X).any(axis=0),
                          out, exceptions)
 
 
@@ -487,12 +491,14 @@ def fp32_binomial(dtype: str, mat: np.ndarray, out: str, exceptions: str) -> Res
     X = _f32_matrix(dtype, mat)
     x = X.copy()
     ovf = np.zeros(X.shape[1], dtype=bool)
+    inv = np.zeros(X.shape[1], dtype=bool)
     with np.errstate(all='ignore'):
         for i, j in binomial_schedule(X.shape[0]):
             new = (x[i] + x[j]).astype(np.float32)
             ovf |= np.isfinite(x[i]) & np.isfinite(x[j]) & np.isinf(new)
+            inv |= ~np.isnan(x[i]) & ~np.isnan(x[j]) & np.isnan(new)
             x[i] = new
-    return _f32_finalize(x[0].copy(), ovf, np.isnan(X).any(axis=0),
+    return _f32_finalize(x[0].copy(), ovf, inv, np.isnan(X).any(axis=0),
                          np.isinf(X).any(axis=0), out, exceptions)
 
 
@@ -623,8 +629,12 @@ def _random_finite_codes(dtype: str, rng, size, field_lo=None, field_hi=None):
     sign = rng.integers(0, 2, size=size)
     codes = (sign << (f.ebits + f.mbits)) | (field << f.mbits) | man
     # fix codes that are not finite
-    bad = np.array([decode_fraction(dtype, int(c))[0] != 'fin' for c in codes.ravel()],
-                   dtype=bool).reshape(np.shape(codes))
+    if f.kind == 'fnuz':
+        bad = codes == f.sign_bit
+    elif f.kind == 'fn':
+        bad = (field == f.emask) & (man == f.mmask)
+    else:
+        bad = field == f.emask
     if f.kind == 'fn':
         codes = np.where(bad, codes - 1, codes)          # S.1111.111 -> S.1111.110
     elif f.kind == 'fnuz':

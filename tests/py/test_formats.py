@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import prism_ref as ref
-from prism_cli import Case, assert_no_mismatch, compare, require_binary
+from prism_cli import Case, assert_no_mismatch, require_binary
 
 F = Fraction
 SMALL = ['fp16', 'bf16'] + ref.FP8_DTYPES

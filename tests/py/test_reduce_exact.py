@@ -180,3 +180,106 @@ def test_r65535_int32(tmp_path):
         msgs += case.check('kulisch', out, 'ieee')
     msgs += case.check('fp32_arrival', 'int32', 'saturate')
     assert_no_mismatch(msgs)
+
+
+# ---------------------------------------------------------------------------
+# self-checks of the reference's fp32 orders (no binary needed)
+# ---------------------------------------------------------------------------
+
+def _scalar_arrival(xs):
+    acc = np.float32(xs[0])
+    for x in xs[1:]:
+        acc = np.float32(acc + np.float32(x))
+    return acc
+
+
+def _scalar_binomial(xs):
+    x = [np.float32(v) for v in xs]
+    R, k = len(x), 0
+    while (1 << k) < R:
+        s = 1 << k
+        for i in range(0, R, 2 * s):
+            if i + s < R:
+                x[i] = np.float32(x[i] + x[i + s])
+        k += 1
+    return x[0]
+
+
+@pytest.mark.parametrize('dtype,R', [('fp32', 7), ('fp32', 100), ('bf16', 33), ('e5m2', 64)])
+def test_ref_orders_match_scalar_numpy(dtype, R):
+    mat = ref.gen_matrix(dtype, R, per_kind=3, seed=R)
+    X = ref.to_float32(dtype, mat).reshape(mat.shape)
+    a = ref.fp32_arrival(dtype, mat, 'fp32', 'ieee').codes
+    b = ref.fp32_binomial(dtype, mat, 'fp32', 'ieee').codes
+    with np.errstate(all='ignore'):
+        for j in range(mat.shape[1]):
+            for got, fn in ((a[j], _scalar_arrival), (b[j], _scalar_binomial)):
+                v = fn(list(X[:, j]))
+                want = 0x7FC00000 if np.isnan(v) else int(np.float32(v).view(np.uint32))
+                assert got & 0xFFFFFFFF == want or (np.isinf(v) and not np.isinf(X[:, j]).any())
+
+
+def test_ref_binomial_schedule():
+    assert ref.binomial_schedule(1) == []
+    assert ref.binomial_schedule(2) == [(0, 1)]
+    assert ref.binomial_schedule(3) == [(0, 1), (0, 2)]
+    assert ref.binomial_schedule(5) == [(0, 1), (2, 3), (0, 2), (0, 4)]
+    assert ref.binomial_schedule(8) == [(0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (4, 6), (0, 4)]
+
+
+# ---------------------------------------------------------------------------
+# small hand cases for the fp32 orders (minimal reproductions)
+# ---------------------------------------------------------------------------
+
+_M = float(np.finfo(np.float32).max)
+_INF, _NAN = float('inf'), float('nan')
+
+# (policy, fp32 inputs in IN order, out, exceptions, expected code, expected flags)
+ORDER_HAND = [
+    # an Inf produced by overflow inside the tree is not an input Inf
+    ('fp32_binomial', [1.0, 1.0, _M, _M], 'fp32', 'saturate', 0x7F7FFFFF, (1, 0, 0)),
+    ('fp32_binomial', [_M, _M, 1.0, 1.0], 'fp32', 'saturate', 0x7F7FFFFF, (1, 0, 0)),
+    ('fp32_binomial', [1.0, 1.0, _M, _M], 'fp32', 'ieee', 0x7F800000, (1, 0, 0)),
+    ('fp32_binomial', [1.0, 1.0, _M, _M], 'e5m2', 'saturate', 0x7B, (1, 0, 0)),
+    # a NaN produced by Inf - Inf inside the tree is not a NaN input
+    ('fp32_binomial', [1.0, 1.0, _INF, -_INF], 'fp32', 'ieee', 0x7FC00000, (0, 1, 0)),
+    ('fp32_binomial', [_INF, -_INF, 1.0, 1.0], 'fp32', 'ieee', 0x7FC00000, (0, 1, 0)),
+    ('fp32_binomial', [1.0, _INF, 1.0, 1.0], 'e4m3fn', 'saturate', 0x7E, (1, 0, 0)),
+    # binomial order differs from arrival order: (2^24 + 0) + (1 + 1) vs ((2^24 + 0) + 1) + 1
+    ('fp32_binomial', [2.0 ** 24, 0.0, 1.0, 1.0], 'fp32', 'ieee', 0x4B800001, (0, 0, 0)),
+    ('fp32_arrival', [2.0 ** 24, 0.0, 1.0, 1.0], 'fp32', 'ieee', 0x4B800000, (0, 0, 0)),
+    ('fp32_binomial', [2.0 ** 24, 1.0, 1.0], 'fp32', 'ieee', 0x4B800000, (0, 0, 0)),
+    ('fp32_arrival', [_M, _M, -_INF], 'fp32', 'ieee', 0x7FC00000, (1, 1, 0)),
+    ('fp32_arrival', [_M, _M, _INF], 'fp32', 'saturate', 0x7F800000, (1, 0, 0)),
+    ('fp32_arrival', [_M, _M, -_M], 'fp32', 'saturate', 0x7F7FFFFF, (1, 0, 0)),
+    ('fp32_arrival', [_INF], 'e4m3fnuz', 'ieee', 0x80, (1, 0, 0)),
+    ('fp32_arrival', [-0.0, -0.0], 'fp32', 'ieee', 0x80000000, (0, 0, 0)),
+    ('fp32_arrival', [-0.0, 0.0], 'fp32', 'ieee', 0x00000000, (0, 0, 0)),
+    ('fp32_arrival', [1.0, -1.0], 'e5m2', 'ieee', 0x00, (0, 0, 0)),
+    ('fp32_arrival', [-(2.0 ** -20)], 'e4m3fn', 'ieee', 0x80, (0, 0, 0)),
+    ('fp32_arrival', [-(2.0 ** -20)], 'e4m3fnuz', 'ieee', 0x00, (0, 0, 0)),
+    # IEEE exceptions: Inf - Inf raised invalid before the NaN input arrived
+    ('fp32_arrival', [_INF, -_INF, _NAN], 'fp32', 'ieee', 0x7FC00000, (0, 1, 1)),
+    # ... but a NaN first means no Inf - Inf is ever computed
+    ('fp32_arrival', [_NAN, _INF, -_INF], 'fp32', 'ieee', 0x7FC00000, (0, 0, 1)),
+]
+
+
+def test_ref_order_hand_cases():
+    for pol, xs, out, exc, code, fl in ORDER_HAND:
+        col = np.array([[int(np.float32(x).view(np.uint32))] for x in xs], dtype=np.int64)
+        r = ref.reduce_result('fp32', pol, out, exc, list(col))
+        got = (int(r.codes[0]), (int(r.overflow[0]), int(r.invalid[0]), int(r.nan_input[0])))
+        assert got == (code, fl), (pol, xs, out, exc)
+
+
+@pytest.mark.parametrize('k', range(len(ORDER_HAND)))
+def test_order_hand_cases_binary(tmp_path, k):
+    require_binary()
+    pol, xs, out, exc, code, fl = ORDER_HAND[k]
+    mat = np.array([[int(np.float32(x).view(np.uint32))] for x in xs], dtype=np.int64)
+    case = Case('fp32', mat, tmp_path, label=f'fp32 {xs}')
+    exp = ref.Result(1)
+    exp.codes[0] = code
+    exp.overflow[0], exp.invalid[0], exp.nan_input[0] = fl
+    assert_no_mismatch(case.check(pol, out, exc, expected=exp))
