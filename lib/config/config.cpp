@@ -1,0 +1,320 @@
+#include "config/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace prism {
+namespace {
+
+// Reads one YAML document with positions for error messages.
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& msg) const {
+    std::ostringstream o;
+    o << file_;
+    if (n && !n.Mark().is_null()) o << ":" << n.Mark().line + 1 << ":" << n.Mark().column + 1;
+    o << ": " << key << ": " << msg;
+    throw ConfigError(o.str());
+  }
+
+  // Refuses keys other than `allowed` (catches typos).
+  void only(const YAML::Node& map, const std::string& key, std::initializer_list<const char*> allowed) const {
+    if (!map.IsMap()) fail(map, key, "expected a mapping of keys to values");
+    for (const auto& kv : map) {
+      const std::string k = kv.first.as<std::string>();
+      if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; })) {
+        std::string valid;
+        for (const char* a : allowed) valid += std::string(valid.empty() ? "" : ", ") + a;
+        fail(kv.first, key.empty() ? k : key + "." + k, "unknown key (valid here: " + valid + ")");
+      }
+    }
+  }
+
+  uint64_t uint(const YAML::Node& n, const std::string& key, uint64_t lo, uint64_t hi) const {
+    if (!n.IsScalar()) fail(n, key, "expected a number");
+    const std::string s = n.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+    if (s.empty() || *end || errno || s[0] == '-')
+      fail(n, key, "'" + s + "' is not a whole number (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    if (v < lo || v > hi)
+      fail(n, key, std::to_string(v) + " is out of range (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    return v;
+  }
+  uint64_t uint_or(const YAML::Node& map, const char* k, const std::string& key, uint64_t lo, uint64_t hi,
+                   uint64_t def) const {
+    const YAML::Node n = map[k];
+    return n ? uint(n, key + "." + k, lo, hi) : def;
+  }
+  const YAML::Node need(const YAML::Node& map, const char* k, const std::string& key) const {
+    const YAML::Node n = map[k];
+    if (!n) fail(map, key.empty() ? k : key + "." + k, "missing (required)");
+    return n;
+  }
+  std::string str(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, key, "expected a string");
+    return n.Scalar();
+  }
+  wire::Mac mac(const YAML::Node& n, const std::string& key) const {
+    const auto m = parse_mac(str(n, key));
+    if (!m) fail(n, key, "'" + n.Scalar() + "' is not a MAC address (write 02:00:00:00:00:01)");
+    return *m;
+  }
+  uint32_t ip(const YAML::Node& n, const std::string& key) const {
+    const auto v = parse_ipv4(str(n, key));
+    if (!v) fail(n, key, "'" + n.Scalar() + "' is not an IPv4 address (write a.b.c.d)");
+    return *v;
+  }
+  wire::Endpoint endpoint(const YAML::Node& map, const std::string& key) const {
+    wire::Endpoint e;
+    e.mac = mac(need(map, "mac", key), key + ".mac");
+    e.ip = ip(need(map, "ip", key), key + ".ip");
+    e.port = uint16_t(uint_or(map, "udp_port", key, 1, 65535, wire::kDefaultPort));
+    return e;
+  }
+
+ private:
+  std::string file_;
+};
+
+std::string idx(const std::string& key, size_t i) { return key + "[" + std::to_string(i) + "]"; }
+
+}  // namespace
+
+std::optional<wire::Mac> parse_mac(const std::string& s) {
+  wire::Mac m;
+  unsigned v[6];
+  char tail;
+  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
+    return std::nullopt;
+  if (s.size() != 17) return std::nullopt;
+  for (int i = 0; i < 6; ++i) m[i] = uint8_t(v[i]);
+  return m;
+}
+
+std::optional<uint32_t> parse_ipv4(const std::string& s) {
+  unsigned a, b, c, d;
+  char tail;
+  if (std::sscanf(s.c_str(), "%3u.%3u.%3u.%3u%c", &a, &b, &c, &d, &tail) != 4) return std::nullopt;
+  if (a > 255 || b > 255 || c > 255 || d > 255) return std::nullopt;
+  if (s.find_first_not_of("0123456789.") != std::string::npos) return std::nullopt;
+  return a << 24 | b << 16 | c << 8 | d;
+}
+
+std::string format_mac(const wire::Mac& m) {
+  char b[18];
+  std::snprintf(b, sizeof b, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+  return b;
+}
+
+std::string format_ipv4(uint32_t ip) {
+  return std::to_string(ip >> 24) + "." + std::to_string((ip >> 16) & 255) + "." + std::to_string((ip >> 8) & 255) +
+         "." + std::to_string(ip & 255);
+}
+
+const MemberConfig* JobConfig::member(uint16_t rank) const {
+  for (const auto& m : members)
+    if (m.rank == rank) return &m;
+  return nullptr;
+}
+const JobConfig* SwitchConfig::job(uint32_t id) const {
+  for (const auto& j : jobs)
+    if (j.id == id) return &j;
+  return nullptr;
+}
+const PortConfig* SwitchConfig::port(uint16_t id) const {
+  for (const auto& p : ports)
+    if (p.id == id) return &p;
+  return nullptr;
+}
+
+SwitchConfig parse_config(const std::string& text, const std::string& name) {
+  Reader rd(name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": not valid YAML: " + e.msg);
+  }
+  if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
+  rd.only(root, "", {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "rings", "arbiter",
+                     "reducers", "lcores"});
+  SwitchConfig c;
+  c.path = name;
+
+  if (const YAML::Node s = root["switch"]) {
+    rd.only(s, "switch", {"id", "role", "udp_port", "parent"});
+    c.id = uint16_t(rd.uint_or(s, "id", "switch", 0, 65535, 0));
+    c.udp_port = uint16_t(rd.uint_or(s, "udp_port", "switch", 1, 65535, wire::kDefaultPort));
+    if (const YAML::Node r = s["role"]) {
+      const std::string v = rd.str(r, "switch.role");
+      if (v == "root") c.role = Role::ROOT;
+      else if (v == "leaf") c.role = Role::LEAF;
+      else rd.fail(r, "switch.role", "'" + v + "' is not a role (use root or leaf)");
+    }
+    if (const YAML::Node p = s["parent"]) {
+      rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port"});
+      ParentConfig pc;
+      pc.port = uint16_t(rd.uint_or(p, "port", "switch.parent", 0, 65535, 0));
+      pc.addr = rd.endpoint(p, "switch.parent");
+      c.parent = pc;
+    }
+    if (c.role == Role::LEAF && !c.parent)
+      rd.fail(s, "switch.parent", "a leaf needs its parent's address (port, mac, ip, udp_port)");
+    if (c.role == Role::ROOT && c.parent) rd.fail(s["parent"], "switch.parent", "a root has no parent: remove it or set role: leaf");
+  }
+
+  if (const YAML::Node ps = root["ports"]) {
+    if (!ps.IsSequence()) rd.fail(ps, "ports", "expected a list of ports");
+    std::set<uint16_t> ids;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const YAML::Node p = ps[i];
+      const std::string key = idx("ports", i);
+      rd.only(p, key, {"id", "device", "mac", "ip"});
+      PortConfig pc;
+      pc.id = uint16_t(rd.uint(rd.need(p, "id", key), key + ".id", 0, 1023));
+      if (!ids.insert(pc.id).second) rd.fail(p["id"], key + ".id", "port " + std::to_string(pc.id) + " is listed twice");
+      if (p["device"]) pc.device = rd.str(p["device"], key + ".device");
+      pc.mac = rd.mac(rd.need(p, "mac", key), key + ".mac");
+      pc.ip = rd.ip(rd.need(p, "ip", key), key + ".ip");
+      c.ports.push_back(pc);
+    }
+  }
+
+  if (const YAML::Node js = root["jobs"]) {
+    if (!js.IsSequence()) rd.fail(js, "jobs", "expected a list of jobs");
+    std::set<uint32_t> job_ids;
+    for (size_t i = 0; i < js.size(); ++i) {
+      const YAML::Node j = js[i];
+      const std::string key = idx("jobs", i);
+      rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "members", "children"});
+      JobConfig jc;
+      jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
+      if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
+      jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
+      if (const YAML::Node fs = j["formats"]) {
+        if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
+        for (size_t k = 0; k < fs.size(); ++k) {
+          const std::string v = rd.str(fs[k], idx(key + ".formats", k));
+          const auto f = format_from_name(v);
+          if (!f)
+            rd.fail(fs[k], idx(key + ".formats", k),
+                    "'" + v + "' is not a format (fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32)");
+          jc.formats.push_back(*f);
+        }
+      }
+      if (const YAML::Node ps = j["policies"]) {
+        if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
+        for (size_t k = 0; k < ps.size(); ++k) {
+          const std::string v = rd.str(ps[k], idx(key + ".policies", k));
+          const auto p = policy_from_name(v);
+          if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (fp32_arrival kulisch fp32_binomial)");
+          jc.policies.push_back(*p);
+        }
+      }
+      const YAML::Node ms = j["members"];
+      if (ms && !ms.IsSequence()) rd.fail(ms, key + ".members", "expected a list of members");
+      std::set<uint16_t> ranks;
+      std::set<std::pair<uint32_t, uint16_t>> addrs;
+      for (size_t k = 0; ms && k < ms.size(); ++k) {
+        const YAML::Node m = ms[k];
+        const std::string mk = idx(key + ".members", k);
+        rd.only(m, mk, {"rank", "port", "mac", "ip", "udp_port"});
+        MemberConfig mc;
+        mc.rank = uint16_t(rd.uint(rd.need(m, "rank", mk), mk + ".rank", 0, 65534));
+        if (!ranks.insert(mc.rank).second)
+          rd.fail(m["rank"], mk + ".rank", "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
+        mc.port = uint16_t(rd.uint_or(m, "port", mk, 0, 1023, 0));
+        mc.addr = rd.endpoint(m, mk);
+        if (!addrs.insert({mc.addr.ip, mc.addr.port}).second)
+          rd.fail(m["ip"], mk, "another member of job " + std::to_string(jc.id) + " has the same ip and udp_port");
+        jc.members.push_back(mc);
+      }
+      const YAML::Node cs = j["children"];
+      if (cs && !cs.IsSequence()) rd.fail(cs, key + ".children", "expected a list of child switches");
+      std::set<uint16_t> child_ids;
+      uint32_t child_ranks = 0;
+      for (size_t k = 0; cs && k < cs.size(); ++k) {
+        const YAML::Node m = cs[k];
+        const std::string ck = idx(key + ".children", k);
+        rd.only(m, ck, {"id", "port", "mac", "ip", "udp_port", "ranks"});
+        ChildConfig cc;
+        cc.id = uint16_t(rd.uint(rd.need(m, "id", ck), ck + ".id", 0, 65535));
+        if (!child_ids.insert(cc.id).second) rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
+        cc.port = uint16_t(rd.uint_or(m, "port", ck, 0, 1023, 0));
+        cc.addr = rd.endpoint(m, ck);
+        cc.ranks = uint16_t(rd.uint(rd.need(m, "ranks", ck), ck + ".ranks", 1, 65535));
+        child_ranks += cc.ranks;
+        jc.children.push_back(cc);
+      }
+      const uint32_t local = uint32_t(jc.members.size()) + child_ranks;
+      if (local == 0) rd.fail(j, key, "a job needs members (ranks) or children (switches below)");
+      jc.group = uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
+      if (jc.group == 0) rd.fail(j, key + ".group", "a leaf must say how many ranks the whole job has (group)");
+      for (const auto& m : jc.members)
+        if (m.rank >= jc.group)
+          rd.fail(j, key + ".members", "rank " + std::to_string(m.rank) + " is not below the group size " + std::to_string(jc.group));
+      if (local > jc.group)
+        rd.fail(j, key + ".group", std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
+      if (c.role == Role::ROOT && local != jc.group)
+        rd.fail(j, key + ".group", "at a root, members plus children's ranks (" + std::to_string(local) +
+                                       ") must cover the group (" + std::to_string(jc.group) + ")");
+      if (!c.ports.empty()) {
+        for (const auto& m : jc.members)
+          if (!c.port(m.port)) rd.fail(j, key + ".members", "rank " + std::to_string(m.rank) + " uses port " + std::to_string(m.port) + ", which is not in ports");
+        for (const auto& ch : jc.children)
+          if (!c.port(ch.port)) rd.fail(j, key + ".children", "child " + std::to_string(ch.id) + " uses port " + std::to_string(ch.port) + ", which is not in ports");
+      }
+      c.jobs.push_back(std::move(jc));
+    }
+  }
+
+  c.kulisch_width = int(rd.uint_or(root, "kulisch_width", "", 8, 4096, kMaxWidth));
+  c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
+  c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 0));
+  if (const YAML::Node r = root["rings"]) {
+    rd.only(r, "rings", {"size"});
+    c.ring_size = uint32_t(rd.uint_or(r, "size", "rings", 64, 1u << 20, 1024));
+    if (c.ring_size & (c.ring_size - 1)) rd.fail(r["size"], "rings.size", std::to_string(c.ring_size) + " is not a power of two");
+  }
+  if (const YAML::Node a = root["arbiter"]) {
+    rd.only(a, "arbiter", {"mode", "seed"});
+    if (const YAML::Node m = a["mode"]) {
+      const std::string v = rd.str(m, "arbiter.mode");
+      if (v == "round_robin") c.arbiter = ArbiterMode::ROUND_ROBIN;
+      else if (v == "random") c.arbiter = ArbiterMode::RANDOM;
+      else if (v == "reverse") c.arbiter = ArbiterMode::REVERSE;
+      else rd.fail(m, "arbiter.mode", "'" + v + "' is not an arbiter mode (round_robin, random, reverse)");
+    }
+    c.arbiter_seed = rd.uint_or(a, "seed", "arbiter", 0, ~uint64_t(0), 1);
+  }
+  if (const YAML::Node r = root["reducers"]) {
+    rd.only(r, "reducers", {"shards", "slots"});
+    c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, 1));
+    c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
+  }
+  if (const YAML::Node l = root["lcores"]) {
+    if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
+    for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));
+  }
+  return c;
+}
+
+SwitchConfig load_config(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(path + ": cannot read the configuration file (does it exist? see configs/reference.yaml)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+}  // namespace prism

@@ -1,0 +1,98 @@
+// The switch's configuration, read from YAML (docs/CONFIG.md is the reference,
+// configs/reference.yaml the commented example). The same file gives prism-gen
+// the addresses of a job's members.
+//
+// Every error names the file, the line and the key, says what was wrong and
+// what would be valid: "switch.yaml:14:7: jobs[0].members[2].ip: '10.0.0.300'
+// is not an IPv4 address (write a.b.c.d)".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "arith/op.hpp"
+#include "proto/packet.hpp"
+
+namespace prism {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct PortConfig {
+  uint16_t id = 0;
+  std::string device;  // DPDK device (PCI address or vdev such as "net_pcap0,rx_pcap=in.pcap"); may be empty
+  wire::Mac mac{};
+  uint32_t ip = 0;
+};
+
+// A rank of a job attached to this switch.
+struct MemberConfig {
+  uint16_t rank = 0;  // 0..group-1: the sender id in its CONTRIBs, the index in FP32_BINOMIAL's order
+  uint16_t port = 0;  // switch port it is reached through
+  wire::Endpoint addr;
+};
+
+// A switch below this one that sends PARTIALs for a job.
+struct ChildConfig {
+  uint16_t id = 0;     // the sender id in its PARTIALs
+  uint16_t port = 0;
+  wire::Endpoint addr;
+  uint16_t ranks = 0;  // contributions it folds into each partial (terms)
+};
+
+struct JobConfig {
+  uint32_t id = 0;
+  uint16_t group = 0;  // R: contributions an op combines in total
+  std::vector<Format> formats;    // input formats allowed (default: all)
+  std::vector<Policy> policies;   // policies allowed (default: all)
+  uint32_t slot_quota = 0;        // max ops in flight for this job (0: no quota)
+  std::vector<MemberConfig> members;
+  std::vector<ChildConfig> children;
+  const MemberConfig* member(uint16_t rank) const;
+};
+
+enum class Role : uint8_t { ROOT, LEAF };
+enum class ArbiterMode : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
+
+struct ParentConfig {
+  uint16_t port = 0;
+  wire::Endpoint addr;
+};
+
+struct SwitchConfig {
+  std::string path;  // where it was read from
+  uint16_t id = 0;
+  Role role = Role::ROOT;
+  uint16_t udp_port = wire::kDefaultPort;
+  std::optional<ParentConfig> parent;
+  std::vector<PortConfig> ports;
+  std::vector<JobConfig> jobs;
+  int kulisch_width = kMaxWidth;
+  uint32_t retention_ms = 1000;  // how long a completed result is kept for retransmission
+  uint32_t op_timeout_ms = 0;    // an incomplete op is abandoned after this (0: never)
+  uint32_t ring_size = 1024;     // VOQ ring entries (power of two)
+  ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;
+  uint64_t arbiter_seed = 1;
+  uint32_t reducer_shards = 1;
+  uint32_t slots_per_shard = 4096;
+  std::vector<unsigned> lcores;  // lcores that run stages; one lcore may run them all
+
+  const JobConfig* job(uint32_t id) const;
+  const PortConfig* port(uint16_t id) const;
+};
+
+// Throws ConfigError.
+SwitchConfig load_config(const std::string& path);
+SwitchConfig parse_config(const std::string& yaml_text, const std::string& name = "<config>");
+
+// Address helpers shared with the command-line tools.
+std::optional<wire::Mac> parse_mac(const std::string& s);
+std::optional<uint32_t> parse_ipv4(const std::string& s);
+std::string format_mac(const wire::Mac& m);
+std::string format_ipv4(uint32_t ip);
+
+}  // namespace prism
