@@ -38,14 +38,25 @@ class Lanes {
 
 constexpr uint32_t kBlock = 256;  // lanes per kernel call (bounds the stack scratch)
 
-// Sideband carried in the payload of a quiet NaN: 0x7FF8'5052'0000'00ss.
-constexpr uint64_t kTagBase = 0x7FF8505200000000ull;
-inline double tag_nan(uint8_t side_bits) { return bits_double(kTagBase | side_bits); }
-inline bool is_tagged(double d) { return std::isnan(d); }
-inline uint8_t tag_of(double d) {
-  const uint64_t b = double_bits(d);
-  return (b & 0xFFFFFFFF00000000ull) == kTagBase ? uint8_t(b & side::ALL) : side::NAN_INPUT;
-}
+// A lane's fast value: float or double. A lane that has seen a special holds
+// a quiet NaN whose payload carries the sideband bits (x86 keeps a NaN
+// operand's payload through later additions of finite values; the checked
+// kernels route such lanes to the slow path anyway).
+template <class T>
+struct LaneBits {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  static constexpr Bits kTag = sizeof(T) == 4 ? Bits(0x7FD05200u) : Bits(0x7FF8505200000000ull);
+  static constexpr Bits kNegZero = Bits(1) << (8 * sizeof(T) - 1);
+  static T tag(uint8_t side_bits) { return std::bit_cast<T>(Bits(kTag | side_bits)); }
+  // The sideband a lane holds: 0 for a number.
+  static uint8_t side_of(T v) {
+    if (!std::isnan(v)) return 0;
+    const Bits b = std::bit_cast<Bits>(v);
+    return (b & ~Bits(0xFF)) == kTag ? uint8_t(b & side::ALL) : side::NAN_INPUT;
+  }
+  static bool neg_zero(T v) { return std::bit_cast<Bits>(v) == kNegZero; }
+  static T merge(T a, uint8_t sp) { return tag(uint8_t(side_of(a) | sp)); }
+};
 
 uint8_t special_side(const Decoded& x) {
   if (x.cls == FpClass::NaN) return side::NAN_INPUT;
@@ -130,14 +141,20 @@ bool wide_to_double(const Wide& v, int unit, double* out) {
 }
 
 // ---------------------------------------------------------------------------
-// KULISCH_FIXED, wide formats: double fast path + deferred-carry bank.
+// KULISCH_FIXED, wide formats: a fast lane (double for fp32, float for bf16
+// and fp16) that takes every addition it can do exactly, plus a bank of
+// deferred-carry digits for the exact error of the rest.
+template <class T>
 class KulischWide final : public Accumulator {
+  using LB = LaneBits<T>;
+  static constexpr int kFastBits = sizeof(T) == 4 ? 24 : 53;
+
  public:
   KulischWide(const OpDesc& d, const Kernels& k)
       : Accumulator(d),
         k_(k),
         unit_(unit_exp(d.dtype)),
-        budget_(53 - info(d.dtype).p - ceil_log2(d.group)),
+        budget_(kFastBits - info(d.dtype).p - ceil_log2(d.group)),
         special_field_((1u << info(d.dtype).ebits) - 1),
         fast_(d.lanes),
         bank_(d.lanes),
@@ -150,27 +167,31 @@ class KulischWide final : public Accumulator {
     certified_ = true;
     lo_ = ~0u;
     hi_ = 0;
-    fast_.fill(-0.0);
+    fast_.fill(T(-0.0));
     for (uint32_t i = 0; i < d_.lanes; ++i) bank_[i].clear();
     adds_.fill(0);
     dirty_.fill(0);
   }
 
-  size_t bytes_per_lane() const override { return sizeof(double) + sizeof(Bank) + sizeof(uint16_t) + 1; }
+  size_t bytes_per_lane() const override { return sizeof(T) + sizeof(Bank) + sizeof(uint16_t) + 1; }
 
   // Cost: while every term of the op so far lies in an exponent window the
-  // double holds exactly (hi - lo + p + ceil(log2 R) <= 53 over the whole op,
-  // so every lane's sum is exact), a range scan and a plain double add per
-  // lane. Otherwise the checked double add (~2.5 uops per lane with AVX2); a
-  // lane whose sum would round pays a TwoSum and one bank add instead.
+  // fast lane holds exactly (hi - lo + p + ceil(log2 R) <= 53 for a double,
+  // 24 for a float, over the whole op, so every lane's sum is exact), a range
+  // scan and a plain add per lane. Otherwise the checked add (add, two subs,
+  // two compares per lane, a vector at a time); a lane whose sum would round
+  // pays a TwoSum and one bank add instead.
   void add(const uint8_t* e, uint32_t) override {
     if (certified_) {
       uint32_t lo = lo_, hi = hi_;
       k_.exp_range(d_.dtype, e, d_.lanes, &lo, &hi);
-      if (hi < special_field_ && (lo > hi || int(hi) - int(lo) <= budget_)) {
+      // A float lane must also keep the sum below its own overflow: hi + log2 R < 255.
+      const bool in_range = sizeof(T) == 8 || hi + uint32_t(ceil_log2(d_.group)) < 255;
+      if (hi < special_field_ && in_range && (lo > hi || int(hi) - int(lo) <= budget_)) {
         lo_ = lo;
         hi_ = hi;
-        k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+        if constexpr (sizeof(T) == 4) k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
+        else k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
         return;
       }
       certified_ = false;  // the window no longer proves exactness: check every add from here on
@@ -179,7 +200,9 @@ class KulischWide final : public Accumulator {
     uint32_t left[kBlock];
     for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
       const uint32_t n = std::min(kBlock, d_.lanes - b);
-      const uint32_t k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      uint32_t k;
+      if constexpr (sizeof(T) == 4) k = k_.add_f32_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      else k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
       for (uint32_t j = 0; j < k; ++j) {
         const uint32_t lane = b + left[j];
         slow_add(lane, load_bits(d_.dtype, e + lane * sz));
@@ -196,11 +219,11 @@ class KulischWide final : public Accumulator {
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const LaneExact& l = in[i];
       const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
-      if (sp || is_tagged(fast_[i])) {
-        fast_[i] = tag_nan(uint8_t((is_tagged(fast_[i]) ? tag_of(fast_[i]) : 0) | sp));
+      if (sp || std::isnan(fast_[i])) {
+        fast_[i] = LB::merge(fast_[i], sp);
         continue;
       }
-      if (!(l.side & side::NEG_ZERO_ONLY)) fast_[i] += 0.0;  // -0 stays only while every term is -0
+      if (!(l.side & side::NEG_ZERO_ONLY)) fast_[i] += T(0);  // -0 stays only while every term is -0
       if (l.value.is_zero()) continue;
       Bank& bk = bank_[i];
       bk.normalize();
@@ -227,11 +250,11 @@ class KulischWide final : public Accumulator {
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
       uint32_t bits;
-      const double f = fast_[i];
-      if (is_tagged(f)) {
-        special_result(tag_of(f), d_.out, d_.exceptions, &bits, &fl);
-      } else if (!dirty_[i]) {  // every addition was exact: the double is the sum
-        const Encoded en = encode_double(d_.out, d_.exceptions, f);
+      const T f = fast_[i];
+      if (std::isnan(f)) {
+        special_result(LB::side_of(f), d_.out, d_.exceptions, &bits, &fl);
+      } else if (!dirty_[i]) {  // every addition was exact: the fast lane is the sum
+        const Encoded en = encode_double(d_.out, d_.exceptions, double(f));
         bits = en.bits;
         if (en.overflow) fl |= flag::OVERFLOW;
       } else {
@@ -245,34 +268,44 @@ class KulischWide final : public Accumulator {
  private:
   LaneExact lane_state(uint32_t i) const {
     LaneExact l;
-    const double f = fast_[i];
-    if (is_tagged(f)) {
-      l.side = tag_of(f);
+    const T f = fast_[i];
+    if (std::isnan(f)) {
+      l.side = LB::side_of(f);
       return l;
     }
-    l.side = double_bits(f) == double_bits(-0.0) ? side::NEG_ZERO_ONLY : 0;
+    l.side = LB::neg_zero(f) ? side::NEG_ZERO_ONLY : 0;
     if (dirty_[i]) l.value = bank_[i].to_wide();
-    add_double_to_wide(l.value, f, unit_);
+    add_double_to_wide(l.value, double(f), unit_);
     return l;
   }
 
   void slow_add(uint32_t lane, uint32_t bits) {
     const Decoded x = decode(d_.dtype, bits);
-    double& a = fast_[lane];
-    if (const uint8_t sp = special_side(x); sp || is_tagged(a)) {
-      a = tag_nan(uint8_t((is_tagged(a) ? tag_of(a) : 0) | sp));
+    T& a = fast_[lane];
+    if (const uint8_t sp = special_side(x); sp || std::isnan(a)) {
+      a = LB::merge(a, sp);
       return;
     }
-    const double b = std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0);
-    const double s = a + b;  // TwoSum: a + b == s + err exactly
-    const double bb = s - a;
-    const double err = (a - (s - bb)) + (b - bb);
+    const T b = T(std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0));  // exact: p <= the lane's precision
+    const T s = a + b;
+    if (std::isinf(s)) {  // beyond a float lane's range: both terms go to the bank
+      to_bank(lane, a);
+      to_bank(lane, b);
+      a = T(0);  // +0: not every term was -0
+      return;
+    }
+    const T bb = s - a;  // TwoSum: a + b == s + err exactly
+    const T err = (a - (s - bb)) + (b - bb);
     a = s;
-    if (err == 0) return;
-    int64_t v;
+    to_bank(lane, err);
+  }
+
+  void to_bank(uint32_t lane, T v) {
+    if (v == 0) return;
+    int64_t m;
     int shift;
-    split_double(err, unit_, &v, &shift);
-    bank_[lane].add(v, shift);
+    split_double(double(v), unit_, &m, &shift);
+    bank_[lane].add(m, shift);
     dirty_[lane] = 1;
     if (++adds_[lane] == Bank::kAddsBeforeCarry) {
       bank_[lane].normalize();
@@ -282,11 +315,11 @@ class KulischWide final : public Accumulator {
 
   const Kernels& k_;
   int unit_;
-  int budget_;               // exponent fields a window may span and keep double sums exact
-  uint32_t special_field_;   // the all-ones exponent field: Inf/NaN
-  bool certified_;           // every add so far fell inside the window [lo_, hi_]
+  int budget_;              // exponent fields a window may span and keep the fast lane's sums exact
+  uint32_t special_field_;  // the all-ones exponent field: Inf/NaN
+  bool certified_;          // every add so far fell inside the window [lo_, hi_]
   uint32_t lo_, hi_;
-  Lanes<double> fast_;
+  Lanes<T> fast_;
   Lanes<Bank> bank_;
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
@@ -298,9 +331,7 @@ class KulischWide final : public Accumulator {
 // terms needs W_mag + ceil(log2 R) bits, at most 24 (float) or 53 (double).
 template <class T>
 class KulischNarrow final : public Accumulator {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-  static constexpr Bits kTagBits = sizeof(T) == 4 ? Bits(0x7FD05200u) : Bits(kTagBase);
-  static constexpr Bits kNegZero = Bits(1) << (8 * sizeof(T) - 1);
+  using LB = LaneBits<T>;
 
  public:
   KulischNarrow(const OpDesc& d, const Kernels& k) : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes) {
@@ -322,7 +353,7 @@ class KulischNarrow final : public Accumulator {
       const Decoded x = decode(d_.dtype, load_bits(d_.dtype, e + i * sz));
       T& a = fast_[i];
       if (const uint8_t sp = special_side(x); sp || std::isnan(a))
-        a = tag(uint8_t(tag_bits(a) | sp));
+        a = LB::merge(a, sp);
       else
         a += T(std::ldexp(double(x.sig), x.exp) * (x.neg ? -1.0 : 1.0));
     }
@@ -335,7 +366,7 @@ class KulischNarrow final : public Accumulator {
       const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
       const T a = fast_[i];
       if (sp || std::isnan(a)) {
-        next[i] = tag(uint8_t(tag_bits(a) | sp));
+        next[i] = LB::merge(a, sp);
         continue;
       }
       double bd;
@@ -355,9 +386,9 @@ class KulischNarrow final : public Accumulator {
       LaneExact l;
       const T f = fast_[i];
       if (std::isnan(f)) {
-        l.side = tag_bits(f);
+        l.side = LB::side_of(f);
       } else {
-        l.side = std::bit_cast<Bits>(f) == kNegZero ? side::NEG_ZERO_ONLY : 0;
+        l.side = LB::neg_zero(f) ? side::NEG_ZERO_ONLY : 0;
         add_double_to_wide(l.value, double(f), unit_);
       }
       out[i] = l;
@@ -371,7 +402,7 @@ class KulischNarrow final : public Accumulator {
       uint8_t fl = 0;
       uint32_t bits;
       if (std::isnan(fast_[i])) {
-        special_result(tag_bits(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
+        special_result(LB::side_of(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
       } else {
         const Encoded en = encode_double(d_.out, d_.exceptions, double(fast_[i]));
         bits = en.bits;
@@ -383,15 +414,6 @@ class KulischNarrow final : public Accumulator {
   }
 
  private:
-  // Sideband in the payload of a quiet NaN (x86 keeps a NaN operand's payload
-  // through later additions of finite values).
-  static T tag(uint8_t side_bits) { return std::bit_cast<T>(Bits(kTagBits | side_bits)); }
-  static uint8_t tag_bits(T v) {
-    if (!std::isnan(v)) return 0;
-    const Bits b = std::bit_cast<Bits>(v);
-    return (b & ~Bits(0xFF)) == kTagBits ? uint8_t(b & side::ALL) : side::NAN_INPUT;
-  }
-
   const Kernels& k_;
   int unit_;
   Lanes<T> fast_;
@@ -591,42 +613,118 @@ class Fp32Arrival final : public Accumulator {
   Lanes<uint8_t> fl_;
 };
 
+// The seed's binomial reduce over contribution index: at step k, x_i <- x_i +
+// x_{i+2^k} for every i that is a multiple of 2^(k+1) with i + 2^k < R. The
+// tree is folded in as contributions arrive: a subtree's sum is formed as
+// soon as both halves are complete (row adds across lanes), so finalize()
+// only reads row 0. Memory: 4*R bytes per lane.
 class Fp32Binomial final : public Accumulator {
  public:
-  Fp32Binomial(const OpDesc& d, const Kernels&) : Accumulator(d), vals_(size_t(d.group) * d.lanes) { reset(); }
-  void reset() override { vals_.fill(-0.0f); }
-  size_t bytes_per_lane() const override { return sizeof(float) * d_.group; }
+  Fp32Binomial(const OpDesc& d, const Kernels& k)
+      : Accumulator(d), k_(k), rows_(size_t(d.group) * d.lanes), fl_(d.lanes), level_(d.group) {
+    reset();
+  }
+  void reset() override {
+    fl_.fill(0);
+    level_.fill(kAbsent);
+    present_ = 0;
+  }
+  size_t bytes_per_lane() const override { return sizeof(float) * d_.group + 1; }
 
+  // Cost: one conversion pass, then on average one fp32 row add per contribution.
   void add(const uint8_t* e, uint32_t index) override {
-    if (index >= d_.group) return;
-    const uint32_t sz = info(d_.dtype).bytes;
-    float* row = &vals_[size_t(index) * d_.lanes];
-    for (uint32_t i = 0; i < d_.lanes; ++i) row[i] = to_float(d_.dtype, load_bits(d_.dtype, e + i * sz));
+    if (index >= d_.group || level_[index] != kAbsent) return;  // out of range or a repeat: no effect
+    float* row = this->row(index);
+    if (!k_.any_special(d_.dtype, e, d_.lanes)) {
+      std::fill(row, row + d_.lanes, -0.0f);  // -0 + x == x: the kernel converts exactly
+      k_.add_f32(d_.dtype, row, e, d_.lanes);
+    } else {
+      const uint32_t sz = info(d_.dtype).bytes;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        row[i] = to_float(d_.dtype, load_bits(d_.dtype, e + i * sz));
+        f32::note_input(row[i], fl_[i]);
+      }
+    }
+    ++present_;
+    climb(rows_.data(), level_.data(), fl_.data(), index);
   }
   bool add_exact(const LaneExact*) override { return false; }
   bool state(LaneExact*) const override { return false; }
 
-  // The seed's binomial reduce: at step k, x_i <- x_i + x_{i+2^k} for every i
-  // that is a multiple of 2^(k+1) with i + 2^k < R.
   void finalize(uint8_t* out, uint8_t* flags) const override {
-    const uint32_t R = d_.group, osz = info(d_.out).bytes;
-    std::vector<float> x(R);
+    const uint32_t osz = info(d_.out).bytes;
+    if (present_ != d_.group) return finalize_incomplete(out, flags);
+    const float* x = rows_.data();
     for (uint32_t i = 0; i < d_.lanes; ++i) {
-      uint8_t fl = 0;
-      for (uint32_t r = 0; r < R; ++r) {
-        x[r] = vals_[size_t(r) * d_.lanes + i];
-        f32::note_input(x[r], fl);
-      }
-      for (uint32_t step = 1; step < R; step <<= 1)
-        for (uint32_t r = 0; r + step < R; r += 2 * step) f32::add(x[r], x[r + step], fl);
       uint8_t rfl = 0;
-      store_bits(d_.out, out + i * osz, f32::result(x[0], fl, d_.out, d_.exceptions, &rfl));
+      store_bits(d_.out, out + i * osz, f32::result(x[i], fl_[i], d_.out, d_.exceptions, &rfl));
       if (flags) flags[i] = rfl;
     }
   }
 
  private:
-  Lanes<float> vals_;
+  static constexpr uint8_t kAbsent = 0xFF;
+  float* row(uint32_t r) { return &rows_[size_t(r) * d_.lanes]; }
+
+  // Folds row `r` (just arrived) upward while the sibling subtree at each
+  // level is complete: the seed's x_i <- x_i + x_{i+2^k}.
+  void climb(float* rows, uint8_t* level, uint8_t* fl, uint32_t r) const {
+    const uint32_t L = d_.lanes;
+    int k = 0;
+    level[r] = 0;
+    for (;;) {
+      const uint32_t step = 1u << k;
+      if (step >= d_.group) break;
+      if (r & step) {  // r is the right half of (r - step)'s subtree
+        const uint32_t left = r - step;
+        if (level[left] == kAbsent || level[left] < k) break;
+        add_rows(rows + size_t(left) * L, rows + size_t(r) * L, fl);
+        r = left;
+      } else if (r + step < d_.group) {
+        if (level[r + step] == kAbsent || level[r + step] < k) break;
+        add_rows(rows + size_t(r) * L, rows + size_t(r + step) * L, fl);
+      }
+      level[r] = uint8_t(++k);
+    }
+  }
+
+  // dst = fl32(dst + src) lane by lane, with IEEE's flags.
+  void add_rows(float* dst, const float* src, uint8_t* fl) const {
+    const auto* sb = reinterpret_cast<const uint8_t*>(src);
+    if (k_.any_special(Format::FP32, reinterpret_cast<const uint8_t*>(dst), d_.lanes) ||
+        k_.any_special(Format::FP32, sb, d_.lanes)) {
+      for (uint32_t i = 0; i < d_.lanes; ++i) f32::add(dst[i], src[i], fl[i]);
+      return;
+    }
+    k_.add_f32(Format::FP32, dst, sb, d_.lanes);
+    if (k_.any_special(Format::FP32, reinterpret_cast<const uint8_t*>(dst), d_.lanes))
+      for (uint32_t i = 0; i < d_.lanes; ++i)
+        if (std::isinf(dst[i])) fl[i] |= side::OVERFLOW;  // two finite operands gave Inf
+  }
+
+  // Missing contributions count as -0, the sum's neutral element: fold them
+  // into a copy of the tree.
+  void finalize_incomplete(uint8_t* out, uint8_t* flags) const {
+    const uint32_t osz = info(d_.out).bytes;
+    std::vector<float> rows(rows_.data(), rows_.data() + size_t(d_.group) * d_.lanes);
+    std::vector<uint8_t> level(level_.data(), level_.data() + d_.group), fl(fl_.data(), fl_.data() + d_.lanes);
+    for (uint32_t r = 0; r < d_.group; ++r) {
+      if (level[r] != kAbsent) continue;
+      std::fill(rows.begin() + size_t(r) * d_.lanes, rows.begin() + size_t(r + 1) * d_.lanes, -0.0f);
+      climb(rows.data(), level.data(), fl.data(), r);
+    }
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      uint8_t rfl = 0;
+      store_bits(d_.out, out + i * osz, f32::result(rows[i], fl[i], d_.out, d_.exceptions, &rfl));
+      if (flags) flags[i] = rfl;
+    }
+  }
+
+  const Kernels& k_;
+  Lanes<float> rows_;
+  Lanes<uint8_t> fl_;
+  Lanes<uint8_t> level_;  // per row: the level of the complete subtree it holds, kAbsent before it arrives
+  uint32_t present_ = 0;
 };
 
 }  // namespace
@@ -660,7 +758,8 @@ std::unique_ptr<Accumulator> make_accumulator(const OpDesc& d, const Kernels& k)
   const int bits = fi.emax - fi.emin + fi.p + ceil_log2(d.group);  // W_mag + ceil(log2 R)
   if (bits <= 24) return std::make_unique<KulischNarrow<float>>(d, k);
   if (bits <= 53) return std::make_unique<KulischNarrow<double>>(d, k);
-  return std::make_unique<KulischWide>(d, k);
+  if (fi.p <= 11) return std::make_unique<KulischWide<float>>(d, k);  // bf16, fp16 beyond 8192 ranks
+  return std::make_unique<KulischWide<double>>(d, k);
 }
 
 }  // namespace prism

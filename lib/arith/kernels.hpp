@@ -28,6 +28,9 @@ struct Kernels {
   // s - a == b and s - b == a (Fast2Sum's error term is zero for the larger
   // operand). Cost (AVX2): ~13 uops per 4 lanes.
   uint32_t (*add_f64_checked)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
+  // The same with fp32 lanes, for formats of at most 11 significant bits
+  // (bf16, fp16): 8 lanes per vector.
+  uint32_t (*add_f32_checked)(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left);
   // Widens [*lo, *hi] to the biased exponent fields of the non-zero elements
   // (subnormals count as field 1: their last bit is the format's unit). An
   // all-ones field (a special in IEEE formats) shows up as hi. Cost (AVX2):

@@ -23,8 +23,21 @@ inline __m256 load8(const uint8_t* e, uint32_t i, const float* table) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 2 * i)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   } else {
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
-    return _mm256_i32gather_ps(table, idx, 4);
+    // fp8 -> fp32 without a table or a denormal (which would cost a microcode
+    // assist): rebias the exponent field in the integer domain; a subnormal
+    // code is read as exponent field 1 and has 2^(1 - bias) taken off, exact
+    // by Sterbenz. Specials come out as finite garbage: callers screen them.
+    (void)table;
+    constexpr int kMbits = info(F).mbits, kBias = info(F).bias;
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
+    const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F)), 23 - kMbits);
+    const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F & ~((1 << kMbits) - 1))),
+                                           _mm256_setzero_si256());
+    const __m256i bits = _mm256_add_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32((127 - kBias) << 23)),
+                                          _mm256_and_si256(sub, _mm256_set1_epi32(1 << 23)));
+    const __m256 fix = _mm256_and_ps(_mm256_castsi256_ps(sub), _mm256_set1_ps(__builtin_ldexpf(1.0f, 1 - kBias)));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_or_ps(_mm256_sub_ps(_mm256_castsi256_ps(bits), fix), _mm256_castsi256_ps(sign));
   }
 }
 
@@ -74,6 +87,39 @@ inline uint32_t checked8(double* acc, __m256d b0, __m256d b1, uint32_t base, uin
       acc[j] = old[j];
       left[k++] = base + j;
     }
+  }
+  return k;
+}
+
+// Eight fp32 lanes, as checked8 for doubles.
+inline uint32_t checked8f(float* acc, __m256 b, uint32_t base, uint32_t* left, uint32_t k) {
+  const __m256 a = _mm256_loadu_ps(acc);
+  const __m256 s = _mm256_add_ps(a, b);
+  const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(s, a), b, _CMP_EQ_OQ),
+                                  _mm256_cmp_ps(_mm256_sub_ps(s, b), a, _CMP_EQ_OQ));
+  _mm256_storeu_ps(acc, s);
+  const unsigned good = unsigned(_mm256_movemask_ps(ok));
+  if (__builtin_expect(good != 0xFF, 0)) {
+    alignas(32) float old[8];
+    _mm256_store_ps(old, a);
+    for (unsigned bad = ~good & 0xFF; bad; bad &= bad - 1) {
+      const unsigned j = unsigned(__builtin_ctz(bad));
+      acc[j] = old[j];
+      left[k++] = base + j;
+    }
+  }
+  return k;
+}
+
+template <Format F>
+uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
+  uint32_t i = 0, k = 0;
+  for (; i + 8 <= n; i += 8) k = checked8f(acc + i, load8<F>(e, i, table), i, left, k);
+  if (i < n) {
+    const uint32_t t = P().add_f32_checked(F, acc + i, e + i * info(F).bytes, n - i, left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
   }
   return k;
 }
@@ -223,11 +269,14 @@ void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_
 uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
 }
+uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
+}
 
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2", any_special, add_f32, add_f64, add_f64_checked, exp_range, add_i64};
+  static const Kernels k{"avx2", any_special, add_f32, add_f64, add_f64_checked, add_f32_checked, exp_range, add_i64};
   return k;
 }
 

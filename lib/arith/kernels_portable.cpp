@@ -21,17 +21,75 @@ const Fp8Tables& tables() {
   return t;
 }
 
-inline float elem_float(Format f, const uint8_t* e, uint32_t i) {
-  switch (f) {
-    case Format::FP32: {
-      float x;
-      std::memcpy(&x, e + 4 * i, 4);
-      return x;
-    }
-    case Format::FP16: return fp16_to_float(uint16_t(e[2 * i] | e[2 * i + 1] << 8));
-    case Format::BF16: return bits_float(uint32_t(e[2 * i] | e[2 * i + 1] << 8) << 16);
-    default: return fp8_table(f)[e[i]];
+template <Format F>
+inline float elem_float(const uint8_t* e, uint32_t i, const float* table) {
+  if constexpr (F == Format::FP32) {
+    float x;
+    std::memcpy(&x, e + 4 * i, 4);
+    return x;
+  } else if constexpr (F == Format::FP16) {
+    return fp16_to_float(uint16_t(e[2 * i] | e[2 * i + 1] << 8));
+  } else if constexpr (F == Format::BF16) {
+    return bits_float(uint32_t(e[2 * i] | e[2 * i + 1] << 8) << 16);
+  } else {
+    return table[e[i]];
   }
+}
+
+#define PRISM_FLOAT_DISPATCH(fn, f, ...)                             \
+  switch (f) {                                                       \
+    case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);         \
+    case Format::FP16: return fn<Format::FP16>(__VA_ARGS__);         \
+    case Format::BF16: return fn<Format::BF16>(__VA_ARGS__);         \
+    case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__);     \
+    case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
+    case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);         \
+    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);               \
+  }
+
+inline const float* table_for(Format f) { return info(f).bytes == 1 ? fp8_table(f) : nullptr; }
+
+template <Format F>
+void add_f32_t(float* acc, const uint8_t* e, uint32_t n) {
+  const float* t = table_for(F);
+  for (uint32_t i = 0; i < n; ++i) acc[i] += elem_float<F>(e, i, t);
+}
+template <Format F>
+void add_f64_t(double* acc, const uint8_t* e, uint32_t n) {
+  const float* t = table_for(F);
+  for (uint32_t i = 0; i < n; ++i) acc[i] += double(elem_float<F>(e, i, t));
+}
+template <Format F>
+uint32_t add_f64_checked_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  const float* t = table_for(F);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double a = acc[i], b = double(elem_float<F>(e, i, t));
+    const double s = a + b;
+    if (s - a == b && s - b == a) acc[i] = s;
+    else left[k++] = i;
+  }
+  return k;
+}
+template <Format F>
+uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  const float* t = table_for(F);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float a = acc[i], b = elem_float<F>(e, i, t);
+    const float s = a + b;
+    if (s - a == b && s - b == a) acc[i] = s;
+    else left[k++] = i;
+  }
+  return k;
+}
+uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
+}
+void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
+void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
+uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
 }
 
 // Specials by bit pattern: (x & mask) == value.
@@ -74,25 +132,6 @@ void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* h
   *hi = h;
 }
 
-void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) acc[i] += elem_float(f, e, i);
-}
-
-void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) acc[i] += double(elem_float(f, e, i));
-}
-
-uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const double a = acc[i], b = double(elem_float(f, e, i));
-    const double s = a + b;
-    if (s - a == b && s - b == a) acc[i] = s;
-    else left[k++] = i;
-  }
-  return k;
-}
-
 void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
   if (f == Format::INT8) {
     for (uint32_t i = 0; i < n; ++i) acc[i] += int8_t(e[i]);
@@ -126,7 +165,7 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, exp_range, add_i64};
+  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, add_f32_checked, exp_range, add_i64};
   return k;
 }
 

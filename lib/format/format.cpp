@@ -4,47 +4,13 @@
 #include <cmath>
 
 namespace prism {
-namespace {
-
-constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int ebits, int mbits, int bias,
-                                NanStyle ns, uint32_t max_finite, uint32_t cnan) {
-  const int emax_field = (1 << ebits) - 1;
-  // IEEE formats reserve the all-ones exponent; FN and FNUZ formats use it for finite values.
-  const int emax = (ns == NanStyle::IEEE ? emax_field - 1 : emax_field) - bias;
-  const int emin = 1 - bias;
-  const int p = mbits + 1;
-  const bool has_inf = ns == NanStyle::IEEE;
-  const uint32_t inf = has_inf ? uint32_t(emax_field) << mbits : 0;
-  return FormatInfo{f,        name, bytes,        true,    ebits,
-                    mbits,    bias, p,            emin,    emax,
-                    ns,       has_inf, ns != NanStyle::FNUZ, 1u << (ebits + mbits),
-                    max_finite, cnan, inf, emin - p + 1};
-}
-
-constexpr FormatInfo kInfo[kFormatCount] = {
-    make_float(Format::FP32, "fp32", 4, 8, 23, 127, NanStyle::IEEE, 0x7F7FFFFF, 0x7FC00000),
-    make_float(Format::FP16, "fp16", 2, 5, 10, 15, NanStyle::IEEE, 0x7BFF, 0x7E00),
-    make_float(Format::BF16, "bf16", 2, 8, 7, 127, NanStyle::IEEE, 0x7F7F, 0x7FC0),
-    make_float(Format::E4M3FN, "e4m3fn", 1, 4, 3, 7, NanStyle::FN, 0x7E, 0x7F),
-    make_float(Format::E4M3FNUZ, "e4m3fnuz", 1, 4, 3, 8, NanStyle::FNUZ, 0x7F, 0x80),
-    make_float(Format::E5M2, "e5m2", 1, 5, 2, 15, NanStyle::IEEE, 0x7B, 0x7E),
-    make_float(Format::E5M2FNUZ, "e5m2fnuz", 1, 5, 2, 16, NanStyle::FNUZ, 0x7F, 0x80),
-    FormatInfo{Format::INT8, "int8", 1, false, 0, 0, 0, 8, 0, 0, NanStyle::None, false, false, 0x80, 0x7F, 0, 0, 0},
-    FormatInfo{Format::INT32, "int32", 4, false, 0, 0, 0, 32, 0, 0, NanStyle::None, false, false, 0x80000000u,
-               0x7FFFFFFF, 0, 0, 0},
-};
-
-}  // namespace
-
-const FormatInfo& info(Format f) { return kInfo[uint8_t(f) - 1]; }
-
 std::optional<Format> format_from_code(uint8_t code) {
   if (code < 1 || code > kFormatCount) return std::nullopt;
   return Format(code);
 }
 
 std::optional<Format> format_from_name(std::string_view name) {
-  for (const auto& fi : kInfo)
+  for (const auto& fi : detail::kInfo)
     if (name == fi.name) return fi.format;
   return std::nullopt;
 }
@@ -152,11 +118,6 @@ Encoded encode_float(Format f, bool neg, uint64_t mag, int exp, bool sticky, Exc
   if (magbits > fi.max_finite) return {overflow_bits(f, neg, ex), true};
   return {magbits | s, false};
 }
-
-uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
-float bits_float(uint32_t b) { return std::bit_cast<float>(b); }
-double bits_double(uint64_t b) { return std::bit_cast<double>(b); }
-uint64_t double_bits(double x) { return std::bit_cast<uint64_t>(x); }
 
 float to_float(Format f, uint32_t bits) {
   if (f == Format::FP32) return bits_float(bits);
