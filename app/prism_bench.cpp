@@ -536,9 +536,7 @@ int run_reducers(int argc, char** argv) {
       c.acc = make_accumulator(d, *k);
       c.out.assign(size_t(a.elements) * info(d.out).bytes, 0);
       c.flags.assign(a.elements, 0);
-      // FP32_BINOMIAL keeps every float contribution and sums in scalar code at
-      // finalize: it takes no kernel set. Integer inputs use add_i64 under every policy.
-      c.kernels = (p == Policy::FP32_BINOMIAL && is_float(f)) ? "scalar" : k->name;
+      c.kernels = k->name;
       cases.push_back(std::move(c));
     }
   }

@@ -5,18 +5,24 @@
 // format. state()/add_exact() move the exact state between accumulators, which
 // is how lossless partials merge in a tree of switches.
 //
-// Implementations, chosen by make_accumulator() from the descriptor:
-//  - KULISCH_FIXED on fp32/bf16 (and fp16 beyond 8192 ranks): a double per lane
-//    that takes every addition it can do exactly (checked: s - a == b and
-//    s - b == a), plus a Bank of deferred-carry digits that receives the exact
-//    rounding error of the rest. 59 bytes per lane.
-//  - KULISCH_FIXED on fp8, and fp16 up to 8192 ranks: a double per lane, exact
-//    by construction (fp16: 40 magnitude bits + 13 of headroom fit in 53).
-//    8 bytes per lane.
+// Implementations, chosen by make_accumulator() from the descriptor: the
+// narrowest lane that holds every possible sum exactly, where one exists.
+// W = W_mag + ceil(log2 R) is the bits an exact sum of R terms can need.
+//  - KULISCH_FIXED, W <= 24 (e4m3 up to 64 ranks): a float per lane, exact by
+//    construction. 4 bytes per lane.
+//  - KULISCH_FIXED, W <= 53 (fp16 up to 8192 ranks, every other fp8): a double
+//    per lane, exact by construction. 8 bytes per lane.
+//  - KULISCH_FIXED, wider (fp32, bf16, fp16 beyond 8192 ranks): a fast lane
+//    (double for fp32, float for bf16/fp16) that takes every addition it can
+//    do exactly, plus a Bank of deferred-carry digits that receives the exact
+//    rounding error of the rest. While the whole op's exponent window proves
+//    every sum exact, the adds are plain vector adds; otherwise each add is
+//    checked (s - a == b and s - b == a). 55-59 bytes per lane.
 //  - Integer inputs (any policy): an int64 per lane. 8 bytes per lane.
 //  - FP32_ARRIVAL: a float per lane plus a flag byte. 5 bytes per lane.
-//  - FP32_BINOMIAL: every contribution kept until finalize (4*R bytes per lane):
-//    the baseline that fixes the FP32 order instead of removing it.
+//  - FP32_BINOMIAL: a row per contribution, folded as the tree's subtrees
+//    complete (4*R bytes per lane): the baseline that fixes the FP32 order
+//    instead of removing it.
 // Specials never reach the fixed-point path: a lane that has seen a NaN or an
 // infinity holds a quiet NaN whose payload carries the sideband bits.
 #pragma once

@@ -19,8 +19,8 @@ struct Kernels {
   // acc[i] = fl32(acc[i] + float(e[i])): FP32 arrival order. No specials in e.
   // Cost (AVX2, fp32): one load, one add, one store per 8 lanes.
   void (*add_f32)(Format f, float* acc, const uint8_t* e, uint32_t n);
-  // acc[i] += double(e[i]) where the caller has proved every sum exact
-  // (fp16 with R <= 8192, every fp8). No specials in e.
+  // acc[i] += double(e[i]) where the caller has proved every sum exact (by
+  // the format's range and R, or by the op's exponent window). No specials in e.
   void (*add_f64)(Format f, double* acc, const uint8_t* e, uint32_t n);
   // acc[i] += double(e[i]) only where that addition is exact; returns how
   // many lanes it left unchanged (specials, or a sum that would round) and
