@@ -19,18 +19,14 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
+#include "cli.hpp"
 
 using namespace prism;
 
 namespace {
 
 constexpr int kUsageError = 2;
-
-struct Fail {
-  std::string msg;
-};
-
-[[noreturn]] void fail(const std::string& msg) { throw Fail{msg}; }
+using cli::fail;
 
 const char* kUsage =
     "usage: prism-reduce --dtype D --policy P [--out-dtype O] [--exceptions ieee|saturate]\n"
@@ -47,50 +43,30 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
-  Args a;
-  bool ended = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (ended || s.empty() || s[0] != '-' || s == "-") {
-      if (!s.empty() && s[0] == '@') {
-        std::ifstream list(s.substr(1));
-        if (!list) fail("cannot read the input list " + s.substr(1) + ": " + std::strerror(errno));
-        for (std::string line; std::getline(list, line);)
-          if (!line.empty()) a.ins.push_back(line);
-      } else {
-        a.ins.push_back(s);
-      }
-      continue;
-    }
-    if (s == "--") {
-      ended = true;
-      continue;
-    }
-    if (s == "-h" || s == "--help") {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    std::string key = s, val;
-    bool has_val = false;
-    if (auto eq = s.find('='); s.rfind("--", 0) == 0 && eq != std::string::npos) {
-      key = s.substr(0, eq);
-      val = s.substr(eq + 1);
-      has_val = true;
+  const cli::Args c(argc, argv, 1,
+                    {"--dtype", "--policy", "--out-dtype", "--exceptions", "--width", "--kernels", "-o", "--output"}, {});
+  Args a;
+  a.dtype = c.str("--dtype");
+  a.policy = c.str("--policy");
+  a.out_dtype = c.str("--out-dtype");
+  a.exceptions = c.str("--exceptions", "ieee");
+  a.width = c.str("--width");
+  a.kernels = c.str("--kernels", "auto");
+  a.out = c.str("-o", c.str("--output"));
+  for (const auto& s : c.positional) {
+    if (s[0] != '@') {
+      a.ins.push_back(s);
+      continue;
     }
-    std::string* dst = nullptr;
-    if (key == "--dtype") dst = &a.dtype;
-    else if (key == "--policy") dst = &a.policy;
-    else if (key == "--out-dtype") dst = &a.out_dtype;
-    else if (key == "--exceptions") dst = &a.exceptions;
-    else if (key == "--width") dst = &a.width;
-    else if (key == "--kernels") dst = &a.kernels;
-    else if (key == "-o" || key == "--output") dst = &a.out;
-    else fail("unknown option " + s + " (see --help)");
-    if (!has_val) {
-      if (i + 1 >= argc) fail("option " + key + " needs a value (see --help)");
-      val = argv[++i];
-    }
-    *dst = val;
+    std::ifstream list(s.substr(1));
+    if (!list) fail("cannot read the input list " + s.substr(1) + ": " + std::strerror(errno));
+    for (std::string line; std::getline(list, line);)
+      if (!line.empty()) a.ins.push_back(line);
   }
   return a;
 }
@@ -191,7 +167,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const Fail& e) {
+  } catch (const cli::Error& e) {
     std::fprintf(stderr, "prism-reduce: %s\n", e.msg.c_str());
     return kUsageError;
   } catch (const std::exception& e) {
