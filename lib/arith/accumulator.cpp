@@ -519,9 +519,15 @@ uint32_t result(float a, uint8_t fl, Format out, Exceptions ex, uint8_t* rfl) {
   return en.bits;
 }
 
+// The FP32 policies' lane state (lossless, see Fp32Arrival::state()): the
+// sideband holds the lane's flags as they are (NAN_INPUT, POS_INF/NEG_INF =
+// input infinities seen, INVALID, OVERFLOW) and the value the sum when it is
+// finite. A NaN sum is implied by NAN_INPUT or INVALID, an infinite one by a
+// single input infinity; an infinity that only overflow explains is marked by
+// OVERFLOW and a value of +-1 giving its sign.
 inline float from_lane(const LaneExact& l, int unit, bool* ok) {
   const uint8_t s = l.side;
-  if (s & side::NAN_INPUT) return NAN;
+  if (s & (side::NAN_INPUT | side::INVALID)) return NAN;
   if ((s & side::POS_INF) && (s & side::NEG_INF)) return NAN;
   if (s & side::POS_INF) return INFINITY;
   if (s & side::NEG_INF) return -INFINITY;
@@ -529,6 +535,13 @@ inline float from_lane(const LaneExact& l, int unit, bool* ok) {
   if (!wide_to_double(l.value, unit, &d) || double(float(d)) != d) {
     *ok = false;
     return 0;
+  }
+  if (s & side::OVERFLOW) {
+    if (d == 0) {
+      *ok = false;  // an overflow marker must carry a sign
+      return 0;
+    }
+    return d < 0 ? -INFINITY : INFINITY;
   }
   if (d == 0) return (s & side::NEG_ZERO_ONLY) ? -0.0f : 0.0f;
   return float(d);
@@ -563,8 +576,11 @@ class Fp32Arrival final : public Accumulator {
     for (uint32_t i = 0; i < d_.lanes && ok; ++i) v[i] = f32::from_lane(in[i], unit_, &ok);
     if (!ok) return false;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
-      add_one(i, v[i]);
-      fl_[i] |= in[i].side & (side::INVALID | side::OVERFLOW);
+      // The partial's sum is one more fp32 term; its flags (input infinities
+      // included) are the child's, not raised by this addition.
+      if (std::isinf(acc_[i]) && !(fl_[i] & f32::kInfSeen)) fl_[i] |= side::OVERFLOW;
+      fl_[i] |= in[i].side & (side::NAN_INPUT | f32::kInfSeen | side::INVALID | side::OVERFLOW);
+      f32::add(acc_[i], v[i], fl_[i]);
     }
     return true;
   }
@@ -575,11 +591,11 @@ class Fp32Arrival final : public Accumulator {
       const float a = acc_[i];
       uint8_t fl = fl_[i];
       if (std::isinf(a) && !(fl & f32::kInfSeen)) fl |= side::OVERFLOW;
-      l.side = fl & (side::INVALID | side::OVERFLOW | side::NAN_INPUT);
-      if (std::isnan(a)) {
-        if (!(l.side & side::NAN_INPUT)) l.side |= side::POS_INF | side::NEG_INF;
-      } else if (std::isinf(a)) {
-        l.side |= a > 0 ? side::POS_INF : side::NEG_INF;
+      l.side = fl & (side::INVALID | side::OVERFLOW | side::NAN_INPUT | f32::kInfSeen);
+      if (std::isinf(a) && !(fl & f32::kInfSeen)) {
+        l.value.add_shifted(a < 0 ? -1 : 1, 0);  // an overflow's infinity: its sign
+      } else if (!std::isfinite(a)) {
+        // NaN or an input infinity: implied by the sideband
       } else {
         if (float_bits(a) == 0x80000000u) l.side |= side::NEG_ZERO_ONLY;
         add_double_to_wide(l.value, double(a), unit_);

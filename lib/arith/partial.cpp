@@ -86,6 +86,16 @@ PartialError decode_kulisch_lanes(const uint8_t* p, size_t len, uint32_t n, Lane
 
 bool lanes_fit_format(const LaneExact* lanes, uint32_t n, int unit, Format out, uint8_t* elems) {
   const FormatInfo& fo = info(out);
+  if (!fo.is_float) {  // int32: a whole value in range, no sideband
+    for (uint32_t i = 0; i < n; ++i) {
+      const LaneExact& l = lanes[i];
+      if ((l.side & ~side::NEG_ZERO_ONLY) || unit != 0 || out != Format::INT32) return false;
+      const Wide m = l.value.magnitude();
+      if (!l.value.is_zero() && m.msb() >= 31 && !(l.value.negative() && m.msb() == 31 && m.lsb() == 31)) return false;
+      store_bits(out, elems + i * fo.bytes, uint32_t(l.value.limb[0]));
+    }
+    return true;
+  }
   for (uint32_t i = 0; i < n; ++i) {
     const LaneExact& l = lanes[i];
     if (l.side & ~side::NEG_ZERO_ONLY) return false;
@@ -106,9 +116,7 @@ bool lanes_fit_format(const LaneExact* lanes, uint32_t n, int unit, Format out, 
 PartialError lanes_from_elements(Format f, const uint8_t* elems, uint32_t n, int unit, LaneExact* out) {
   const FormatInfo& fi = info(f);
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t bits = fi.bytes == 4 ? (uint32_t(elems[4 * i]) | uint32_t(elems[4 * i + 1]) << 8 |
-                                           uint32_t(elems[4 * i + 2]) << 16 | uint32_t(elems[4 * i + 3]) << 24)
-                                        : load_bits(f, elems + i * fi.bytes);
+    const uint32_t bits = load_bits(f, elems + i * fi.bytes);
     const Decoded d = decode(f, bits);
     LaneExact l;
     l.side = 0;
@@ -120,7 +128,7 @@ PartialError lanes_from_elements(Format f, const uint8_t* elems, uint32_t n, int
         int shift = d.exp - unit;
         uint64_t sig = d.sig;
         if (shift < 0) {
-          if (sig & ((uint64_t(1) << -shift) - 1)) return PartialError::Unrepresentable;
+          if (-shift >= 64 || (sig & ((uint64_t(1) << -shift) - 1))) return PartialError::Unrepresentable;
           sig >>= -shift;
           shift = 0;
         }

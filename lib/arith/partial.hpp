@@ -4,7 +4,7 @@
 //   byte 0   sideband: bit0 NAN_INPUT, bit1 POS_INF, bit2 NEG_INF,
 //            bit3 NEG_ZERO_ONLY, bit4 INVALID, bit5 OVERFLOW (fp32 policies),
 //            bit6 reserved (0), bit7 sign of the value
-//   byte 1   n: magnitude bytes that follow (0..48)
+//   byte 1   n: magnitude bytes that follow (0..47, n + offset <= 47)
 //   byte 2   offset: the magnitude counts in units of 2^(8*offset) lane units
 //   n bytes  magnitude, little-endian; first and last byte non-zero
 // A lane unit is 2^unit_exp(dtype) (the input format's smallest subnormal;

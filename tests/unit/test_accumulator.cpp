@@ -1,0 +1,493 @@
+// Accumulators against independent references:
+//  - KULISCH_FIXED: the exact sum as a big integer, the brief's specials
+//    rules, and a big-integer round-to-nearest-even encoder (ref.hpp);
+//  - FP32_ARRIVAL: sequential binary32 additions in add order;
+//  - FP32_BINOMIAL: seed 000's tree order over rank index;
+//  - integer inputs: exact sums, int32 output saturating.
+// Plus order independence, portable vs AVX2 kernels, reset, memory per lane.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "acc_util.hpp"
+
+namespace {
+
+using namespace acc_util;  // NOLINT
+using ref::Kind;
+
+struct Size {
+  uint32_t R, lanes;
+};
+// Lanes deliberately not multiples of 8 (vector width) except 256.
+constexpr Size kSizes[] = {{1, 1}, {2, 7}, {3, 37}, {5, 256}, {64, 37}, {1000, 37}, {300, 256}};
+
+uint64_t seed_of(const Fmt& f, Kind k, uint32_t R, uint32_t lanes, uint64_t salt = 0) {
+  return (uint64_t(f.code) << 56) ^ (uint64_t(k) << 48) ^ (uint64_t(R) << 20) ^ lanes ^ (salt * 0x9E3779B97F4A7C15ull);
+}
+
+std::string fmt_param_name(const ::testing::TestParamInfo<Fmt>& i) { return i.param.name; }
+
+// Stops a test after this many failing configurations (one bug shows in many).
+constexpr int kMaxFailures = 6;
+
+// ---------------------------------------------------------------- KULISCH_FIXED
+
+class KulischFixed : public ::testing::TestWithParam<Fmt> {};
+
+// Every output format and both exceptions policies for one data set.
+void check_kulisch_all_outputs(const Fmt& in, const ref::Data& data, const std::string& what, int* failures,
+                               ref::Rng& rng, bool every_output = true) {
+  const uint32_t R = uint32_t(data.size()), lanes = uint32_t(data[0].size());
+  const auto p = packets(in, data);
+  const auto t = truth(in, data);
+  const auto order = random_order(R, rng);
+  {  // the exact state itself: every bit of the sum, and the specials seen
+    const OpDesc d = desc(in, in, Policy::KULISCH_FIXED, false, R, lanes);
+    auto acc = prism::make_accumulator(d);
+    add_all(*acc, p, order);
+    std::vector<prism::LaneExact> st(lanes);
+    EXPECT_TRUE(acc->state(st.data()));
+    for (uint32_t i = 0; i < lanes; ++i) {
+      const bool special = t[i].nan || t[i].pinf || t[i].ninf;
+      const ref::Big v = ref::from_limbs(st[i].value.limb, prism::Wide::kLimbs);
+      if (st[i].side != t[i].side || v != (special ? ref::Big() : t[i].sum)) {
+        ADD_FAILURE() << describe(d) << " data " << what << " lane " << i << ": state side " << int(st[i].side)
+                      << " value " << v << ", exact side " << int(t[i].side) << " value " << t[i].sum
+                      << lane_inputs(data, i, order);
+        if (++*failures >= kMaxFailures) return;
+        break;
+      }
+    }
+  }
+  // Large cases: the input format, fp32, and the two fp8 overflow styles (FN, FNUZ).
+  std::vector<Fmt> outs(std::begin(ref::kFloats), std::end(ref::kFloats));
+  if (!every_output) outs = {in, ref::kFP32, ref::kE4M3FN, ref::kE5M2FNUZ};
+  for (const Fmt& out : outs) {
+    for (bool sat : {false, true}) {
+      const OpDesc d = desc(in, out, Policy::KULISCH_FIXED, sat, R, lanes);
+      const Result got = run(d, p, order);
+      const auto want = kulisch_expect(t, in, out, sat);
+      if (!same_lanes(got, want, &data, &order)) {
+        ADD_FAILURE() << describe(d) << " data " << what << ": " << same_lanes(got, want, &data, &order).message();
+        if (++*failures >= kMaxFailures) return;
+      }
+    }
+  }
+}
+
+TEST_P(KulischFixed, MatchesExactReferenceForEveryOutputFormat) {
+  const Fmt in = GetParam();
+  int failures = 0;
+  for (Kind k : ref::kKinds) {
+    for (Size s : kSizes) {
+      ref::Rng rng(seed_of(in, k, s.R, s.lanes, 1));
+      const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes));
+      check_kulisch_all_outputs(in, data, ref::kind_name(k), &failures, rng);
+      if (failures >= kMaxFailures) return;
+    }
+  }
+}
+
+TEST_P(KulischFixed, MatchesExactReferenceAt65535Ranks) {
+  const Fmt in = GetParam();
+  int failures = 0;
+  for (Kind k : {Kind::Extreme, Kind::BankStress, Kind::Ties, Kind::FullRange, Kind::Cancel, Kind::Specials}) {
+    ref::Rng rng(seed_of(in, k, 65535, 3, 1));
+    const uint32_t lanes = k == Kind::Extreme ? 6 : k == Kind::BankStress ? 4 : 3;
+    const ref::Data data = ref::make_data(in, k, 65535, lanes, seed_of(in, k, 65535, 3));
+    check_kulisch_all_outputs(in, data, ref::kind_name(k), &failures, rng, false);
+    if (failures >= kMaxFailures) return;
+  }
+}
+
+// Terms whose exponents span a window of `w` fields: most at the top of the
+// window with full significands, a few at the bottom, arriving at random
+// times. Around w = 53 - p - ceil(log2 R) a double holding the running sum
+// stops being exact, so an implementation that trusts a window too wide, or
+// stops trusting it too late, rounds where it must not.
+ref::Data window_data(const Fmt& f, uint32_t R, uint32_t lanes, int w, uint64_t seed) {
+  ref::Rng rng(seed);
+  ref::Data d(R, std::vector<uint32_t>(lanes));
+  const int top_field = int(f.top_field());
+  const int lo_field = 1 + int(rng() % uint64_t(std::max(1, top_field - w)));
+  const uint32_t hi_field = uint32_t(std::min(top_field, lo_field + w));
+  const uint32_t mant_mask = (1u << f.mbits) - 1;
+  for (uint32_t i = 0; i < lanes; ++i) {
+    const bool mixed = i % 3 == 0;
+    const uint32_t n_low = 1 + uint32_t(rng() % 3);
+    for (uint32_t r = 0; r < R; ++r) {
+      uint32_t c = hi_field << f.mbits | (i % 2 ? mant_mask : (uint32_t(rng()) & mant_mask));
+      if (mixed && (rng() & 1)) c |= f.sign_bit();
+      d[r][i] = c;
+    }
+    for (uint32_t k = 0; k < n_low; ++k)
+      d[rng() % R][i] =
+          uint32_t(lo_field) << f.mbits | (uint32_t(rng()) & mant_mask) | 1u | ((rng() & 1) ? f.sign_bit() : 0);
+  }
+  return d;
+}
+
+TEST_P(KulischFixed, ExactAcrossExponentWindowBoundaries) {
+  const Fmt in = GetParam();
+  int failures = 0;
+  for (uint32_t R : {2u, 7u, 64u, 1000u, 9000u}) {
+    int budget = 53 - in.p();
+    while ((1u << (53 - in.p() - budget)) < R) --budget;  // 53 - p - ceil(log2 R)
+    for (int w : {0, 1, budget - 2, budget - 1, budget, budget + 1, budget + 2, budget + 8, 1000}) {
+      if (w < 0) continue;
+      for (uint64_t salt = 0; salt < 3; ++salt) {
+        ref::Rng rng(salt);
+        const uint32_t lanes = R > 1000 ? 5 : 19;
+        const ref::Data data = window_data(in, R, lanes, w, seed_of(in, Kind::Gradient, R, uint32_t(w), salt));
+        check_kulisch_all_outputs(in, data, "window " + std::to_string(w), &failures, rng, false);
+        if (failures >= kMaxFailures) return;
+      }
+    }
+  }
+}
+
+TEST_P(KulischFixed, AddOrderDoesNotChangeTheBits) {
+  const Fmt in = GetParam();
+  for (Kind k : ref::kKinds) {
+    for (Size s : {Size{64, 37}, Size{1000, 7}, Size{9, 256}}) {
+      ref::Rng rng(seed_of(in, k, s.R, s.lanes, 2));
+      const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 3));
+      const auto p = packets(in, data);
+      for (const Fmt& out : {ref::kFP32, in, ref::kE4M3FNUZ}) {
+        const OpDesc d = desc(in, out, Policy::KULISCH_FIXED, false, s.R, s.lanes);
+        const Result first = run(d, p, identity_order(s.R));
+        for (int perm = 0; perm < 3; ++perm) {
+          const Result other = run(d, p, random_order(s.R, rng));
+          ASSERT_TRUE(same_runs(first, other)) << describe(d) << " " << ref::kind_name(k) << " permutation " << perm;
+        }
+        // Reversed order too: the worst case for a running sum.
+        auto rev = identity_order(s.R);
+        std::reverse(rev.begin(), rev.end());
+        ASSERT_TRUE(same_runs(first, run(d, p, rev))) << describe(d) << " " << ref::kind_name(k) << " reversed";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatInputs, KulischFixed, ::testing::ValuesIn(ref::kFloats), fmt_param_name);
+
+// ---------------------------------------------------------------- FP32 policies
+
+class Fp32Policies : public ::testing::TestWithParam<Fmt> {};
+
+TEST_P(Fp32Policies, ArrivalEqualsSequentialFloatAdditionsInAddOrder) {
+  const Fmt in = GetParam();
+  int failures = 0;
+  for (Kind k : ref::kKinds) {
+    for (Size s : kSizes) {
+      const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 4));
+      ref::Rng rng(seed_of(in, k, s.R, s.lanes, 5));
+      const auto p = packets(in, data);
+      const auto order = random_order(s.R, rng);
+      std::vector<ref::F32Sum> sums;
+      for (uint32_t i = 0; i < s.lanes; ++i) {
+        std::vector<float> xs;
+        for (uint32_t r : order) xs.push_back(ref::to_f32(in, data[r][i]));
+        sums.push_back(ref::fp32_arrival(xs));
+      }
+      for (const Fmt& out : ref::kFloats) {
+        for (bool sat : {false, true}) {
+          std::vector<ref::Out> want;
+          for (const auto& sum : sums) want.push_back(sum.result(out, sat));
+          const OpDesc d = desc(in, out, Policy::FP32_ARRIVAL, sat, s.R, s.lanes);
+          const Result got = run(d, p, order);
+          const auto res = same_lanes(got, want, &data, &order);
+          if (!res) {
+            ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k) << ": " << res.message();
+            if (++failures >= kMaxFailures) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Fp32Policies, BinomialEqualsSeedOrderOverRankIndex) {
+  const Fmt in = GetParam();
+  int failures = 0;
+  for (Kind k : ref::kKinds) {
+    for (Size s : kSizes) {
+      const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 6));
+      ref::Rng rng(seed_of(in, k, s.R, s.lanes, 7));
+      const auto p = packets(in, data);
+      const auto order = random_order(s.R, rng);  // arrival order must not matter: the index does
+      std::vector<ref::F32Sum> sums;
+      for (uint32_t i = 0; i < s.lanes; ++i) {
+        std::vector<float> x;
+        for (uint32_t r = 0; r < s.R; ++r) x.push_back(ref::to_f32(in, data[r][i]));
+        sums.push_back(ref::fp32_binomial(x));
+      }
+      for (const Fmt& out : ref::kFloats) {
+        for (bool sat : {false, true}) {
+          std::vector<ref::Out> want;
+          for (const auto& sum : sums) want.push_back(sum.result(out, sat));
+          const OpDesc d = desc(in, out, Policy::FP32_BINOMIAL, sat, s.R, s.lanes);
+          const Result got = run(d, p, order);
+          const auto res = same_lanes(got, want, &data, &order);
+          if (!res) {
+            ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k) << ": " << res.message();
+            if (++failures >= kMaxFailures) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatInputs, Fp32Policies, ::testing::ValuesIn(ref::kFloats), fmt_param_name);
+
+// Hand-made cases whose answers follow from IEEE binary32 alone.
+TEST(Fp32Arrival, KnownSequences) {
+  const float big = 0x1p24f;
+  struct Case {
+    std::vector<float> xs;
+    uint32_t want;
+    uint8_t flags;
+  };
+  const float inf = INFINITY, mx = 0x1.fffffep127f;
+  const std::vector<Case> cases = {
+      {{big, 1.0f, 1.0f}, 0x4B800000u, 0},  // 2^24 + 1 + 1 in order: each 1 is lost
+      {{1.0f, 1.0f, big}, 0x4B800001u, 0},  // the other order keeps them: 2^24 + 2
+      {{-0.0f}, 0x80000000u, 0},            // the first term as it is
+      {{-0.0f, -0.0f}, 0x80000000u, 0},
+      {{-0.0f, 0.0f}, 0x00000000u, 0},
+      {{mx, mx}, 0x7F800000u, ref::kOverflow},  // a finite sum overflowed
+      {{mx, mx, -inf}, 0x7FC00000u, ref::kOverflow | ref::kInvalid},
+      {{inf, -inf}, 0x7FC00000u, ref::kInvalid},
+      {{inf, 1.0f}, 0x7F800000u, 0},
+      {{NAN, 1.0f}, 0x7FC00000u, ref::kNanInput},
+  };
+  for (const Case& c : cases) {
+    const uint32_t R = uint32_t(c.xs.size());
+    ref::Data data(R, std::vector<uint32_t>(1));
+    for (uint32_t r = 0; r < R; ++r) std::memcpy(&data[r][0], &c.xs[r], 4);
+    const Result got = run(desc(ref::kFP32, ref::kFP32, Policy::FP32_ARRIVAL, false, R, 1), packets(ref::kFP32, data),
+                           identity_order(R));
+    EXPECT_EQ(got.bits[0], c.want) << "case with " << R << " terms, first " << c.xs[0];
+    EXPECT_EQ(got.flags[0], c.flags) << "case with " << R << " terms, first " << c.xs[0];
+  }
+}
+
+TEST(Fp32Binomial, KnownTreeOrder) {
+  // R = 3: (x0 + x1) + x2. R = 4: (x0 + x1) + (x2 + x3). R = 6: ((x0 + x1) + (x2 + x3)) + (x4 + x5).
+  // The ulp of 2^24 is 2: 2^24 + 1 ties to 2^24 (even).
+  const float big = 0x1p24f;
+  auto sum = [](std::vector<float> xs) {
+    const uint32_t R = uint32_t(xs.size());
+    ref::Data data(R, std::vector<uint32_t>(1));
+    for (uint32_t r = 0; r < R; ++r) std::memcpy(&data[r][0], &xs[r], 4);
+    ref::Rng rng(R);
+    return run(desc(ref::kFP32, ref::kFP32, Policy::FP32_BINOMIAL, false, R, 1), packets(ref::kFP32, data),
+               random_order(R, rng))
+        .bits[0];
+  };
+  EXPECT_EQ(sum({1.0f, 1.0f, big}), 0x4B800001u);                    // (1 + 1) + 2^24 = 2^24 + 2
+  EXPECT_EQ(sum({big, 1.0f, 1.0f}), 0x4B800000u);                    // (2^24 + 1) + 1 = 2^24
+  EXPECT_EQ(sum({1.0f, big, 1.0f, 1.0f}), 0x4B800001u);              // 2^24 + 2 (in order: 2^24)
+  EXPECT_EQ(sum({big, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}), 0x4B800002u);  // (2^24 + 2) + 2 = 2^24 + 4
+  EXPECT_EQ(sum({big, 1.0f, 1.0f, 1.0f, 1.0f}), 0x4B800002u);        // (2^24 + 2) + 1: tie, to even 2^24 + 4
+}
+
+// ---------------------------------------------------------------- integers
+
+TEST(IntegerInputs, ExactUnderEveryPolicy) {
+  int failures = 0;
+  for (const Fmt& in : {ref::kINT8, ref::kINT32}) {
+    for (Kind k : {Kind::Gradient, Kind::FullRange, Kind::Cancel, Kind::Extreme}) {
+      for (Size s : {Size{1, 1}, Size{3, 37}, Size{64, 7}, Size{1000, 37}, Size{65535, 2}}) {
+        const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 8));
+        ref::Rng rng(seed_of(in, k, s.R, s.lanes, 9));
+        const auto p = packets(in, data);
+        const auto t = truth(in, data);
+        const auto order = random_order(s.R, rng);
+        std::vector<Fmt> outs(std::begin(ref::kFloats), std::end(ref::kFloats));
+        outs.push_back(ref::kINT32);
+        for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL, Policy::FP32_BINOMIAL}) {
+          for (const Fmt& out : outs) {
+            for (bool sat : {false, true}) {
+              const OpDesc d = desc(in, out, pol, sat, s.R, s.lanes);
+              const Result got = run(d, p, order);
+              const auto want = kulisch_expect(t, in, out, sat);
+              const auto res = same_lanes(got, want, &data, &order);
+              if (!res) {
+                ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k) << ": " << res.message();
+                if (++failures >= kMaxFailures) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IntegerInputs, Int32OutputSaturatesWithOverflow) {
+  // 65535 * INT32_MAX and 65535 * INT32_MIN; and sums just past either end.
+  struct Case {
+    std::vector<int64_t> xs;
+    uint32_t want;
+    uint8_t flags;
+  };
+  const std::vector<Case> cases = {
+      {{INT32_MAX, 1}, 0x7FFFFFFFu, ref::kOverflow},
+      {{INT32_MIN, -1}, 0x80000000u, ref::kOverflow},
+      {{INT32_MAX, 1, -1}, 0x7FFFFFFFu, 0},
+      {{INT32_MIN, INT32_MAX}, 0xFFFFFFFFu, 0},
+      {{INT32_MIN, 0}, 0x80000000u, 0},
+  };
+  for (const Case& c : cases) {
+    const uint32_t R = uint32_t(c.xs.size());
+    ref::Data data(R, std::vector<uint32_t>(1));
+    for (uint32_t r = 0; r < R; ++r) data[r][0] = uint32_t(int32_t(c.xs[r]));
+    for (bool sat : {false, true}) {
+      const Result got = run(desc(ref::kINT32, ref::kINT32, Policy::KULISCH_FIXED, sat, R, 1),
+                             packets(ref::kINT32, data), identity_order(R));
+      EXPECT_EQ(got.bits[0], c.want);
+      EXPECT_EQ(got.flags[0], c.flags);
+    }
+  }
+  ref::Data data(65535, std::vector<uint32_t>{0x7FFFFFFFu, 0x80000000u, 0x7FFFFFFFu});
+  for (auto& row : data) row[2] = 0xFFFFFFFFu;  // -1 each: -65535, in range
+  const Result got = run(desc(ref::kINT32, ref::kINT32, Policy::FP32_ARRIVAL, false, 65535, 3),
+                         packets(ref::kINT32, data), identity_order(65535));
+  EXPECT_EQ(got.bits[0], 0x7FFFFFFFu);
+  EXPECT_EQ(got.flags[0], ref::kOverflow);
+  EXPECT_EQ(got.bits[1], 0x80000000u);
+  EXPECT_EQ(got.flags[1], ref::kOverflow);
+  EXPECT_EQ(got.bits[2], uint32_t(-65535));
+  EXPECT_EQ(got.flags[2], 0);
+}
+
+// ---------------------------------------------------------------- kernels
+
+bool same_states(const prism::Accumulator& a, const prism::Accumulator& b, std::string* why) {
+  const uint32_t n = a.desc().lanes;
+  std::vector<prism::LaneExact> sa(n), sb(n);
+  const bool ha = a.state(sa.data()), hb = b.state(sb.data());
+  if (ha != hb) return *why = "one has a state, the other not", false;
+  if (!ha) return true;
+  for (uint32_t i = 0; i < n; ++i)
+    if (sa[i].side != sb[i].side || !(sa[i].value == sb[i].value))
+      return *why = "lane " + std::to_string(i) + " state differs", false;
+  return true;
+}
+
+TEST(Kernels, PortableAndAvx2GiveIdenticalBits) {
+  const prism::Kernels* avx2 = prism::avx2_kernels();
+  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+  const prism::Kernels& port = prism::portable_kernels();
+  int failures = 0;
+  for (const Fmt& in : ref::kAll) {
+    for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL, Policy::FP32_BINOMIAL}) {
+      for (Kind k : ref::kKinds) {
+        for (Size s : {Size{3, 1}, Size{5, 7}, Size{64, 13}, Size{33, 37}, Size{200, 256}, Size{9000, 9}}) {
+          if (s.R == 9000 && pol == Policy::FP32_BINOMIAL) continue;
+          const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 10));
+          ref::Rng rng(seed_of(in, k, s.R, s.lanes, 11));
+          const auto p = packets(in, data);
+          const auto order = random_order(s.R, rng);
+          for (const Fmt& out : {in.is_float() ? ref::kFP32 : ref::kINT32, ref::kBF16, ref::kE5M2FNUZ}) {
+            for (bool sat : {false, true}) {
+              const OpDesc d = desc(in, out, pol, sat, s.R, s.lanes);
+              auto a = prism::make_accumulator(d, port);
+              auto b = prism::make_accumulator(d, *avx2);
+              add_all(*a, p, order);
+              add_all(*b, p, order);
+              std::string why;
+              const bool same_state = same_states(*a, *b, &why);
+              const auto res = same_runs(finalize(*a), finalize(*b));
+              if (!res || !same_state) {
+                ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k)
+                              << ": portable vs avx2: " << (res ? why : res.message());
+                if (++failures >= kMaxFailures) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+TEST(AccumulatorLifecycle, ResetRestoresTheEmptyState) {
+  for (const Fmt& in : ref::kAll) {
+    for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL, Policy::FP32_BINOMIAL}) {
+      for (uint32_t R : {3u, 70u, 9000u}) {
+        if (R == 9000 && pol == Policy::FP32_BINOMIAL) continue;
+        const uint32_t lanes = 11;
+        const Fmt out = in.is_float() ? in : ref::kINT32;
+        const OpDesc d = desc(in, out, pol, false, R, lanes);
+        const auto a = ref::make_data(in, Kind::Specials, R, lanes, seed_of(in, Kind::Specials, R, lanes, 12));
+        const auto b = ref::make_data(in, Kind::FullRange, R, lanes, seed_of(in, Kind::FullRange, R, lanes, 13));
+        auto used = prism::make_accumulator(d);
+        auto fresh = prism::make_accumulator(d);
+        add_all(*used, packets(in, a), identity_order(R));
+        used->reset();
+        std::string why;
+        EXPECT_TRUE(same_runs(finalize(*used), finalize(*fresh))) << describe(d) << " right after reset";
+        EXPECT_TRUE(same_states(*used, *fresh, &why)) << describe(d) << " " << why;
+        add_all(*used, packets(in, b), identity_order(R));
+        add_all(*fresh, packets(in, b), identity_order(R));
+        EXPECT_TRUE(same_runs(finalize(*used), finalize(*fresh))) << describe(d) << " reused after reset";
+        EXPECT_TRUE(same_states(*used, *fresh, &why)) << describe(d) << " " << why;
+        if (pol == Policy::KULISCH_FIXED || !in.is_float()) {
+          EXPECT_TRUE(same_lanes(finalize(*used), kulisch_expect(truth(in, b), in, out, false)))
+              << describe(d) << " after reset";
+        }
+      }
+    }
+  }
+}
+
+TEST(AccumulatorLifecycle, EmptyKulischLaneIsNegativeZeroOnly) {
+  // op.hpp: an empty lane is {NEG_ZERO_ONLY, 0}.
+  for (const Fmt& in : ref::kFloats) {
+    for (uint32_t R : {1u, 64u, 65535u}) {
+      auto acc = prism::make_accumulator(desc(in, in, Policy::KULISCH_FIXED, false, R, 9));
+      std::vector<prism::LaneExact> s(9);
+      ASSERT_TRUE(acc->state(s.data()));
+      for (const auto& l : s) {
+        EXPECT_EQ(l.side, ref::kSideNegZeroOnly) << in.name << " R=" << R;
+        EXPECT_TRUE(l.value.is_zero());
+      }
+    }
+  }
+}
+
+TEST(AccumulatorLifecycle, BytesPerLaneWithinBudget) {
+  for (const Fmt& in : ref::kFloats) {
+    for (uint32_t R : {1u, 2u, 64u, 1000u, 8192u, 8193u, 65535u}) {
+      const size_t b =
+          prism::make_accumulator(desc(in, ref::kFP32, Policy::KULISCH_FIXED, false, R, 16))->bytes_per_lane();
+      if (in.bytes == 1 || (in.code == ref::kFP16.code && R <= 8192))
+        EXPECT_LE(b, 8u) << in.name << " R=" << R;
+      else
+        EXPECT_LE(b, 64u) << in.name << " R=" << R;
+    }
+  }
+  for (const Fmt& in : {ref::kINT8, ref::kINT32})
+    EXPECT_LE(prism::make_accumulator(desc(in, ref::kINT32, Policy::KULISCH_FIXED, false, 65535, 16))->bytes_per_lane(),
+              8u);
+}
+
+TEST(AccumulatorLifecycle, InadmissibleDescriptorsThrow) {
+  EXPECT_THROW(prism::make_accumulator(desc(ref::kFP32, ref::kFP32, Policy::KULISCH_FIXED, false, 0, 4)),
+               std::invalid_argument);
+  EXPECT_THROW(prism::make_accumulator(desc(ref::kFP32, ref::kFP32, Policy::KULISCH_FIXED, false, 65536, 4)),
+               std::invalid_argument);
+  EXPECT_THROW(prism::make_accumulator(desc(ref::kE4M3FN, ref::kINT32, Policy::KULISCH_FIXED, false, 4, 4)),
+               std::invalid_argument);
+  EXPECT_THROW(prism::make_accumulator(desc(ref::kINT8, ref::kINT8, Policy::KULISCH_FIXED, false, 4, 4)),
+               std::invalid_argument);
+  EXPECT_NO_THROW(prism::make_accumulator(desc(ref::kFP32, ref::kFP32, Policy::KULISCH_FIXED, false, 65535, 4)));
+}
+
+}  // namespace
