@@ -12,7 +12,10 @@ import pytest
 import prism_ref as ref
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get('PRISM_REDUCE') or REPO / 'build/app/prism-reduce')
+# Under meson (scripts/test.sh, CI) PRISM_BUILD names the build directory and
+# a missing binary is a failure; run by hand, the tests skip without one.
+BUILD = Path(os.environ.get('PRISM_BUILD') or REPO / 'build')
+BIN = Path(os.environ.get('PRISM_REDUCE') or BUILD / 'app/prism-reduce')
 
 FLAGS_RE = re.compile(r'^flags: overflow=(\d+) invalid=(\d+) nan_input=(\d+)$')
 MAX_REPORT = 6
@@ -20,7 +23,9 @@ MAX_REPORT = 6
 
 def require_binary():
     if not (BIN.is_file() and os.access(BIN, os.X_OK)):
-        pytest.skip(f'prism-reduce binary not found at {BIN} (set PRISM_REDUCE)')
+        if os.environ.get('PRISM_BUILD'):
+            pytest.fail(f'prism-reduce binary not found at {BIN}')
+        pytest.skip(f'prism-reduce binary not found at {BIN} (set PRISM_BUILD or PRISM_REDUCE)')
 
 
 class Run:
