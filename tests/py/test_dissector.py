@@ -1,0 +1,764 @@
+"""The Wireshark dissector tools/wireshark/prism.lua against PRISM's own parser.
+
+Two independent readings of the same bytes: `prism-gen dump` (the C++ codec in
+lib/proto) and tshark running the Lua dissector (written from docs/PROTOCOL.md).
+Captures come from prism-gen (CONTRIBs, with faults) and from scapy (RESULTs
+with sidebands, NACKs, Kulisch partials, malformed headers), plus the worked
+example bytes printed in PROTOCOL.md.
+
+Wireshark already has a protocol whose filter name is "prism" (the 802.11 Prism
+capture header), so the Lua protocol is registered as "prism_wire"; its fields
+are prism.* as documented in tools/wireshark/README.md.
+
+Skips (never fails) when tshark, or a tshark with Lua, is missing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get('PRISM_BUILD') or Path(__file__).resolve().parents[2] / 'build')
+GEN = BUILD / 'app' / 'prism-gen'
+LUA = REPO / 'tools' / 'wireshark' / 'prism.lua'
+PROTOCOL_MD = REPO / 'docs' / 'PROTOCOL.md'
+CONFIG = REPO / 'configs' / 'reference.yaml'
+PROTO = 'prism_wire'  # the Lua protocol's filter name (module of its preferences)
+PORT = 20562
+
+
+def _find_tshark():
+    t = shutil.which('tshark')
+    if t:
+        return t
+    return '/usr/bin/tshark' if os.access('/usr/bin/tshark', os.X_OK) else None
+
+
+TSHARK = _find_tshark()
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _tshark_with_lua():
+    if not TSHARK:
+        pytest.skip('tshark not installed')
+    v = subprocess.run([TSHARK, '-v'], capture_output=True, text=True, timeout=60)
+    if v.returncode != 0 or 'without Lua' in v.stdout or 'with Lua' not in v.stdout:
+        pytest.skip('tshark has no Lua support')
+
+
+def require_gen():
+    if not (GEN.is_file() and os.access(GEN, os.X_OK)):
+        pytest.skip(f'prism-gen not found at {GEN} (build first, or set PRISM_BUILD)')
+
+
+# --------------------------------------------------------------------------
+# Codes, from docs/PROTOCOL.md and docs/ARITHMETIC.md
+
+KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK'}
+FORMAT = {1: 'fp32', 2: 'fp16', 3: 'bf16', 4: 'e4m3fn', 5: 'e4m3fnuz', 6: 'e5m2', 7: 'e5m2fnuz', 8: 'int8',
+          9: 'int32'}
+FORMAT_CODE = {v: k for k, v in FORMAT.items()}
+FORMAT_BYTES = {1: 4, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1, 9: 4}
+POLICY = {1: 'FP32_ARRIVAL', 2: 'KULISCH_FIXED', 3: 'FP32_BINOMIAL'}
+TRANSPORT = {1: 'ROUNDED', 2: 'KULISCH', 3: 'AUTO'}
+EXCEPTIONS = {1: 'IEEE', 2: 'SATURATE'}
+NACK_REASON = {1: 'MALFORMED', 2: 'UNKNOWN_JOB', 3: 'NOT_A_MEMBER', 4: 'DESCRIPTOR_MISMATCH',
+               5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED'}
+# Lane unit exponents: the input format's smallest subnormal.
+UNIT = {1: -149, 2: -24, 3: -133, 4: -9, 5: -10, 6: -16, 7: -17, 8: 0, 9: 0}
+# fp8: exponent bits, mantissa bits, bias, how NaN/Inf are encoded.
+FP8 = {4: (4, 3, 7, 'fn'), 5: (4, 3, 8, 'fnuz'), 6: (5, 2, 15, 'ieee'), 7: (5, 2, 16, 'fnuz')}
+
+SIDE_NAN, SIDE_PINF, SIDE_NINF, SIDE_NZERO, SIDE_INVALID, SIDE_OVERFLOW, SIDE_SIGN = 1, 2, 4, 8, 16, 32, 128
+
+HEADER_KEYS = ['kind', 'job', 'op', 'chunk', 'sender', 'group', 'terms', 'count', 'dtype', 'out_dtype', 'policy',
+               'encoding', 'transport', 'exceptions', 'flags', 'status']
+
+# prism-gen dump's refusal -> the expert info the dissector must raise for it.
+REFUSAL_EXPERT = {
+    'short_header': {'prism.short_header'},
+    'bad_magic': {'prism.bad_magic'},
+    'bad_version': {'prism.bad_version'},
+    'bad_kind': {'prism.bad_code'},
+    'bad_dtype': {'prism.bad_code'},
+    'bad_out_dtype': {'prism.bad_code'},
+    'bad_policy': {'prism.bad_code'},
+    'bad_encoding': {'prism.bad_encoding', 'prism.bad_code'},
+    'bad_transport': {'prism.bad_code'},
+    'bad_exceptions': {'prism.bad_code'},
+    'bad_flags': {'prism.bad_flags'},
+    'bad_group': {'prism.bad_group'},
+    'bad_terms': {'prism.bad_terms'},
+    'bad_count': {'prism.bad_count'},
+    'payload_length': {'prism.bad_length'},
+    'bad_fragment': {'prism.bad_fragment'},
+    'bad_partial': {'prism.bad_lane'},
+    'bad_nack_reason': {'prism.bad_code'},
+}
+ERROR_EXPERTS = sorted(set().union(*REFUSAL_EXPERT.values()) | {'prism.bad_status'})
+
+FIELDS = [
+    'frame.number', 'ip.checksum.status', 'udp.checksum.status', '_ws.malformed.expert',
+    '_ws.malformed.dissector_bug', '_ws.lua.error',
+    '_ws.expert.message',
+    'prism.magic', 'prism.version', 'prism.kind', 'prism.job', 'prism.op', 'prism.chunk', 'prism.sender',
+    'prism.group', 'prism.terms', 'prism.count', 'prism.dtype', 'prism.out_dtype', 'prism.policy', 'prism.encoding',
+    'prism.transport', 'prism.exceptions', 'prism.flags', 'prism.flags.retransmit', 'prism.flags.last_chunk',
+    'prism.flags.sideband', 'prism.flags.reserved', 'prism.status', 'prism.status.overflow', 'prism.status.invalid',
+    'prism.status.nan_input', 'prism.nack_reason',
+    'prism.elements', 'prism.elements.count', 'prism.elements.length', 'prism.elements.format',
+    'prism.element.fp32', 'prism.element.value', 'prism.element.int8', 'prism.element.int32',
+    'prism.sideband', 'prism.sideband.status',
+    'prism.first_lane', 'prism.chunk_lanes', 'prism.lane', 'prism.lane.index', 'prism.lane.side',
+    'prism.lane.sign', 'prism.lane.n', 'prism.lane.offset', 'prism.lane.magnitude', 'prism.lane.value',
+    'prism.retransmit', 'prism.nack', 'prism.result_status',
+] + ERROR_EXPERTS
+
+
+# --------------------------------------------------------------------------
+# Running the tools
+
+def tshark(pcap: Path, *opts: str, fields=FIELDS) -> list[dict]:
+    """One dict per frame: field -> list of string values (tshark -T json -e)."""
+    cmd = [TSHARK, '-n', '-r', str(pcap), '-X', f'lua_script:{LUA}',
+           '-o', 'ip.check_checksum:TRUE', '-o', 'udp.check_checksum:TRUE', *opts, '-T', 'json']
+    for f in fields:
+        cmd += ['-e', f]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f'tshark failed ({r.returncode}): {r.stderr}'
+    assert 'Lua' not in r.stderr, f'Lua error loading the dissector: {r.stderr}'
+    frames = [p['_source']['layers'] for p in json.loads(r.stdout or '[]')]
+    for i, fr in enumerate(frames):
+        assert int(fr['frame.number'][0]) == i + 1
+        assert '_ws.lua.error' not in fr, f'frame {i + 1}: Lua error in the dissector: {fr}'
+        # (_ws.malformed alone also marks the dissector's own MALFORMED expert infos.)
+        for bug in ('_ws.malformed.expert', '_ws.malformed.dissector_bug'):
+            assert bug not in fr, f'frame {i + 1}: dissector raised an exception: {fr}'
+    return frames
+
+
+def tshark_pdml(pcap: Path, *opts: str) -> list[dict]:
+    """One dict per frame: field name -> list of shownames (tshark -T pdml)."""
+    cmd = [TSHARK, '-n', '-r', str(pcap), '-X', f'lua_script:{LUA}', *opts, '-T', 'pdml']
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = []
+    for pkt in ET.fromstring(r.stdout).iter('packet'):
+        d: dict[str, list[str]] = {}
+        for fld in pkt.iter('field'):
+            if fld.get('name'):
+                d.setdefault(fld.get('name'), []).append(fld.get('showname') or fld.get('show') or '')
+        out.append(d)
+    return out
+
+
+def dump(pcap: Path, port: int = PORT) -> list[dict]:
+    require_gen()
+    r = subprocess.run([str(GEN), 'dump', str(pcap), '--port', str(port)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
+
+
+def gen(tmp_path: Path, name: str, *args: str) -> Path:
+    require_gen()
+    pcap = tmp_path / f'{name}.pcap'
+    r = subprocess.run([str(GEN), 'write', '--config', str(CONFIG), '--job', '7', *args, '--merged', str(pcap)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f'prism-gen write {args}: {r.stderr}'
+    return pcap
+
+
+# --------------------------------------------------------------------------
+# Building frames (scapy) from PROTOCOL.md's byte layout
+
+def header(kind, *, magic=0x5052, version=1, job=7, op=42, chunk=0, sender=1, group=4, terms=1, count=0, dtype=1,
+           out_dtype=1, policy=2, encoding=1, transport=2, exceptions=1, flags=0, status=0) -> bytes:
+    h = struct.pack('>HBBIIIHHHHBBBBBBBB', magic, version, kind, job, op, chunk, sender, group, terms, count, dtype,
+                    out_dtype, policy, encoding, transport, exceptions, flags, status)
+    assert len(h) == 32
+    return h
+
+
+def frame(payload: bytes, *, sport=PORT, dport=PORT, src='10.0.0.254', dst='10.0.0.1', vlan=None, ip_id=1,
+          smac='02:00:00:00:ff:00', dmac='02:00:00:00:00:01'):
+    scapy = pytest.importorskip('scapy.all')
+    l2 = scapy.Ether(src=smac, dst=dmac)
+    if vlan is not None:
+        l2 = l2 / scapy.Dot1Q(vlan=vlan)
+    return l2 / scapy.IP(src=src, dst=dst, id=ip_id, flags='DF', ttl=64) / scapy.UDP(sport=sport, dport=dport) / \
+        scapy.Raw(payload)
+
+
+def write_pcap(path: Path, frames) -> Path:
+    scapy = pytest.importorskip('scapy.all')
+    pkts = []
+    for i, f in enumerate(frames):
+        p = f if not isinstance(f, (bytes, bytearray)) else scapy.Ether(bytes(f))
+        p.time = 1 + i * 1e-6
+        pkts.append(p)
+    scapy.wrpcap(str(path), pkts)
+    return path
+
+
+def encode_elements(fmt: int, values) -> bytes:
+    if fmt == 1:
+        return struct.pack(f'<{len(values)}f', *values)
+    if fmt == 2:
+        return struct.pack(f'<{len(values)}e', *values)
+    if fmt == 8:
+        return struct.pack(f'<{len(values)}b', *values)
+    if fmt == 9:
+        return struct.pack(f'<{len(values)}i', *values)
+    raise ValueError(fmt)
+
+
+def lane_record(value: int, side: int = 0) -> bytes:
+    """One Kulisch lane record for an exact integer value (in lane units)."""
+    if value == 0:
+        return bytes([side, 0, 0])
+    m = abs(value)
+    lo = ((m & -m).bit_length() - 1) // 8
+    hi = (m.bit_length() - 1) // 8
+    mag = (m >> (8 * lo)).to_bytes(hi - lo + 1, 'little')
+    return bytes([side | (SIDE_SIGN if value < 0 else 0), len(mag), lo]) + mag
+
+
+# --------------------------------------------------------------------------
+# Reading values independently of the dissector
+
+def decode_element(fmt: int, b: bytes) -> float:
+    if fmt == 1:
+        return struct.unpack('<f', b)[0]
+    if fmt == 2:
+        return struct.unpack('<e', b)[0]
+    if fmt == 3:
+        return struct.unpack('<f', b'\0\0' + b)[0]
+    if fmt == 8:
+        return struct.unpack('<b', b)[0]
+    if fmt == 9:
+        return struct.unpack('<i', b)[0]
+    ebits, mbits, bias, style = FP8[fmt]
+    x = b[0]
+    s, e, m = x >> 7, (x >> mbits) & ((1 << ebits) - 1), x & ((1 << mbits) - 1)
+    emax = (1 << ebits) - 1
+    if style == 'fnuz' and x == 0x80:
+        return math.nan
+    if style == 'fn' and e == emax and m == (1 << mbits) - 1:
+        return math.nan
+    if style == 'ieee' and e == emax:
+        return math.nan if m else (-math.inf if s else math.inf)
+    v = math.ldexp(m, 1 - bias - mbits) if e == 0 else math.ldexp((1 << mbits) + m, e - bias - mbits)
+    return -v if s else v
+
+
+def parse_lanes(records: bytes, count: int):
+    """Lane records as (side, sign, n, offset, magnitude bytes, record bytes)."""
+    out, at = [], 0
+    for _ in range(count):
+        s, n, off = records[at], records[at + 1], records[at + 2]
+        mag = records[at + 3:at + 3 + n]
+        out.append((s & 0x7F, s >> 7, n, off, mag, records[at:at + 3 + n]))
+        at += 3 + n
+    assert at == len(records)
+    return out
+
+
+def lane_value(dtype: int, side: int, sign: int, off: int, mag: bytes) -> float:
+    if side & SIDE_NAN or (side & SIDE_PINF and side & SIDE_NINF):
+        return math.nan
+    if side & SIDE_PINF:
+        return math.inf
+    if side & SIDE_NINF:
+        return -math.inf
+    if not mag:
+        return -0.0 if side & SIDE_NZERO else 0.0
+    v = math.ldexp(float(int.from_bytes(mag, 'little')), 8 * off + UNIT[dtype])
+    return -v if sign else v
+
+
+def same_value(got: str, want: float, rel: float) -> bool:
+    g = float(got)
+    if math.isnan(want):
+        return math.isnan(g)
+    if want == 0:
+        return g == 0 and math.copysign(1, g) == math.copysign(1, want)
+    if math.isinf(want):
+        return g == want
+    return abs(g - want) <= rel * abs(want)
+
+
+def num(fr: dict, key: str) -> int:
+    return int(fr[key][0], 0)
+
+
+def ints(fr: dict, key: str) -> list[int]:
+    return [int(x, 0) for x in fr.get(key, [])]
+
+
+# --------------------------------------------------------------------------
+# The cross-check: every frame's dissection against prism-gen dump's parse
+
+def check_frame(i: int, fr: dict, d: dict):
+    where = f'frame {i + 1} ({d["refusal"]})'
+    experts = {e for e in ERROR_EXPERTS if e in fr}
+    assert 'prism.magic' in fr, f'{where}: not dissected as PRISM'
+    ip_ok = d['refusal'] != 'ip_bad_checksum'
+    udp_ok = d['refusal'] != 'udp_bad_checksum'
+    # tshark 4.0: checksum status 0 = Bad, 1 = Good, 2 = Unverified.
+    assert num(fr, 'ip.checksum.status') == (1 if ip_ok else 0), where
+    assert num(fr, 'udp.checksum.status') == (1 if udp_ok else 0), where
+
+    if d['refusal'] in ('ip_bad_checksum', 'udp_bad_checksum'):
+        # The corruption is below PRISM: the header itself is fine.
+        assert num(fr, 'prism.magic') == 0x5052 and num(fr, 'prism.version') == 1, where
+        assert not experts, f'{where}: unexpected {experts}'
+        return
+    if d['refusal'] != 'ok':
+        want = REFUSAL_EXPERT.get(d['refusal'])
+        assert want, f'{where}: refusal with no expert mapping'
+        assert experts & want, f'{where}: dissector raised {experts or "nothing"}, expected one of {want}'
+        if d['refusal'] == 'bad_magic':
+            assert num(fr, 'prism.magic') != 0x5052
+        if d['refusal'] == 'bad_version':
+            assert num(fr, 'prism.version') != 1
+        if d['refusal'] == 'bad_kind':
+            assert num(fr, 'prism.kind') not in KIND
+        if d['refusal'] == 'bad_dtype':
+            assert num(fr, 'prism.dtype') not in FORMAT
+        return
+
+    assert not experts, f'{where}: C++ parser accepts it but the dissector raised {experts}: ' \
+                        f'{fr.get("_ws.expert.message")}'
+    assert num(fr, 'prism.magic') == 0x5052 and num(fr, 'prism.version') == 1
+    for k in HEADER_KEYS:
+        assert num(fr, f'prism.{k}') == d[k], f'{where}: prism.{k} = {fr[f"prism.{k}"]}, dump says {d[k]}'
+    flags = d['flags']
+    assert num(fr, 'prism.flags.retransmit') == flags & 1
+    assert num(fr, 'prism.flags.last_chunk') == (flags >> 1) & 1
+    assert num(fr, 'prism.flags.sideband') == (flags >> 2) & 1
+    assert num(fr, 'prism.flags.reserved') == 0
+    assert ('prism.retransmit' in fr) == bool(flags & 1), where
+    kind = d['kind']
+    if kind == 3:
+        st = d['status']
+        assert [num(fr, 'prism.status.overflow'), num(fr, 'prism.status.invalid'),
+                num(fr, 'prism.status.nan_input')] == [st & 1, (st >> 1) & 1, (st >> 2) & 1], where
+        assert ('prism.result_status' in fr) == (st != 0)
+    if kind == 4:
+        assert num(fr, 'prism.nack_reason') == d['status']
+        assert 'prism.nack' in fr
+        assert 'prism.elements' not in fr and 'prism.lane' not in fr
+        return
+    assert 'prism.nack_reason' not in fr
+
+    payload = bytes.fromhex(d['payload'])
+    if d['encoding'] in (1, 2):
+        fmt = d['dtype'] if d['encoding'] == 1 else d['out_dtype']
+        w = FORMAT_BYTES[fmt]
+        assert fr['prism.elements'] == [d['payload']], where
+        assert num(fr, 'prism.elements.count') == d['count']
+        assert num(fr, 'prism.elements.length') == len(payload) == d['count'] * w
+        assert num(fr, 'prism.elements.format') == fmt
+        want = [decode_element(fmt, payload[j:j + w]) for j in range(0, len(payload), w)]
+        key = {1: 'prism.element.fp32', 8: 'prism.element.int8', 9: 'prism.element.int32'}.get(fmt,
+                                                                                                'prism.element.value')
+        got = fr.get(key, [])
+        assert len(got) == d['count'], f'{where}: {len(got)} {key} items for count {d["count"]}'
+        # FT_FLOAT prints 6 significant digits; the bytes above are the exact check.
+        rel = 1e-5 if fmt == 1 else 1e-12
+        bad = [(j, g, v) for j, (g, v) in enumerate(zip(got, want)) if not same_value(g, v, rel)]
+        assert not bad, f'{where}: {fmt} elements differ (index, tshark, expected): {bad[:5]}'
+        for other in {'prism.element.fp32', 'prism.element.int8', 'prism.element.int32',
+                      'prism.element.value'} - {key}:
+            assert other not in fr
+        if flags & 4:
+            assert fr['prism.sideband'] == [d['sideband']], where
+            assert ints(fr, 'prism.sideband.status') == list(bytes.fromhex(d['sideband']))
+        else:
+            assert 'prism.sideband' not in fr and d['sideband'] == ''
+        assert 'prism.first_lane' not in fr
+    else:
+        assert num(fr, 'prism.first_lane') == d['first_lane'], where
+        assert num(fr, 'prism.chunk_lanes') == d['chunk_lanes'], where
+        lanes = parse_lanes(payload, d['count'])
+        assert fr['prism.lane'] == [r[5].hex() for r in lanes], where
+        assert ints(fr, 'prism.lane.index') == list(range(d['first_lane'], d['first_lane'] + d['count']))
+        assert ints(fr, 'prism.lane.side') == [r[0] for r in lanes], where
+        assert ints(fr, 'prism.lane.sign') == [r[1] for r in lanes], where
+        assert ints(fr, 'prism.lane.n') == [r[2] for r in lanes], where
+        assert ints(fr, 'prism.lane.offset') == [r[3] for r in lanes], where
+        assert fr.get('prism.lane.magnitude', []) == [r[4].hex() for r in lanes if r[2]], where
+        vals = [lane_value(d['dtype'], r[0], r[1], r[3], r[4]) for r in lanes]
+        got = fr['prism.lane.value']
+        assert len(got) == len(vals)
+        bad = [(j, g, v) for j, (g, v) in enumerate(zip(got, vals)) if not same_value(g, v, 1e-12)]
+        assert not bad, f'{where}: lane values differ: {bad[:5]}'
+        assert 'prism.elements' not in fr and 'prism.sideband' not in fr
+
+
+def cross_check(pcap: Path) -> tuple[list[dict], list[dict]]:
+    frames = tshark(pcap)
+    dumped = dump(pcap)
+    assert len(frames) == len(dumped) > 0
+    for i, (fr, d) in enumerate(zip(frames, dumped)):
+        check_frame(i, fr, d)
+    return frames, dumped
+
+
+# --------------------------------------------------------------------------
+# prism-gen captures
+
+MALFORMED_KINDS = {'bad_magic', 'bad_version', 'bad_kind', 'bad_dtype', 'ip_bad_checksum', 'udp_bad_checksum',
+                   'payload_length', 'bad_count'}
+
+SCENARIOS = {
+    'fp32-kulisch-faults': ['--dtype', 'fp32', '--policy', 'kulisch', '--elements', '700', '--ops', '2',
+                            '--values', 'specials', '--malformed', '8', '--late-retransmit', '1', '--loss', '0.2'],
+    'fp16-arrival-dup-reorder': ['--dtype', 'fp16', '--out-dtype', 'fp16', '--policy', 'fp32_arrival',
+                                 '--elements', '1000', '--dup', '0.3', '--reorder', '0.3', '--malformed', '8',
+                                 '--late-retransmit', '0.5', '--seed', '3'],
+    'bf16-binomial-saturate': ['--dtype', 'bf16', '--policy', 'fp32_binomial', '--transport', 'rounded',
+                               '--exceptions', 'saturate', '--values', 'specials', '--elements', '900'],
+    'e4m3fn-full': ['--dtype', 'e4m3fn', '--policy', 'kulisch', '--transport', 'auto', '--values', 'full',
+                    '--elements', '1500', '--late-retransmit', '1'],
+    'e4m3fnuz-full': ['--dtype', 'e4m3fnuz', '--policy', 'kulisch', '--values', 'full', '--elements', '600'],
+    'e5m2-full': ['--dtype', 'e5m2', '--out-dtype', 'bf16', '--policy', 'fp32_arrival', '--values', 'full',
+                  '--elements', '600', '--order', 'random'],
+    'e5m2fnuz-full': ['--dtype', 'e5m2fnuz', '--policy', 'kulisch', '--values', 'full', '--elements', '600'],
+    'int8-foreign': ['--dtype', 'int8', '--policy', 'kulisch', '--values', 'full', '--elements', '500',
+                     '--foreign', '3', '--malformed', '4'],
+    'int32-jumbo': ['--dtype', 'int32', '--policy', 'kulisch', '--values', 'full', '--mtu', '9000',
+                    '--elements', '3000', '--op-base', '4294967295'],
+}
+
+
+@pytest.mark.parametrize('name', list(SCENARIOS))
+def test_generated_capture_matches_prism_parser(tmp_path, name):
+    args = SCENARIOS[name]
+    pcap = gen(tmp_path, name, *args)
+    frames, dumped = cross_check(pcap)
+    refusals = {d['refusal'] for d in dumped}
+    if '--malformed' in args:
+        n = int(args[args.index('--malformed') + 1])
+        assert len(refusals - {'ok'}) == min(n, len(MALFORMED_KINDS)), refusals
+        assert refusals - {'ok'} <= MALFORMED_KINDS
+    else:
+        assert refusals == {'ok'}
+    if '--late-retransmit' in args and args[args.index('--late-retransmit') + 1] == '1':
+        assert any(d.get('flags', 0) & 1 for d in dumped), 'no RETRANSMIT frame generated'
+    dtype = FORMAT_CODE[args[args.index('--dtype') + 1]]
+    assert all(num(fr, 'prism.dtype') == dtype for fr, d in zip(frames, dumped) if d['refusal'] != 'bad_dtype')
+
+
+# --------------------------------------------------------------------------
+# The worked example in PROTOCOL.md
+
+def _doc_frames() -> dict[str, bytes]:
+    text = PROTOCOL_MD.read_text()
+    out = {}
+    for title in ('CONTRIB from rank 1', 'RESULT to rank 1'):
+        m = re.search(re.escape(title) + r' \((\d+) bytes\):\s*```\s*\n(.*?)```', text, re.S)
+        assert m, f'PROTOCOL.md has no hex block for {title!r}'
+        b = bytes.fromhex(' '.join(m.group(2).split()))
+        assert len(b) == int(m.group(1)), f'{title}: {len(b)} bytes, the text says {m.group(1)}'
+        out[title] = b
+    return out
+
+
+def test_protocol_md_worked_example(tmp_path):
+    docs = _doc_frames()
+    pcap = write_pcap(tmp_path / 'worked.pcap', [docs['CONTRIB from rank 1'], docs['RESULT to rank 1']])
+    frames = tshark(pcap, fields=FIELDS + ['ip.checksum', 'udp.checksum', 'ip.len', 'udp.length', 'ip.id'])
+    assert len(frames) == 2
+    c, r = frames
+    common = dict(magic=0x5052, version=1, job=7, op=42, chunk=0, sender=1, group=2, count=4, dtype=1, out_dtype=1,
+                  policy=2, transport=2, exceptions=1)
+    for fr in frames:
+        for k, v in common.items():
+            assert num(fr, f'prism.{k}') == v, (k, fr.get(f'prism.{k}'))
+        assert num(fr, 'ip.checksum.status') == 1 and num(fr, 'udp.checksum.status') == 1
+        assert not {e for e in ERROR_EXPERTS if e in fr}
+        assert num(fr, 'prism.flags.last_chunk') == 1 and num(fr, 'prism.flags.retransmit') == 0
+    # CONTRIB: bytes 42-89 per the table.
+    assert (num(c, 'prism.kind'), num(c, 'prism.terms'), num(c, 'prism.encoding')) == (1, 1, 1)
+    assert (num(c, 'prism.flags'), num(c, 'prism.status'), num(c, 'prism.flags.sideband')) == (2, 0, 0)
+    assert (num(c, 'ip.checksum'), num(c, 'udp.checksum'), num(c, 'ip.len'), num(c, 'udp.length')) == \
+        (0x25a2, 0x87e7, 76, 56)
+    assert c['prism.elements'] == ['0000803f000020c000008033e6b1617f']
+    for g, v in zip(c['prism.element.fp32'], [1.0, -2.5, 2.0 ** -24, 3.0e38]):
+        assert same_value(g, v, 1e-5)
+    assert 'prism.sideband' not in c
+    # RESULT: kind 3, terms = group, encoding 2, LAST_CHUNK + SIDEBAND, OVERFLOW, sideband 00 00 00 01.
+    assert (num(r, 'prism.kind'), num(r, 'prism.terms'), num(r, 'prism.encoding')) == (3, 2, 2)
+    assert (num(r, 'prism.flags'), num(r, 'prism.status'), num(r, 'prism.flags.sideband')) == (6, 1, 1)
+    assert (num(r, 'prism.status.overflow'), num(r, 'prism.status.invalid'), num(r, 'prism.status.nan_input')) == \
+        (1, 0, 0)
+    assert (num(r, 'ip.checksum'), num(r, 'udp.checksum'), num(r, 'ip.len'), num(r, 'udp.length'),
+            num(r, 'ip.id')) == (0x259d, 0x0b8a, 80, 60, 2)
+    for g, v in zip(r['prism.element.fp32'], [1.5, -5.0, 2.0 ** -23, math.inf]):
+        assert same_value(g, v, 1e-5)
+    assert len(r['prism.element.fp32']) == 4
+    assert r['prism.sideband'] == ['00000001']
+    assert ints(r, 'prism.sideband.status') == [0, 0, 0, 1]
+    assert 'prism.result_status' in r
+    # And PRISM's own parser reads the same bytes the same way.
+    if GEN.is_file():
+        cross_check(pcap)
+
+
+# --------------------------------------------------------------------------
+# scapy-built frames: RESULT with sideband, NACKs, Kulisch partials
+
+def test_result_and_partial_with_sideband(tmp_path):
+    nan, inf = math.nan, math.inf
+    vals16 = [1.5, nan, inf, 65504.0, -0.0, 2.0 ** -24]
+    side16 = [0, 4, 1, 0, 0, 2]
+    frames = [
+        # RESULT fp16 out with sideband: NAN_INPUT | OVERFLOW | INVALID
+        frame(header(3, dtype=3, out_dtype=2, group=4, terms=4, count=6, encoding=2, flags=6, status=7)
+              + encode_elements(2, vals16) + bytes(side16)),
+        # RESULT int32 out, no flags, retransmitted (a retained result), VLAN tagged
+        frame(header(3, dtype=8, out_dtype=9, terms=4, count=3, encoding=2, flags=1, status=0)
+              + encode_elements(9, [-2147483648, 0, 2147483647]), vlan=5),
+        # PARTIAL encoding 2 (rounded) with a sideband, fp32 out
+        frame(header(2, sender=2, dtype=1, out_dtype=1, terms=3, count=2, encoding=2, transport=1, policy=1,
+                     flags=4) + encode_elements(1, [3.4e38, -1.0]) + bytes([1, 0])),
+        # RESULT fp32 with status but no sideband, and SATURATE
+        frame(header(3, count=1, terms=4, encoding=2, exceptions=2, status=1, flags=2)
+              + encode_elements(1, [3.4028234663852886e38])),
+    ]
+    pcap = write_pcap(tmp_path / 'result.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * 4
+    r = tsf[0]
+    assert ints(r, 'prism.sideband.status') == side16
+    assert [num(r, k) for k in ('prism.status.overflow', 'prism.status.invalid', 'prism.status.nan_input')] == \
+        [1, 1, 1]
+    assert 'prism.retransmit' in tsf[1] and num(tsf[1], 'prism.flags.retransmit') == 1
+    pd = tshark_pdml(pcap)
+    show = ' | '.join(pd[0]['prism.status'] + pd[0]['prism.flags'])
+    assert 'OVERFLOW' in show and 'INVALID' in show and 'NAN_INPUT' in show and 'SIDEBAND' in show
+    assert any('NAN_INPUT' in s for s in pd[0]['prism.sideband.status'])
+
+
+def test_every_small_format_code(tmp_path):
+    """All 256 codes of each fp8 format and int8, and fp16/bf16 specials, subnormals and extremes: NaN and Inf
+    encodings differ per format (ARITHMETIC.md), and generated traffic never carries specials in every format."""
+    frames = []
+    for fmt in (4, 5, 6, 7, 8):
+        frames.append(frame(header(1, count=256, dtype=fmt, out_dtype=1) + bytes(range(256))))
+    for fmt in (2, 3):
+        codes = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0x7BFF, 0x7C00, 0xFC00, 0x7C01, 0x7E00,
+                 0xFFFF, 0x7F80, 0xFF80, 0x7FC0, 0x0080, 0x007F, 0x7F7F, 0xC000]
+        frames.append(frame(header(3, count=len(codes), dtype=fmt, out_dtype=fmt, terms=4, encoding=2)
+                            + struct.pack(f'<{len(codes)}H', *codes)))
+    f32 = [0x00000000, 0x80000000, 0x00000001, 0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00800000]
+    frames.append(frame(header(1, count=len(f32)) + struct.pack(f'<{len(f32)}I', *f32)))
+    pcap = write_pcap(tmp_path / 'codes.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * len(frames)
+    nans = [sum(math.isnan(float(x)) for x in f['prism.element.value']) for f in tsf[:4]]
+    assert nans == [2, 1, 6, 1]  # e4m3fn S.1111.111; fnuz 0x80 only; e5m2 IEEE (2 x 3 NaNs); fnuz 0x80
+    infs = [sum(math.isinf(float(x)) for x in f['prism.element.value']) for f in tsf[:4]]
+    assert infs == [0, 0, 2, 0]
+    assert [int(x) for x in tsf[4]['prism.element.int8']] == [b - 256 if b > 127 else b for b in range(256)]
+
+
+def test_nack_reasons(tmp_path):
+    frames = [frame(header(4, sender=1, group=4, terms=0, count=0, dtype=2, encoding=1, status=code))
+              for code in NACK_REASON]
+    # A NACK echoes the refused packet's descriptor, valid or not.
+    frames.append(frame(header(4, terms=0, count=0, dtype=0x42, out_dtype=0, policy=9, encoding=7, transport=0,
+                               exceptions=5, status=4)))
+    frames.append(frame(header(4, terms=0, count=0, status=9)))   # unknown reason
+    frames.append(frame(header(4, terms=0, count=3, status=1)))   # a NACK carries count 0
+    frames.append(frame(header(4, terms=0, count=0, status=2) + b'\x01\x02'))  # and an empty body
+    pcap = write_pcap(tmp_path / 'nack.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * 8 + ['bad_nack_reason', 'bad_count', 'payload_length']
+    assert [num(f, 'prism.nack_reason') for f in tsf[:7]] == list(NACK_REASON)
+    assert num(tsf[7], 'prism.dtype') == 0x42 and num(tsf[7], 'prism.encoding') == 7
+    pd = tshark_pdml(pcap)
+    for p, (code, name) in zip(pd, NACK_REASON.items()):
+        assert p['prism.kind'] == ['Kind: NACK (4)']
+        assert p['prism.nack_reason'][0].startswith(f'NACK reason: {name} ({code})'), p['prism.nack_reason']
+        assert p['prism.status'][0].startswith(f'Status: 0x{code:02x}')
+    for text in ('malformed', 'unknown job', 'not a member', 'descriptor mismatch', 'accumulator too narrow',
+                 'no free slot', 'result expired'):
+        assert any(text in s for p in pd[:7] for s in p['prism.nack_reason']), text
+
+
+KULISCH_LANES = [  # (exact value in lane units, sideband)
+    (0, 0),
+    (3 << 148, 0),                       # fp32 1.5
+    (-(5 << 148), 0),                    # fp32 -2.5
+    (0, SIDE_NAN),
+    (0, SIDE_NZERO),
+    (0, SIDE_PINF),
+    (0, SIDE_NINF),
+    (0, SIDE_PINF | SIDE_NINF),
+    ((2 ** 24 - 1) * 65535 << 253 | 1, 0),  # n = 37: the worst case in PROTOCOL.md
+    (1, 0),                              # 2^-149
+    (-(0x1234 << 80), SIDE_INVALID),
+    (7 << 200, SIDE_OVERFLOW),
+]
+
+
+def test_kulisch_partial_fragments(tmp_path):
+    recs = [lane_record(v, s) for v, s in KULISCH_LANES]
+    assert len(recs[8]) == 3 + 37
+    n1 = 7
+    frag1 = struct.pack('>HH', 0, 300) + b''.join(recs[:n1])
+    frag2 = struct.pack('>HH', 288, 300) + b''.join(recs[n1:])
+    int_lanes = [lane_record(v) for v in (-123456789, 0, 2 ** 40, -(2 ** 300))]
+    fp16_lanes = [lane_record(v) for v in (1, -(1 << 24), 65504 << 24)]
+    frames = [
+        frame(header(2, sender=2, group=8, terms=4, count=n1, encoding=3) + frag1),
+        frame(header(2, sender=2, group=8, terms=4, count=len(recs) - n1, encoding=3, flags=2) + frag2),
+        frame(header(2, sender=3, terms=2, count=4, dtype=9, out_dtype=9, encoding=3, transport=3, flags=1)
+              + struct.pack('>HH', 10, 14) + b''.join(int_lanes)),
+        frame(header(2, sender=3, terms=1, count=3, dtype=2, out_dtype=2, encoding=3)
+              + struct.pack('>HH', 0, 3) + b''.join(fp16_lanes)),
+    ]
+    pcap = write_pcap(tmp_path / 'kulisch.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * 4
+    f1, f2 = tsf[0], tsf[1]
+    assert (num(f1, 'prism.first_lane'), num(f1, 'prism.chunk_lanes')) == (0, 300)
+    assert (num(f2, 'prism.first_lane'), num(f2, 'prism.chunk_lanes')) == (288, 300)
+    assert ints(f2, 'prism.lane.index') == list(range(288, 288 + len(recs) - n1))
+    assert ints(f1, 'prism.lane.n') == [0, 1, 1, 0, 0, 0, 0]
+    assert ints(f1, 'prism.lane.offset') == [0, 18, 18, 0, 0, 0, 0]
+    assert ints(f1, 'prism.lane.sign') == [0, 0, 1, 0, 0, 0, 0]
+    assert ints(f1, 'prism.lane.side') == [0, 0, 0, SIDE_NAN, SIDE_NZERO, SIDE_PINF, SIDE_NINF]
+    assert [float(x) for x in f1['prism.lane.value'][:3]] == [0.0, 1.5, -2.5]
+    assert ints(f2, 'prism.lane.n')[:3] == [0, 37, 1]
+    for g, v in zip(tsf[2]['prism.lane.value'], [-123456789.0, 0.0, 2.0 ** 40, -(2.0 ** 300)]):
+        assert same_value(g, v, 1e-12)
+    assert len(tsf[3]['prism.lane.value']) == 3
+    for g, v in zip(tsf[3]['prism.lane.value'], [2.0 ** -24, -1.0, 65504.0]):
+        assert same_value(g, v, 1e-12)
+    pd = tshark_pdml(pcap)
+    assert pd[0]['prism.encoding'] == ['Encoding: Kulisch partial (3)']
+    assert any('NEG_ZERO_ONLY: True' in s for s in pd[0]['prism.lane.side.neg_zero_only'])
+    assert any('negative' in s for s in pd[0]['prism.lane.sign'])
+
+
+def test_malformed_frames_raise_expert_info(tmp_path):
+    good = [lane_record(3 << 148), lane_record(-1)]
+    frag = struct.pack('>HH', 0, 8)
+
+    def partial(records: bytes, count=2, flags=0, first=0, lanes=8):
+        return frame(header(2, terms=2, count=count, encoding=3, flags=flags) + struct.pack('>HH', first, lanes)
+                     + records)
+
+    cases = [  # (frame, prism-gen dump's refusal)
+        (partial(bytes([0, 1, 47, 1]) + good[1]), 'bad_partial'),                  # n + offset = 48
+        (partial(bytes([0, 2, 3, 1, 0]) + good[1]), 'bad_partial'),                # last magnitude byte 0
+        (partial(bytes([0, 2, 3, 0, 1]) + good[1]), 'bad_partial'),                # first magnitude byte 0
+        (partial(bytes([SIDE_SIGN, 0, 0]) + good[1]), 'bad_partial'),              # zero with a sign
+        (partial(bytes([0, 0, 4]) + good[1]), 'bad_partial'),                      # zero with an offset
+        (partial(bytes([SIDE_NAN, 1, 0, 5]) + good[1]), 'bad_partial'),            # special with a magnitude
+        (partial(bytes([0x40, 0, 0]) + good[1]), 'bad_partial'),                   # reserved sideband bit
+        (partial(b''.join(good), count=3), 'payload_length'),                      # ends inside the records
+        (partial(good[0] + good[1][:3]), 'payload_length'),                        # record cut short
+        (partial(b''.join(good) + b'\0'), 'payload_length'),                       # trailing byte
+        (partial(b''.join(good), first=7, lanes=8), 'bad_fragment'),               # 7 + 2 > 8 lanes
+        (partial(b''.join(good), lanes=0), 'bad_fragment'),
+        (partial(b''.join(good), flags=4), 'bad_flags'),                           # SIDEBAND on encoding 3
+        (frame(header(2, terms=2, count=1, encoding=3) + b'\0\0'), 'payload_length'),  # no fragment header
+        (frame(header(1, count=1, flags=0x08) + bytes(4)), 'bad_flags'),
+        (frame(header(1, count=1, group=0) + bytes(4)), 'bad_group'),
+        (frame(header(1, count=1, terms=2) + bytes(4)), 'bad_terms'),
+        (frame(header(3, count=1, group=4, terms=3, encoding=2) + bytes(4)), 'bad_terms'),
+        (frame(header(2, count=1, group=4, terms=5, encoding=2) + bytes(4)), 'bad_terms'),
+        (frame(header(1, count=1, encoding=2) + bytes(4)), 'bad_encoding'),
+        (frame(header(3, count=1, terms=4, encoding=3) + frag + good[0]), 'bad_encoding'),
+        (frame(header(2, count=1, terms=1, encoding=1) + bytes(4)), 'bad_encoding'),
+        (frame(header(1, count=1, encoding=4) + bytes(4)), 'bad_encoding'),
+        (frame(header(1, count=1, out_dtype=10) + bytes(4)), 'bad_out_dtype'),
+        (frame(header(1, count=1, policy=0) + bytes(4)), 'bad_policy'),
+        (frame(header(1, count=1, transport=4) + bytes(4)), 'bad_transport'),
+        (frame(header(1, count=1, exceptions=3) + bytes(4)), 'bad_exceptions'),
+        (frame(header(1, count=2, flags=4) + bytes(8) + b'\x01'), 'payload_length'),  # sideband cut short
+        (frame(header(3, count=2, terms=4, encoding=2, dtype=4, out_dtype=2) + bytes(3)), 'payload_length'),
+        (frame(header(1, count=1)[:20]), 'short_header'),
+        (frame(header(1, count=1, magic=0x5053) + bytes(4)), 'bad_magic'),
+        (frame(header(1, count=1, version=2) + bytes(4)), 'bad_version'),
+        (frame(header(0, count=1) + bytes(4)), 'bad_kind'),
+    ]
+    pcap = write_pcap(tmp_path / 'malformed.pcap', [c[0] for c in cases])
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == [c[1] for c in cases]
+    # Every frame is still dissected as far as it goes, and flagged.
+    assert all({e for e in ERROR_EXPERTS if e in f} for f in tsf)
+
+
+def test_rules_the_cxx_parser_does_not_enforce(tmp_path):
+    """PROTOCOL.md says these must be 0 (or equal); lib/proto/packet.cpp accepts them. The dissector follows
+    PROTOCOL.md and flags them, without refusing to decode."""
+    frames = [
+        frame(header(1, count=1, status=1) + bytes(4)),                         # status on a CONTRIB
+        frame(header(3, count=1, terms=4, encoding=2, status=0x10) + bytes(4)),  # reserved RESULT status bit
+        frame(header(4, count=0, terms=2, status=3)),                            # NACK terms must be 0
+        frame(header(3, count=1, terms=4, encoding=2, flags=4) + bytes(4) + b'\x20'),  # reserved sideband bit
+    ]
+    pcap = write_pcap(tmp_path / 'lax.pcap', frames)
+    assert [d['refusal'] for d in dump(pcap)] == ['ok'] * 4
+    tsf = tshark(pcap)
+    assert 'prism.bad_status' in tsf[0]
+    assert 'prism.bad_status' in tsf[1]
+    assert 'prism.bad_terms' in tsf[2]
+    assert 'prism.bad_status' in tsf[3]
+    assert num(tsf[3], 'prism.sideband.status') == 0x20
+
+
+def test_value_strings_for_every_code(tmp_path):
+    frames = []
+    for i in range(9):
+        code = i + 1
+        out = (i + 3) % 9 + 1
+        frames.append(frame(header(1, count=1, dtype=code, out_dtype=out, policy=i % 3 + 1, transport=(i + 1) % 3 + 1,
+                                   exceptions=i % 2 + 1, flags=2 if i % 2 else 1)
+                            + bytes(FORMAT_BYTES[code])))
+    pcap = write_pcap(tmp_path / 'codes.pcap', frames)
+    pd = tshark_pdml(pcap)
+    for i, p in enumerate(pd):
+        code, out = i + 1, (i + 3) % 9 + 1
+        assert p['prism.kind'] == ['Kind: CONTRIB (1)']
+        assert p['prism.dtype'][0].endswith(f': {FORMAT[code]} ({code})'), p['prism.dtype']
+        assert p['prism.out_dtype'][0].endswith(f': {FORMAT[out]} ({out})'), p['prism.out_dtype']
+        assert p['prism.policy'][0].endswith(f': {POLICY[i % 3 + 1]} ({i % 3 + 1})')
+        assert p['prism.transport'][0].endswith(f': {TRANSPORT[(i + 1) % 3 + 1]} ({(i + 1) % 3 + 1})')
+        assert p['prism.exceptions'][0].endswith(f': {EXCEPTIONS[i % 2 + 1]} ({i % 2 + 1})')
+        assert p['prism.encoding'] == ['Encoding: elements in dtype (1)']
+        flag = 'LAST_CHUNK' if i % 2 else 'RETRANSMIT'
+        assert any(s.endswith(f'{flag}: True') for s in p[f'prism.flags.{flag.lower()}'])
+    tsf = tshark(pcap)
+    assert [num(f, 'prism.dtype') for f in tsf] == list(range(1, 10))
+
+
+def test_port_preference_and_heuristic(tmp_path):
+    body = header(1, count=1) + struct.pack('<f', 2.5)
+    pcap = write_pcap(tmp_path / 'port.pcap', [frame(body, sport=30000, dport=30000)])
+    assert 'prism.job' not in tshark(pcap)[0]
+    f = tshark(pcap, '-o', f'{PROTO}.udp_port:30000')[0]
+    assert num(f, 'prism.job') == 7 and [float(x) for x in f['prism.element.fp32']] == [2.5]
+    assert num(f, 'udp.checksum.status') == 1
+    f = tshark(pcap, '-o', f'{PROTO}.heuristic:TRUE')[0]
+    assert num(f, 'prism.job') == 7
+    # Port 20562 is no longer PRISM's once the preference moves it.
+    pcap2 = write_pcap(tmp_path / 'port2.pcap', [frame(body)])
+    assert 'prism.job' not in tshark(pcap2, '-o', f'{PROTO}.udp_port:30000')[0]
+    assert num(tshark(pcap2)[0], 'prism.job') == 7
+    assert dump(pcap, port=30000)[0]['refusal'] == 'ok'
