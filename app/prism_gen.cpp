@@ -387,13 +387,14 @@ int cmd_write(const cli::Args& a) {
         std::swap(pkts[i], pkts[i + 1 + rng() % (pkts.size() - i - 1)]);
         ++stats["reordered"];
       }
-  // The order in which each chunk's first genuine copies arrive (FP32_ARRIVAL's order at a single switch).
+  // The order in which each chunk's first copies arrive, whatever kind of copy
+  // (original, duplicate, retransmit): FP32_ARRIVAL's order at a single switch.
   for (auto& op_arr : arrival)
     for (auto& c : op_arr) c.clear();
   {
     std::map<std::tuple<uint32_t, uint32_t, int>, bool> seen;
     for (const auto& p : pkts) {
-      if (p.rank < 0 || !p.counts) continue;
+      if (p.rank < 0) continue;
       if (seen[{p.op, p.chunk, p.rank}]) continue;
       seen[{p.op, p.chunk, p.rank}] = true;
       arrival[p.op - op_base][p.chunk].push_back(uint16_t(p.rank));
@@ -414,6 +415,11 @@ int cmd_write(const cli::Args& a) {
     for (const auto& p : pkts) w.at({p.sw->id, p.port})->write(p.frame, usec++);
   }
   if (!merged.empty()) {
+    if (const fs::path dir = fs::path(merged).parent_path(); !dir.empty()) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) cli::fail("cannot create " + dir.string() + ": " + ec.message());
+    }
     PcapWriter m(merged);
     usec = 1;
     for (const auto& p : pkts) m.write(p.frame, usec++);

@@ -32,7 +32,7 @@ enum class PartialError : uint8_t {
 const char* describe(PartialError e);
 
 inline constexpr size_t kLaneHeader = 3;
-inline constexpr size_t kMaxLaneBytes = kLaneHeader + 48;
+inline constexpr size_t kMaxLaneBytes = kLaneHeader + 47;
 
 size_t kulisch_lane_size(const LaneExact& l);
 // Writes one lane record; `out` must hold kulisch_lane_size(l) bytes.

@@ -27,8 +27,10 @@ class Reader {
   // Refuses keys other than `allowed` (catches typos).
   void only(const YAML::Node& map, const std::string& key, std::initializer_list<const char*> allowed) const {
     if (!map.IsMap()) fail(map, key, "expected a mapping of keys to values");
+    std::set<std::string> seen;
     for (const auto& kv : map) {
       const std::string k = kv.first.as<std::string>();
+      if (!seen.insert(k).second) fail(kv.first, key.empty() ? k : key + "." + k, "given twice: keep one");
       if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; })) {
         std::string valid;
         for (const char* a : allowed) valid += std::string(valid.empty() ? "" : ", ") + a;

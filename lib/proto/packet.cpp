@@ -68,7 +68,8 @@ const char* name(Refusal r) {
       "ip_fragment",  "not_udp",       "udp_bad_length",  "udp_bad_checksum", "wrong_port",     "short_header",
       "bad_magic",    "bad_version",   "bad_kind",        "bad_dtype",      "bad_out_dtype",    "bad_policy",
       "bad_encoding", "bad_transport", "bad_exceptions",  "bad_flags",      "bad_group",        "bad_terms",
-      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",    "bad_nack_reason"};
+      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",    "bad_nack_reason",  "bad_status",
+      "bad_sideband"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Refusal::kCount));
   return size_t(r) < size_t(Refusal::kCount) ? kNames[size_t(r)] : "?";
 }
@@ -176,6 +177,8 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
     h.transport = Transport(p[28]);
     h.exceptions = Exceptions(p[29]);
     if (h.status < 1 || h.status > 7) return Refusal::BAD_NACK_REASON;
+    if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
+    if (h.terms != 0) return Refusal::BAD_TERMS;
     if (h.count != 0) return Refusal::BAD_COUNT;
     if (blen != 0) return Refusal::PAYLOAD_LENGTH;
     *out = r;
@@ -201,10 +204,12 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   h.exceptions = *ex;
   if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
   if (h.group == 0) return Refusal::BAD_GROUP;
+  if (h.status & (h.kind == Kind::RESULT ? ~uint8_t(7) : 0xFF)) return Refusal::BAD_STATUS;
   switch (h.kind) {
     case Kind::CONTRIB:
       if (h.encoding != Encoding::DTYPE) return Refusal::BAD_ENCODING;
       if (h.terms != 1) return Refusal::BAD_TERMS;
+      if (h.flags & hflag::SIDEBAND) return Refusal::BAD_FLAGS;  // a contribution has no flags to report
       break;
     case Kind::PARTIAL:
       if (h.encoding == Encoding::DTYPE) return Refusal::BAD_ENCODING;
@@ -245,6 +250,8 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
     r.payload = body;
     r.payload_len = eb;
     r.sideband = sb ? body + eb : nullptr;
+    for (size_t i = 0; i < sb; ++i)
+      if (r.sideband[i] & ~uint8_t(7)) return Refusal::BAD_SIDEBAND;
     r.chunk_lanes = h.count;
   }
   *out = r;

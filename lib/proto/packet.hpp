@@ -47,6 +47,8 @@ enum class Refusal : uint8_t {
   BAD_FRAGMENT,        // Kulisch partial fragment header out of range
   BAD_PARTIAL,         // a lane record is malformed
   BAD_NACK_REASON,     // a NACK whose status is not a known reason
+  BAD_STATUS,          // status bits a kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)
+  BAD_SIDEBAND,        // a sideband byte with bits 3-7 set
   kCount
 };
 const char* name(Refusal r);
@@ -70,7 +72,8 @@ struct Parsed {
   uint16_t chunk_lanes = 0;          // encoding 3: lanes in the whole chunk; else count
 };
 
-// Parses one frame. `port` is the UDP destination port PRISM listens on.
+// Parses one frame. `port` is the UDP destination port of the receiver: the
+// switch's port (20562 by default), or a rank's own port for RESULTs and NACKs.
 // `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true);
 

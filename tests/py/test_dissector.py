@@ -690,7 +690,8 @@ def test_malformed_frames_raise_expert_info(tmp_path):
         (frame(header(1, count=1, policy=0) + bytes(4)), 'bad_policy'),
         (frame(header(1, count=1, transport=4) + bytes(4)), 'bad_transport'),
         (frame(header(1, count=1, exceptions=3) + bytes(4)), 'bad_exceptions'),
-        (frame(header(1, count=2, flags=4) + bytes(8) + b'\x01'), 'payload_length'),  # sideband cut short
+        (frame(header(3, count=2, terms=4, encoding=2, flags=4) + bytes(8) + b'\x01'), 'payload_length'),  # sideband cut short
+        (frame(header(1, count=2, flags=4) + bytes(8) + bytes(2)), 'bad_flags'),    # SIDEBAND on a CONTRIB
         (frame(header(3, count=2, terms=4, encoding=2, dtype=4, out_dtype=2) + bytes(3)), 'payload_length'),
         (frame(header(1, count=1)[:20]), 'short_header'),
         (frame(header(1, count=1, magic=0x5053) + bytes(4)), 'bad_magic'),
@@ -704,9 +705,9 @@ def test_malformed_frames_raise_expert_info(tmp_path):
     assert all({e for e in ERROR_EXPERTS if e in f} for f in tsf)
 
 
-def test_rules_the_cxx_parser_does_not_enforce(tmp_path):
-    """PROTOCOL.md says these must be 0 (or equal); lib/proto/packet.cpp accepts them. The dissector follows
-    PROTOCOL.md and flags them, without refusing to decode."""
+def test_rules_both_enforce(tmp_path):
+    """PROTOCOL.md says these must be 0 (or equal): the C++ parser refuses them with its own reasons and
+    the dissector flags them, without refusing to decode."""
     frames = [
         frame(header(1, count=1, status=1) + bytes(4)),                         # status on a CONTRIB
         frame(header(3, count=1, terms=4, encoding=2, status=0x10) + bytes(4)),  # reserved RESULT status bit
@@ -714,7 +715,7 @@ def test_rules_the_cxx_parser_does_not_enforce(tmp_path):
         frame(header(3, count=1, terms=4, encoding=2, flags=4) + bytes(4) + b'\x20'),  # reserved sideband bit
     ]
     pcap = write_pcap(tmp_path / 'lax.pcap', frames)
-    assert [d['refusal'] for d in dump(pcap)] == ['ok'] * 4
+    assert [d['refusal'] for d in dump(pcap)] == ['bad_status', 'bad_status', 'bad_terms', 'bad_sideband']
     tsf = tshark(pcap)
     assert 'prism.bad_status' in tsf[0]
     assert 'prism.bad_status' in tsf[1]

@@ -621,6 +621,9 @@ local function dissect(tvb, pinfo, tree)
   if band(flags, 0xF8) ~= 0 then
     ft:add_proto_expert_info(ef.bad_flags, string.format("Reserved flag bits set: 0x%02x", band(flags, 0xF8)))
   end
+  if band(flags, FLAG_SIDEBAND) ~= 0 and kind == KIND_CONTRIB then
+    ft:add_proto_expert_info(ef.bad_flags, "SIDEBAND is not allowed on a CONTRIB (it has no flags to report)")
+  end
   if band(flags, FLAG_SIDEBAND) ~= 0 and encoding == ENC_KULISCH and kind ~= KIND_NACK then
     ft:add_proto_expert_info(ef.bad_flags, "SIDEBAND is not allowed on a Kulisch partial (lane records carry their own)")
   end
