@@ -1,0 +1,86 @@
+#include "switch/directory.hpp"
+
+namespace prism::sw {
+
+const char* name(Drop d) {
+  static const char* const kNames[] = {"malformed",           "not_for_us", "unknown_source", "unknown_job",
+                                       "not_a_member",        "spoofed",    "wrong_kind",     "not_allowed",
+                                       "descriptor_mismatch", "too_narrow", "no_free_slot",   "duplicate",
+                                       "result_expired",      "late",       "bad_partial",    "stale_result"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Drop::kCount));
+  return size_t(d) < size_t(Drop::kCount) ? kNames[size_t(d)] : "?";
+}
+
+Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
+  for (const auto& jc : cfg.jobs) {
+    Job j;
+    j.cfg = &jc;
+    j.member_of_rank.assign(jc.group, -1);
+    uint16_t max_child = 0;
+    for (const auto& c : jc.children) max_child = std::max(max_child, c.id);
+    j.child_of_id.assign(jc.children.empty() ? 0 : size_t(max_child) + 1, -1);
+    for (const auto& m : jc.members) {
+      j.member_of_rank[m.rank] = int32_t(j.members.size());
+      j.members.push_back(Member{jc.id, m.rank, m.port, m.addr, 1, false});
+      addrs_[key(m.addr)] = 1;
+    }
+    for (const auto& c : jc.children) {
+      j.child_of_id[c.id] = int32_t(j.children.size());
+      j.children.push_back(Member{jc.id, c.id, c.port, c.addr, c.ranks, true});
+      addrs_[key(c.addr)] = 1;
+    }
+    if (jc.formats.empty()) j.format_mask = ~0u;
+    for (Format f : jc.formats) j.format_mask |= 1u << uint8_t(f);
+    if (jc.policies.empty()) j.policy_mask = ~0u;
+    for (Policy p : jc.policies) j.policy_mask |= 1u << uint8_t(p);
+    jobs_.emplace(jc.id, std::move(j));
+  }
+  if (cfg.parent) addrs_[key(cfg.parent->addr)] = 1;
+}
+
+wire::Endpoint Directory::self(uint16_t port) const {
+  const PortConfig* p = cfg_.port(port);
+  wire::Endpoint e;
+  if (p) {
+    e.mac = p->mac;
+    e.ip = p->ip;
+  }
+  e.port = cfg_.udp_port;
+  return e;
+}
+
+Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
+  Verdict v;
+  v.nack = dir.registered(p.src);
+  const auto fail = [&](Drop d) {
+    v.why = d;
+    return v;
+  };
+  if (p.h.kind == wire::Kind::NACK) return fail(Drop::WRONG_KIND);  // switches never take NACKs
+  v.job = dir.job(p.h.job);
+  if (p.h.kind == wire::Kind::RESULT) {
+    v.nack = false;  // never answer a RESULT
+    if (!dir.is_parent(p.src) || dir.config().parent->addr.mac != p.src.mac) return fail(Drop::UNKNOWN_SOURCE);
+    if (!v.job) return fail(Drop::UNKNOWN_JOB);
+    v.from_parent = true;
+    v.ok = true;
+    return v;
+  }
+  if (!v.job) return fail(v.nack ? Drop::UNKNOWN_JOB : Drop::UNKNOWN_SOURCE);
+  const Member* m = nullptr;
+  if (p.h.kind == wire::Kind::CONTRIB) {
+    if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
+      m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
+  } else {  // PARTIAL
+    if (p.h.sender < v.job->child_of_id.size() && v.job->child_of_id[p.h.sender] >= 0)
+      m = &v.job->children[size_t(v.job->child_of_id[p.h.sender])];
+  }
+  if (!m) return fail(v.nack ? Drop::NOT_A_MEMBER : Drop::UNKNOWN_SOURCE);
+  if (m->addr.ip != p.src.ip || m->addr.port != p.src.port || m->addr.mac != p.src.mac || m->port != in_port)
+    return fail(v.nack ? Drop::SPOOFED : Drop::UNKNOWN_SOURCE);
+  v.member = m;
+  v.ok = true;
+  return v;
+}
+
+}  // namespace prism::sw

@@ -1,0 +1,478 @@
+#include "switch/reducer.hpp"
+
+#include <algorithm>
+
+namespace prism::sw {
+namespace {
+
+class MapIndex final : public SlotIndex {
+ public:
+  int32_t find(const SlotKey& k) const override {
+    auto it = m_.find(k);
+    return it == m_.end() ? -1 : it->second;
+  }
+  bool insert(const SlotKey& k, int32_t slot) override { return m_.emplace(k, slot).second; }
+  void erase(const SlotKey& k) override { m_.erase(k); }
+
+ private:
+  std::unordered_map<SlotKey, int32_t, SlotKeyHash> m_;
+};
+
+constexpr size_t kTombstones = 1 << 16;  // recently expired keys, for RESULT_EXPIRED
+
+bool test_set(std::vector<uint64_t>& bits, uint32_t i) {
+  uint64_t& w = bits[i >> 6];
+  const uint64_t m = uint64_t(1) << (i & 63);
+  const bool was = w & m;
+  w |= m;
+  return was;
+}
+
+uint8_t side_from_status(uint8_t st) {
+  return uint8_t(((st & flag::OVERFLOW) ? side::OVERFLOW : 0) | ((st & flag::INVALID) ? side::INVALID : 0) |
+                 ((st & flag::NAN_INPUT) ? side::NAN_INPUT : 0));
+}
+
+}  // namespace
+
+std::unique_ptr<SlotIndex> make_map_index() { return std::make_unique<MapIndex>(); }
+
+struct Reducer::Slot {
+  int32_t self = -1;  // index in slots_
+  SlotKey key{};
+  State state = State::FREE;
+  uint32_t generation = 0;
+  const Job* job = nullptr;
+  wire::Header desc;  // the op's descriptor, fixed by the first packet
+  uint32_t lanes = 0;
+  std::unique_ptr<Accumulator> acc;
+  OpDesc acc_desc;
+  std::vector<uint64_t> ranks_seen, children_seen;
+  // Kulisch fragments of each child's partial, staged until all its lanes are in.
+  std::vector<std::vector<LaneExact>> staged;
+  std::vector<std::vector<uint64_t>> staged_seen;
+  std::vector<uint32_t> staged_count;
+  uint32_t terms = 0, expected = 0;
+  uint64_t t_open = 0, t_done = 0;
+  std::shared_ptr<std::vector<uint8_t>> result_body;
+  wire::Header result_h;
+};
+
+Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
+    : dir_(dir), index_(std::move(index)), mtu_(mtu) {
+  slots_.reserve(slots);
+  for (uint32_t i = 0; i < slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->self = int32_t(i);
+  }
+  for (int32_t i = int32_t(slots) - 1; i >= 0; --i) free_.push_back(i);
+  for (const auto& j : dir.config().jobs) jobs_[j.id];
+}
+
+Reducer::~Reducer() = default;
+
+size_t Reducer::bytes_per_slot_estimate() const {
+  size_t b = sizeof(Slot);
+  for (const auto& s : slots_)
+    if (s->acc) return b + s->acc->bytes_per_lane() * s->lanes + (s->ranks_seen.size() + s->children_seen.size()) * 8;
+  return b;
+}
+
+std::vector<Reducer::Open> Reducer::open_slots() const {
+  std::vector<Open> v;
+  for (const auto& s : slots_)
+    if (s->state == State::OPEN || s->state == State::WAIT_PARENT) v.push_back({s->key, s->terms, s->expected});
+  return v;
+}
+
+Reducer::Slot* Reducer::find(const SlotKey& k) {
+  const int32_t i = index_->find(k);
+  return i < 0 ? nullptr : slots_[size_t(i)].get();
+}
+
+void Reducer::nack(const wire::Parsed& p, wire::NackReason r, uint16_t port, Sink& out) {
+  static const auto kEmpty = std::make_shared<const std::vector<uint8_t>>();
+  Out o;
+  o.port = port;
+  o.src = dir_.self(port);
+  o.dst = p.src;
+  o.h = p.h;
+  o.h.kind = wire::Kind::NACK;
+  o.h.sender = dir_.config().id;
+  o.h.terms = 0;
+  o.h.count = 0;
+  o.h.flags = 0;
+  o.h.status = uint8_t(r);
+  o.body = kEmpty;
+  out.send(std::move(o));
+  ++stats_.nacks_sent;
+}
+
+void Reducer::refuse(const wire::Parsed* p, Drop why, bool may_nack, uint16_t in_port, Sink& out) {
+  drop(why);
+  if (!p || !may_nack) return;
+  wire::NackReason r;
+  switch (why) {
+    case Drop::MALFORMED: r = wire::NackReason::MALFORMED; break;
+    case Drop::UNKNOWN_JOB: r = wire::NackReason::UNKNOWN_JOB; break;
+    case Drop::NOT_A_MEMBER:
+    case Drop::SPOOFED: r = wire::NackReason::NOT_A_MEMBER; break;
+    default: return;
+  }
+  nack(*p, r, in_port, out);
+}
+
+Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  const wire::Header& h = p.h;
+  const Job& job = *v.job;
+  const uint16_t port = v.member->port;
+  const SlotKey key{h.job, h.op, h.chunk};
+  if (tombstones_.count(key)) {  // the op completed and its result expired
+    if (h.flags & wire::hflag::RETRANSMIT) {
+      drop(Drop::RESULT_EXPIRED);
+      nack(p, wire::NackReason::RESULT_EXPIRED, port, out);
+    } else {
+      drop(Drop::LATE);
+    }
+    return nullptr;
+  }
+  if (h.group != job.cfg->group) {
+    drop(Drop::DESCRIPTOR_MISMATCH);
+    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
+    return nullptr;
+  }
+  if (!job.allows(h.dtype) || !job.allows(h.policy)) {
+    drop(Drop::NOT_ALLOWED);
+    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
+    return nullptr;
+  }
+  OpDesc d;
+  d.dtype = h.dtype;
+  d.out = h.out_dtype;
+  d.policy = h.policy;
+  d.exceptions = h.exceptions;
+  d.group = h.group;
+  d.lanes = h.encoding == wire::Encoding::KULISCH ? p.chunk_lanes : h.count;
+  if (admission_error(d, kMaxWidth)) {  // not a valid op at all (e.g. float in, int out)
+    drop(Drop::DESCRIPTOR_MISMATCH);
+    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
+    return nullptr;
+  }
+  if ((d.policy == Policy::KULISCH_FIXED || !is_float(d.dtype)) &&
+      required_width(d.dtype, d.group) > dir_.config().kulisch_width) {
+    drop(Drop::TOO_NARROW);
+    nack(p, wire::NackReason::ACCUMULATOR_TOO_NARROW, port, out);
+    return nullptr;
+  }
+  JobStats& js = jobs_[h.job];
+  if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || free_.empty()) {
+    ++js.quota_refused;
+    drop(Drop::NO_FREE_SLOT);
+    nack(p, wire::NackReason::NO_FREE_SLOT, port, out);
+    return nullptr;
+  }
+  const int32_t idx = free_.back();
+  free_.pop_back();
+  Slot& s = *slots_[size_t(idx)];
+  index_->insert(key, idx);
+  s.key = key;
+  s.state = State::OPEN;
+  ++s.generation;
+  s.job = &job;
+  s.desc = h;
+  s.lanes = d.lanes;
+  const bool same = s.acc && s.acc_desc.dtype == d.dtype && s.acc_desc.out == d.out && s.acc_desc.policy == d.policy &&
+                    s.acc_desc.exceptions == d.exceptions && s.acc_desc.group == d.group && s.acc_desc.lanes == d.lanes;
+  if (same)
+    s.acc->reset();
+  else
+    s.acc = make_accumulator(d);
+  s.acc_desc = d;
+  s.ranks_seen.assign((size_t(job.cfg->group) + 63) / 64, 0);
+  s.children_seen.assign((job.child_of_id.size() + 63) / 64, 0);
+  for (auto& st : s.staged) st.clear();
+  s.staged.resize(job.children.size());
+  s.staged_seen.resize(job.children.size());
+  for (auto& ss : s.staged_seen) ss.clear();
+  s.staged_count.assign(job.children.size(), 0);
+  s.terms = 0;
+  s.expected = uint32_t(job.members.size());
+  for (const auto& c : job.children) s.expected += c.terms;
+  s.t_open = now_ns;
+  s.result_body.reset();
+  ++js.opened;
+  ++js.in_flight;
+  ++stats_.slots_in_use;
+  stats_.slots_high = std::max(stats_.slots_high, stats_.slots_in_use);
+  return &s;
+}
+
+void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  ++stats_.packets;
+  const SlotKey key{p.h.job, p.h.op, p.h.chunk};
+  Slot* s = find(key);
+  if (v.from_parent) {
+    ++stats_.parent_results;
+    if (!s) return drop(Drop::STALE_RESULT);
+    if (s->state == State::DONE) return drop(Drop::DUPLICATE);
+    if (s->state != State::WAIT_PARENT) return drop(Drop::STALE_RESULT);
+    return forward_parent_result(*s, p, now_ns, out);
+  }
+  if (p.h.kind == wire::Kind::CONTRIB)
+    ++stats_.contribs;
+  else
+    ++stats_.partials;
+  if (!s) {
+    s = open(p, v, now_ns, out);
+    if (!s) return;
+  }
+  if (p.h.kind == wire::Kind::CONTRIB)
+    contribute(*s, p, v, now_ns, out);
+  else
+    merge_partial(*s, p, v, now_ns, out);
+}
+
+void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  const wire::Header& h = p.h;
+  const Member& m = *v.member;
+  if (s.state == State::DONE) {
+    if (h.flags & wire::hflag::RETRANSMIT) {  // the rank lost its RESULT: send it again, to it only
+      send_result(s, &m, true, out);
+      ++stats_.resent;
+    } else {
+      drop(Drop::DUPLICATE);
+    }
+    return;
+  }
+  if (s.state == State::WAIT_PARENT) return drop(Drop::DUPLICATE);
+  if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes) {
+    drop(Drop::DESCRIPTOR_MISMATCH);
+    return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, m.port, out);
+  }
+  if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
+  s.acc->add(p.payload, m.id);
+  stats_.elements += s.lanes;
+  if (++s.terms == s.expected) complete(s, now_ns, out);
+}
+
+void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  const wire::Header& h = p.h;
+  const Member& c = *v.member;
+  if (s.state == State::DONE) {
+    if (h.flags & wire::hflag::RETRANSMIT) {
+      send_result(s, &c, true, out);
+      ++stats_.resent;
+    } else {
+      drop(Drop::DUPLICATE);
+    }
+    return;
+  }
+  if (s.state == State::WAIT_PARENT) return drop(Drop::DUPLICATE);
+  if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes || h.terms != c.terms) {
+    drop(Drop::DESCRIPTOR_MISMATCH);
+    return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, c.port, out);
+  }
+  const uint32_t ci = uint32_t(s.job->child_of_id[c.id]);
+  if (s.children_seen[c.id >> 6] & (uint64_t(1) << (c.id & 63))) return drop(Drop::DUPLICATE);
+  const int unit = unit_exp(s.desc.dtype);
+  if (h.encoding == wire::Encoding::OUT_DTYPE) {
+    std::vector<LaneExact> lanes(s.lanes);
+    if (lanes_from_elements(h.out_dtype, p.payload, h.count, unit, lanes.data()) != PartialError::None) {
+      drop(Drop::BAD_PARTIAL);
+      return nack(p, wire::NackReason::MALFORMED, c.port, out);
+    }
+    if (p.sideband)
+      for (uint32_t i = 0; i < s.lanes; ++i) lanes[i].side |= side_from_status(p.sideband[i]);
+    if (!s.acc->add_exact(lanes.data())) {
+      drop(Drop::BAD_PARTIAL);
+      return nack(p, wire::NackReason::MALFORMED, c.port, out);
+    }
+  } else {  // Kulisch fragment: stage until every lane of the chunk is in
+    auto& st = s.staged[ci];
+    auto& seen = s.staged_seen[ci];
+    if (st.empty()) {
+      st.assign(s.lanes, LaneExact{});
+      seen.assign((size_t(s.lanes) + 63) / 64, 0);
+    }
+    for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i)
+      if (seen[i >> 6] & (uint64_t(1) << (i & 63))) return drop(Drop::DUPLICATE);  // a repeated fragment
+    if (wire::decode_fragment(p, st.data()) != PartialError::None) {
+      drop(Drop::BAD_PARTIAL);
+      return nack(p, wire::NackReason::MALFORMED, c.port, out);
+    }
+    for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i) test_set(seen, i);
+    s.staged_count[ci] += h.count;
+    if (s.staged_count[ci] < s.lanes) return;
+    const bool ok = s.acc->add_exact(st.data());
+    st.clear();
+    if (!ok) {
+      s.staged_count[ci] = 0;
+      drop(Drop::BAD_PARTIAL);
+      return nack(p, wire::NackReason::MALFORMED, c.port, out);
+    }
+  }
+  test_set(s.children_seen, c.id);
+  stats_.elements += uint64_t(s.lanes) * c.terms;
+  s.terms += c.terms;
+  if (s.terms == s.expected) complete(s, now_ns, out);
+}
+
+void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
+  if (dir_.config().role == Role::LEAF) {
+    send_partial(s, false, out);
+    s.state = State::WAIT_PARENT;
+    return;
+  }
+  const uint32_t osz = info(s.desc.out_dtype).bytes;
+  auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz + s.lanes);
+  uint8_t* flags = body->data() + size_t(s.lanes) * osz;
+  s.acc->finalize(body->data(), flags);
+  uint8_t status = 0;
+  for (uint32_t i = 0; i < s.lanes; ++i) status |= flags[i];
+  if (!status) body->resize(size_t(s.lanes) * osz);  // no sideband when no element has a flag
+  s.result_h = s.desc;
+  s.result_h.kind = wire::Kind::RESULT;
+  s.result_h.sender = dir_.config().id;
+  s.result_h.terms = s.desc.group;
+  s.result_h.count = uint16_t(s.lanes);
+  s.result_h.encoding = wire::Encoding::OUT_DTYPE;
+  s.result_h.status = status;
+  s.result_h.flags = uint8_t((s.desc.flags & wire::hflag::LAST_CHUNK) | (status ? wire::hflag::SIDEBAND : 0));
+  s.result_body = std::move(body);
+  s.state = State::DONE;
+  s.t_done = now_ns;
+  done_fifo_.emplace_back(now_ns, s.self);
+  JobStats& js = jobs_[s.key.job];
+  ++js.completed;
+  --js.in_flight;
+  send_result(s, nullptr, false, out);
+}
+
+void Reducer::send_result(Slot& s, const Member* only, bool retransmit, Sink& out) {
+  auto emit = [&](const Member& m) {
+    Out o;
+    o.port = m.port;
+    o.src = dir_.self(m.port);
+    o.dst = m.addr;
+    o.h = s.result_h;
+    if (retransmit) o.h.flags |= wire::hflag::RETRANSMIT;
+    o.body = s.result_body;
+    out.send(std::move(o));
+    ++stats_.results_sent;
+  };
+  if (only) return emit(*only);
+  for (const auto& m : s.job->members) emit(m);
+  for (const auto& c : s.job->children) emit(c);
+}
+
+void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
+  const ParentConfig& parent = *dir_.config().parent;
+  wire::Header h = s.desc;
+  h.kind = wire::Kind::PARTIAL;
+  h.sender = dir_.config().id;
+  h.terms = uint16_t(s.terms);
+  h.status = 0;
+  h.flags = uint8_t((s.desc.flags & wire::hflag::LAST_CHUNK) | (retransmit ? wire::hflag::RETRANSMIT : 0));
+  auto emit = [&](const wire::Header& hh, std::shared_ptr<const std::vector<uint8_t>> body) {
+    Out o;
+    o.port = parent.port;
+    o.src = dir_.self(parent.port);
+    o.dst = parent.addr;
+    o.h = hh;
+    o.body = std::move(body);
+    out.send(std::move(o));
+    ++stats_.partials_sent;
+  };
+  const bool fp32_policy = is_float(s.desc.dtype) && s.desc.policy != Policy::KULISCH_FIXED;
+  const uint32_t osz = info(s.desc.out_dtype).bytes;
+  std::vector<LaneExact> lanes;
+  if (!fp32_policy && s.desc.transport != Transport::ROUNDED) {
+    lanes.resize(s.lanes);
+    s.acc->state(lanes.data());
+    auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz);
+    if (s.desc.transport == Transport::AUTO &&
+        lanes_fit_format(lanes.data(), s.lanes, unit_exp(s.desc.dtype), s.desc.out_dtype, body->data())) {
+      h.encoding = wire::Encoding::OUT_DTYPE;
+      h.count = uint16_t(s.lanes);
+      return emit(h, std::move(body));
+    }
+    for (auto& f : wire::kulisch_fragments(lanes.data(), s.lanes, wire::max_body(mtu_))) {
+      wire::Header fh = h;
+      fh.encoding = wire::Encoding::KULISCH;
+      fh.count = f.count;
+      emit(fh, std::make_shared<const std::vector<uint8_t>>(std::move(f.body)));
+    }
+    return;
+  }
+  // ROUNDED (and every FP32-policy partial): the rounded sum, flags in a sideband.
+  auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz + s.lanes);
+  uint8_t* flags = body->data() + size_t(s.lanes) * osz;
+  s.acc->finalize(body->data(), flags);
+  uint8_t any = 0;
+  for (uint32_t i = 0; i < s.lanes; ++i) any |= flags[i];
+  if (!any) body->resize(size_t(s.lanes) * osz);
+  h.encoding = wire::Encoding::OUT_DTYPE;
+  h.count = uint16_t(s.lanes);
+  if (any) h.flags |= wire::hflag::SIDEBAND;
+  emit(h, std::move(body));
+}
+
+void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out) {
+  if (!wire::same_descriptor(s.desc, p.h) || p.h.count != s.lanes) return drop(Drop::DESCRIPTOR_MISMATCH);
+  auto body = std::make_shared<std::vector<uint8_t>>(p.payload, p.payload + p.payload_len);
+  if (p.sideband) body->insert(body->end(), p.sideband, p.sideband + p.h.count);
+  s.result_h = p.h;
+  s.result_h.sender = dir_.config().id;
+  s.result_h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
+  s.result_body = std::move(body);
+  s.state = State::DONE;
+  s.t_done = now_ns;
+  done_fifo_.emplace_back(now_ns, s.self);
+  JobStats& js = jobs_[s.key.job];
+  ++js.completed;
+  --js.in_flight;
+  send_result(s, nullptr, false, out);
+}
+
+void Reducer::release(Slot& s, bool tombstone) {
+  index_->erase(s.key);
+  if (tombstone) {
+    if (tomb_fifo_.size() >= kTombstones) {
+      tombstones_.erase(tomb_fifo_.front());
+      tomb_fifo_.pop_front();
+    }
+    tombstones_.insert(s.key);
+    tomb_fifo_.push_back(s.key);
+  }
+  s.state = State::FREE;
+  s.result_body.reset();
+  free_.push_back(s.self);
+  --stats_.slots_in_use;
+}
+
+void Reducer::tick(uint64_t now_ns, Sink& out) {
+  (void)out;
+  const uint64_t keep = uint64_t(dir_.config().retention_ms) * 1000000;
+  while (!done_fifo_.empty() && done_fifo_.front().first + keep <= now_ns) {
+    const auto [t, idx] = done_fifo_.front();
+    done_fifo_.pop_front();
+    if (idx < 0) continue;
+    Slot& s = *slots_[size_t(idx)];
+    if (s.state != State::DONE || s.t_done != t) continue;  // already recycled
+    ++jobs_[s.key.job].expired;
+    release(s, true);
+  }
+  const uint64_t timeout = uint64_t(dir_.config().op_timeout_ms) * 1000000;
+  if (timeout == 0) return;
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if ((s.state == State::OPEN || s.state == State::WAIT_PARENT) && s.t_open + timeout <= now_ns) {
+      JobStats& js = jobs_[s.key.job];
+      ++js.timed_out;
+      --js.in_flight;
+      release(s, false);
+    }
+  }
+}
+
+}  // namespace prism::sw

@@ -1,0 +1,128 @@
+// One reducer shard's logic: the slots of the ops hashed to it, keyed by
+// (job, op, chunk), each with its descriptor, contributor bitmap and
+// accumulator; completion into RESULTs (root) or PARTIALs (leaf); retained
+// results for retransmissions; NACKs to registered senders. No DPDK: the
+// pipeline's reducer stage hands it parsed packets and sends what it emits.
+//
+// Single-threaded by design: one shard = one lcore owns its slots, so nothing
+// here locks. Slots and accumulators are recycled, so a steady stream of ops
+// with the same descriptor allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "arith/accumulator.hpp"
+#include "proto/fragment.hpp"
+#include "switch/directory.hpp"
+
+namespace prism::sw {
+
+struct SlotKey {
+  uint32_t job, op, chunk;
+  bool operator==(const SlotKey& o) const { return job == o.job && op == o.op && chunk == o.chunk; }
+};
+struct SlotKeyHash {
+  size_t operator()(const SlotKey& k) const {
+    uint64_t h = (uint64_t(k.job) << 32 | k.op) * 0x9E3779B97F4A7C15ull;
+    return size_t(h ^ (uint64_t(k.chunk) * 0xC2B2AE3D27D4EB4Full) ^ (h >> 29));
+  }
+};
+// Which shard owns a key (the RX stage and the reducer agree on it).
+inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return uint32_t(SlotKeyHash{}(k) % shards); }
+
+// Maps keys to slot indices. The pipeline backs it with rte_hash; tests and
+// tools with an unordered_map.
+class SlotIndex {
+ public:
+  virtual ~SlotIndex() = default;
+  virtual int32_t find(const SlotKey& k) const = 0;  // -1 when absent
+  virtual bool insert(const SlotKey& k, int32_t slot) = 0;
+  virtual void erase(const SlotKey& k) = 0;
+};
+std::unique_ptr<SlotIndex> make_map_index();
+
+// A frame to send: the header and a body that every copy of a fan-out shares.
+struct Out {
+  uint16_t port;  // switch port to send it on
+  wire::Endpoint src, dst;
+  wire::Header h;
+  std::shared_ptr<const std::vector<uint8_t>> body;
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void send(Out&& o) = 0;
+};
+
+struct JobStats {
+  uint64_t opened = 0, completed = 0, expired = 0, timed_out = 0, quota_refused = 0;
+  uint32_t in_flight = 0;
+};
+
+struct ReducerStats {
+  uint64_t packets = 0, contribs = 0, partials = 0, parent_results = 0;
+  uint64_t results_sent = 0, partials_sent = 0, nacks_sent = 0, resent = 0;
+  uint64_t elements = 0;  // element-contributions reduced
+  uint64_t drops[size_t(Drop::kCount)] = {};
+  uint64_t slots_in_use = 0, slots_high = 0;
+};
+
+class Reducer {
+ public:
+  // `slots`: capacity of this shard's slot table. `mtu`: IP MTU for PARTIAL fragments.
+  Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu = 1500);
+  ~Reducer();
+
+  // One admitted packet (admit() said ok); `now_ns` is the lcore's clock.
+  void on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  // Counts a drop decided before the reducer (parse, admit) and NACKs it when allowed.
+  void refuse(const wire::Parsed* p, Drop why, bool nack, uint16_t in_port, Sink& out);
+  // Expires retained results and abandons timed-out ops; call every few ms.
+  void tick(uint64_t now_ns, Sink& out);
+
+  const ReducerStats& stats() const { return stats_; }
+  const std::unordered_map<uint32_t, JobStats>& job_stats() const { return jobs_; }
+  // Slots holding ops that are not complete (for --exit-when-idle's report).
+  struct Open {
+    SlotKey key;
+    uint32_t terms, group;
+  };
+  std::vector<Open> open_slots() const;
+  size_t bytes_per_slot_estimate() const;
+
+ private:
+  struct Slot;
+  enum class State : uint8_t { FREE, OPEN, WAIT_PARENT, DONE };
+
+  Slot* find(const SlotKey& k);
+  Slot* open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void complete(Slot& s, uint64_t now_ns, Sink& out);
+  void send_result(Slot& s, const Member* only, bool retransmit, Sink& out);
+  void send_partial(Slot& s, bool retransmit, Sink& out);
+  void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
+  void release(Slot& s, bool tombstone);
+  void nack(const wire::Parsed& p, wire::NackReason r, uint16_t port, Sink& out);
+  void drop(Drop d) { ++stats_.drops[size_t(d)]; }
+
+  const Directory& dir_;
+  std::unique_ptr<SlotIndex> index_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<int32_t> free_;
+  std::deque<std::pair<uint64_t, int32_t>> done_fifo_;  // (completion time, slot) for retention
+  std::unordered_set<SlotKey, SlotKeyHash> tombstones_;
+  std::deque<SlotKey> tomb_fifo_;
+  std::unordered_map<uint32_t, JobStats> jobs_;
+  ReducerStats stats_;
+  size_t mtu_;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace prism::sw

@@ -1,0 +1,268 @@
+// The switch's logic without DPDK: frames built by the codec go through
+// parse -> admit -> Reducer, and what it emits is parsed back. Results are
+// checked against a separate accumulator fed the same inputs in another
+// order (exactness itself is checked against independent references in
+// test_accumulator and tests/py).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "arith/accumulator.hpp"
+#include "config/config.hpp"
+#include "switch/reducer.hpp"
+
+using namespace prism;
+using namespace prism::sw;
+
+namespace {
+
+const char* kRoot = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+jobs:
+  - id: 7
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.0.4}
+retention_ms: 100
+)";
+
+struct Capture : Sink {
+  std::vector<Out> outs;
+  void send(Out&& o) override { outs.push_back(std::move(o)); }
+};
+
+// One switch: frames in, parsed frames out.
+struct Switch {
+  SwitchConfig cfg;
+  Directory dir;
+  Reducer red;
+  Capture cap;
+  explicit Switch(const std::string& yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 64, make_map_index()) {}
+
+  void feed(const std::vector<uint8_t>& frame, uint16_t in_port = 0, uint64_t now = 0) {
+    wire::Parsed p;
+    const auto r = wire::parse(frame, cfg.udp_port, &p);
+    if (r != wire::Refusal::OK) return red.refuse(nullptr, Drop::MALFORMED, false, in_port, cap);
+    const Verdict v = admit(dir, p, in_port);
+    if (!v.ok) return red.refuse(&p, v.why, v.nack, in_port, cap);
+    red.on_packet(p, v, now, cap);
+  }
+  uint64_t drops(Drop d) const { return red.stats().drops[size_t(d)]; }
+};
+
+std::vector<uint8_t> frame_of(const Out& o) {
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), o.src, o.dst, o.h, *o.body));
+  return f;
+}
+
+wire::Endpoint member_ep(const SwitchConfig& c, uint16_t rank) { return c.jobs[0].member(rank)->addr; }
+
+std::vector<uint8_t> contrib(const SwitchConfig& c, uint16_t rank, uint32_t op, const std::vector<float>& v,
+                             uint8_t flags = 0, Policy pol = Policy::KULISCH_FIXED, uint16_t sender = 0xFFFF) {
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.op = op;
+  h.chunk = 0;
+  h.sender = sender == 0xFFFF ? rank : sender;
+  h.group = 4;
+  h.terms = 1;
+  h.count = uint16_t(v.size());
+  h.policy = pol;
+  h.flags = flags;
+  wire::Endpoint sw{c.ports[0].mac, c.ports[0].ip, c.udp_port};
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), member_ep(c, rank), sw, h,
+                       {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4}));
+  return f;
+}
+
+std::vector<std::vector<float>> inputs(int ranks, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<std::vector<float>> v(ranks, std::vector<float>(n));
+  for (auto& r : v)
+    for (auto& x : r) x = std::ldexp(nd(rng), int(rng() % 40) - 20);
+  return v;
+}
+
+std::vector<uint8_t> reference(const std::vector<std::vector<float>>& in, Policy pol) {
+  OpDesc d;
+  d.policy = pol;
+  d.group = uint32_t(in.size());
+  d.lanes = uint32_t(in[0].size());
+  auto acc = make_accumulator(d);
+  for (size_t r = in.size(); r-- > 0;) acc->add(reinterpret_cast<const uint8_t*>(in[r].data()), uint32_t(r));
+  std::vector<uint8_t> out(d.lanes * 4);
+  acc->finalize(out.data(), nullptr);
+  return out;
+}
+
+}  // namespace
+
+TEST(Switch, EveryMemberGetsTheExactResultOnce) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 100, 1);
+  for (uint16_t r : {2, 0, 3, 1}) sw.feed(contrib(sw.cfg, r, 5, in[r]));
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  std::set<uint32_t> dsts;
+  for (const auto& o : sw.cap.outs) {
+    wire::Parsed p;
+    const auto f = frame_of(o);
+    ASSERT_EQ(wire::parse(f, o.dst.port, &p), wire::Refusal::OK);
+    EXPECT_EQ(p.h.kind, wire::Kind::RESULT);
+    EXPECT_EQ(p.h.terms, 4);
+    EXPECT_EQ(p.h.sender, 1);
+    EXPECT_EQ(std::vector<uint8_t>(p.payload, p.payload + p.payload_len), want);
+    dsts.insert(o.dst.ip);
+  }
+  EXPECT_EQ(dsts.size(), 4u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);  // retained
+}
+
+TEST(Switch, DuplicatesCountOnceAndSpoofsNeverTouchTheSum) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 64, 2);
+  sw.feed(contrib(sw.cfg, 0, 1, in[0]));
+  sw.feed(contrib(sw.cfg, 0, 1, in[0]));                               // duplicate
+  sw.feed(contrib(sw.cfg, 1, 1, in[2], 0, Policy::KULISCH_FIXED, 2));  // rank 1's address claims rank 2
+  EXPECT_EQ(sw.drops(Drop::DUPLICATE), 1u);
+  EXPECT_EQ(sw.drops(Drop::SPOOFED), 1u);
+  // The spoof got a NACK (its address is registered) and changed nothing.
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::NOT_A_MEMBER));
+  for (uint16_t r : {1, 2, 3}) sw.feed(contrib(sw.cfg, r, 1, in[r]));
+  ASSERT_EQ(sw.cap.outs.size(), 5u);
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  EXPECT_EQ(std::vector<uint8_t>(sw.cap.outs[1].body->begin(), sw.cap.outs[1].body->end()), want);
+}
+
+TEST(Switch, RetransmitAfterCompletionResendsToThatRankOnlyThenExpires) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 16, 3);
+  for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, 9, in[r]), 0, 1000);
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  sw.feed(contrib(sw.cfg, 2, 9, in[2], wire::hflag::RETRANSMIT), 0, 2000);
+  ASSERT_EQ(sw.cap.outs.size(), 5u);
+  EXPECT_EQ(sw.cap.outs[4].dst.ip, member_ep(sw.cfg, 2).ip);
+  EXPECT_TRUE(sw.cap.outs[4].h.flags & wire::hflag::RETRANSMIT);
+  sw.red.tick(200'000'000, sw.cap);  // past retention_ms = 100
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  sw.feed(contrib(sw.cfg, 2, 9, in[2], wire::hflag::RETRANSMIT), 0, 300'000'000);
+  ASSERT_EQ(sw.cap.outs.size(), 6u);
+  EXPECT_EQ(sw.cap.outs[5].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[5].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
+}
+
+TEST(Switch, UnknownSourcesAreDroppedWithoutReply) {
+  Switch sw(kRoot);
+  auto f = contrib(sw.cfg, 0, 1, {1.0f});
+  f[26] = 198;  // source IP -> 198.x.x.x: nobody registered; fix the IP checksum
+  f[24] = f[25] = 0;
+  const uint16_t cs = wire::ipv4_checksum(f.data() + 14, 20);
+  f[24] = uint8_t(cs >> 8), f[25] = uint8_t(cs);
+  f[40] = f[41] = 0;  // UDP checksum off
+  sw.feed(f);
+  EXPECT_EQ(sw.drops(Drop::UNKNOWN_SOURCE), 1u);
+  EXPECT_TRUE(sw.cap.outs.empty());
+}
+
+TEST(Switch, DescriptorMismatchIsRefused) {
+  Switch sw(kRoot);
+  sw.feed(contrib(sw.cfg, 0, 1, {1.0f, 2.0f}));
+  sw.feed(contrib(sw.cfg, 1, 1, {1.0f, 2.0f}, 0, Policy::FP32_ARRIVAL));
+  EXPECT_EQ(sw.drops(Drop::DESCRIPTOR_MISMATCH), 1u);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::DESCRIPTOR_MISMATCH));
+}
+
+// Two leaves (ranks 0,1 and 2,3) under a root: KULISCH and AUTO transport give
+// the single switch's bits; AUTO sends fewer bytes when the partials are exact
+// out_dtype values.
+class Tree : public ::testing::TestWithParam<Transport> {};
+
+TEST_P(Tree, TwoLevelsGiveTheSingleSwitchBits) {
+  const char* leaf_t = R"(
+switch: {id: %d, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f%d:00", ip: 10.%d.0.254}
+  - {id: 1, mac: "02:00:00:00:f%d:01", ip: 10.9.0.%d}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: %d, port: 0, mac: "02:00:00:00:00:0%d", ip: 10.%d.0.1}
+      - {rank: %d, port: 0, mac: "02:00:00:00:00:0%d", ip: 10.%d.0.2}
+)";
+  char buf[2][1024];
+  for (int l = 0; l < 2; ++l)
+    std::snprintf(buf[l], sizeof buf[l], leaf_t, 2 + l, l, l, l, 2 + l, 2 * l, 2 * l, l, 2 * l + 1, 2 * l + 1, l);
+  const char* root = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}
+jobs:
+  - id: 7
+    group: 4
+    children:
+      - {id: 2, port: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2, ranks: 2}
+      - {id: 3, port: 1, mac: "02:00:00:00:f1:01", ip: 10.9.0.3, ranks: 2}
+)";
+  Switch leaf[2] = {Switch(buf[0]), Switch(buf[1])};
+  Switch top(root);
+  const Transport tr = GetParam();
+  // Values that are exact fp32 sums in pairs make AUTO's rounded encoding lossless.
+  auto in = inputs(4, 200, 4);
+  if (tr == Transport::AUTO)  // small integers: every pair sum is an fp32 value
+    for (auto& r : in)
+      for (auto& x : r) x = std::round(std::clamp(x, -1e6f, 1e6f));
+  size_t upstream_bytes = 0;
+  for (uint16_t r = 0; r < 4; ++r) {
+    Switch& L = leaf[r / 2];
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.sender = r;
+    h.group = 4;
+    h.count = 200;
+    h.transport = tr;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), L.cfg.jobs[0].member(r)->addr,
+                         {L.cfg.ports[0].mac, L.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(in[r].data()), 800}));
+    L.feed(f);
+  }
+  for (auto& L : leaf) {
+    ASSERT_GE(L.cap.outs.size(), 1u);
+    for (const auto& o : L.cap.outs) {
+      EXPECT_EQ(o.h.kind, wire::Kind::PARTIAL);
+      upstream_bytes += o.body->size();
+      top.feed(frame_of(o), 1);
+    }
+  }
+  ASSERT_EQ(top.cap.outs.size(), 2u) << "a RESULT to each leaf";
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  for (const auto& o : top.cap.outs) {
+    EXPECT_EQ(std::vector<uint8_t>(o.body->begin(), o.body->end()), want);
+    // The leaf forwards the root's RESULT to its own ranks.
+    Switch& L = leaf[o.dst.ip == 0x0A090002 ? 0 : 1];
+    L.cap.outs.clear();
+    L.feed(frame_of(o), 1);
+    ASSERT_EQ(L.cap.outs.size(), 2u);
+    for (const auto& fwd : L.cap.outs) EXPECT_EQ(std::vector<uint8_t>(fwd.body->begin(), fwd.body->end()), want);
+  }
+  if (tr == Transport::AUTO) EXPECT_LE(upstream_bytes, 2u * 800u) << "AUTO sent the rounded encoding";
+  if (tr == Transport::KULISCH) EXPECT_GT(upstream_bytes, 2u * 800u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Tree, ::testing::Values(Transport::KULISCH, Transport::AUTO));
