@@ -258,6 +258,42 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   return Refusal::OK;
 }
 
+uint32_t body_sum16(std::span<const uint8_t> body) { return fold(sum16(body.data(), body.size(), 0)); }
+
+size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
+                     size_t body_len, uint32_t body_sum, uint16_t ip_id) {
+  const size_t udp_len = kUdpSize + kHeaderSize + body_len;
+  const size_t ip_len = kIpv4MinSize + udp_len;
+  if (kFrameOverhead > cap || ip_len > 0xFFFF) return 0;
+  std::memcpy(buf, dst.mac.data(), 6);
+  std::memcpy(buf + 6, src.mac.data(), 6);
+  put16(buf + 12, 0x0800);
+  uint8_t* ip = buf + kEthSize;
+  ip[0] = 0x45;
+  ip[1] = 0;
+  put16(ip + 2, uint16_t(ip_len));
+  put16(ip + 4, ip_id);
+  put16(ip + 6, 0x4000);
+  ip[8] = 64;
+  ip[9] = 17;
+  put16(ip + 10, 0);
+  put32(ip + 12, src.ip);
+  put32(ip + 16, dst.ip);
+  put16(ip + 10, ipv4_checksum(ip, kIpv4MinSize));
+  uint8_t* udp = ip + kIpv4MinSize;
+  put16(udp, src.port);
+  put16(udp + 2, dst.port);
+  put16(udp + 4, uint16_t(udp_len));
+  put16(udp + 6, 0);
+  put_header(h, udp + kUdpSize);
+  // The body starts at an even offset (8 + 32), so its 16-bit words line up.
+  uint32_t acc = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
+  acc = sum16(udp, kUdpSize + kHeaderSize, acc) + body_sum;
+  uint16_t c = uint16_t(~fold(acc));
+  put16(udp + 6, c == 0 ? 0xFFFF : c);
+  return kFrameOverhead;
+}
+
 size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
              std::span<const uint8_t> body, uint16_t ip_id) {
   const size_t udp_len = kUdpSize + kHeaderSize + body.size();

@@ -87,6 +87,14 @@ size_t element_bytes(const Header& h);
 size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
              std::span<const uint8_t> body, uint16_t ip_id = 0);
 
+// The same frame split in two for a fan-out that shares one body: writes
+// only the headers (kFrameOverhead bytes) for a body of `body_len` bytes whose
+// one's-complement sum is `body_sum` (body_sum16()), so each copy's UDP
+// checksum costs 42 bytes of summing instead of the whole body.
+uint32_t body_sum16(std::span<const uint8_t> body);
+size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
+                     size_t body_len, uint32_t body_sum, uint16_t ip_id = 0);
+
 // Internet checksum helpers (RFC 1071), exposed for tests.
 uint16_t ipv4_checksum(const uint8_t* ip_header, size_t len);
 uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size_t udp_len);

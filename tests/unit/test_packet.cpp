@@ -809,3 +809,29 @@ TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
 }
 
 }  // namespace
+
+// A fan-out's split frame (shared body, headers built from the body's sum)
+// is byte for byte the frame build() makes in one piece.
+TEST(Packet, SplitHeadersEqualWholeFrame) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 2000; ++t) {
+    wire::Endpoint a{{2, 0, 0, 0, 0, 1}, uint32_t(rng()), uint16_t(rng())};
+    wire::Endpoint b{{2, 0, 0, 0, 0, 2}, uint32_t(rng()), 20562};
+    wire::Header h;
+    h.kind = wire::Kind::RESULT;
+    h.group = 4;
+    h.terms = 4;
+    h.encoding = wire::Encoding::OUT_DTYPE;
+    h.count = uint16_t(1 + rng() % 300);
+    std::vector<uint8_t> body(size_t(h.count) * 4 + ((rng() & 1) ? h.count : 0));
+    for (auto& x : body) x = uint8_t(rng());
+    std::vector<uint8_t> whole(wire::kMaxFrame), split(wire::kMaxFrame);
+    const size_t n1 = wire::build(whole.data(), whole.size(), a, b, h, body, uint16_t(t));
+    const size_t n2 = wire::build_headers(split.data(), split.size(), a, b, h, body.size(), wire::body_sum16(body),
+                                          uint16_t(t));
+    ASSERT_EQ(n2, wire::kFrameOverhead);
+    std::copy(body.begin(), body.end(), split.begin() + long(n2));
+    ASSERT_EQ(n1, n2 + body.size());
+    ASSERT_TRUE(std::equal(whole.begin(), whole.begin() + long(n1), split.begin())) << "case " << t;
+  }
+}
