@@ -1,0 +1,126 @@
+// prism-switch: the DPDK aggregation switch.
+//
+//   prism-switch [EAL options] -- --config FILE [--exit-when-idle MS] [--quiet]
+//
+// Without hugepages it falls back to --no-huge (with a warning) rather than
+// fail. SIGINT/SIGTERM stop it cleanly and print a summary. Counters are on
+// DPDK's telemetry socket: dpdk-telemetry.py -f <file-prefix>, then /prism/...
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_log.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "config/config.hpp"
+#include "runtime.hpp"
+
+using namespace prism;
+
+namespace {
+
+const char* kUsage =
+    "usage: prism-switch [EAL options] -- --config FILE [--exit-when-idle MS] [--quiet]\n"
+    "  --config FILE        the switch's YAML configuration (docs/CONFIG.md)\n"
+    "  --exit-when-idle MS  stop once no packet arrived for MS ms and every queue is empty;\n"
+    "                       report the ops left incomplete (exit status 3 if any)\n"
+    "  --quiet              no summary on exit\n"
+    "EAL options as for any DPDK program, e.g. -l 0-1 --no-huge -m 512 --no-pci --file-prefix p1\n"
+    "  --vdev net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap (or give ports a device: in the config)\n";
+
+bool hugepages_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string k;
+  long v;
+  while (f >> k >> v) {
+    if (k == "HugePages_Free:") return v > 0;
+    f.ignore(256, '\n');
+  }
+  return false;
+}
+
+void on_signal(int) { pipe::Runtime::request_stop(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Split EAL options from ours at "--".
+  std::vector<std::string> eal_args{argv[0]};
+  int app_start = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      app_start = i + 1;
+      break;
+    }
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    eal_args.push_back(argv[i]);
+  }
+  std::string config_path;
+  pipe::RunOptions opt;
+  try {
+    const cli::Args a(argc, argv, app_start, {"--config", "--exit-when-idle"}, {"--quiet", "--help"});
+    if (a.has("--help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!a.positional.empty()) cli::fail("unexpected argument '" + a.positional[0] + "' (see --help)");
+    config_path = a.str("--config");
+    if (config_path.empty()) cli::fail("missing --config FILE after '--' (see --help)");
+    opt.exit_when_idle_ms = uint32_t(a.num("--exit-when-idle", 1, 3600000, 0));
+    opt.quiet = a.has("--quiet");
+  } catch (const cli::Error& e) {
+    std::fprintf(stderr, "prism-switch: %s\n", e.msg.c_str());
+    return 2;
+  }
+  // Read the configuration before touching the EAL: a config error costs nothing.
+  SwitchConfig cfg;
+  try {
+    cfg = load_config(config_path);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "prism-switch: %s\n", e.what());
+    return 2;
+  }
+  bool no_huge = false, has_mem = false;
+  for (const auto& s : eal_args) {
+    no_huge |= s == "--no-huge";
+    has_mem |= s == "-m" || s.rfind("--socket-mem", 0) == 0;
+  }
+  if (!no_huge && !hugepages_available()) {
+    std::fprintf(stderr, "prism-switch: warning: no free hugepages: running with --no-huge%s\n",
+                 has_mem ? "" : " -m 512");
+    eal_args.push_back("--no-huge");
+    if (!has_mem) {
+      eal_args.push_back("-m");
+      eal_args.push_back("512");
+    }
+  }
+  std::vector<char*> eargv;
+  for (auto& s : eal_args) eargv.push_back(s.data());
+  if (rte_eal_init(int(eargv.size()), eargv.data()) < 0) {
+    std::fprintf(stderr, "prism-switch: EAL initialisation failed: %s (check the EAL options before '--')\n",
+                 rte_strerror(rte_errno));
+    return 2;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  int rc;
+  try {
+    pipe::Runtime rt(cfg, opt);
+    rte_log(RTE_LOG_INFO, RTE_LOGTYPE_USER1, "PRISM: switch %u up: %zu ports, %u reducer shards\n", cfg.id,
+            cfg.ports.size(), cfg.reducer_shards);
+    rc = rt.run();
+  } catch (const pipe::SetupError& e) {
+    std::fprintf(stderr, "prism-switch: %s\n", e.what());
+    rc = 2;
+  }
+  rte_eal_cleanup();
+  return rc;
+}

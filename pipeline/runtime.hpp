@@ -1,0 +1,76 @@
+// The switch, assembled from its configuration: mempool, ports, rings,
+// stages, their lcores, telemetry, and the run loop. Setup is a readable
+// sequence; every DPDK resource is owned here and released in the destructor.
+#pragma once
+
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "stages.hpp"
+#include "switch/directory.hpp"
+
+namespace prism::pipe {
+
+struct RunOptions {
+  uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
+  bool quiet = false;
+};
+
+struct SetupError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Runtime {
+ public:
+  // Call after rte_eal_init(). Throws SetupError naming what failed and what to do.
+  Runtime(const SwitchConfig& cfg, const RunOptions& opt);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Runs until SIGINT/SIGTERM (request_stop) or, with exit_when_idle_ms, until idle.
+  // Prints the summary. Returns 0, or 3 when ops were left incomplete at an idle exit.
+  int run();
+  static void request_stop() { stop_.store(true); }
+
+  // Telemetry: every /prism/... command reads these.
+  const std::vector<std::unique_ptr<RxStage>>& rx() const { return rx_; }
+  const std::vector<std::unique_ptr<ReduceStage>>& reducers() const { return red_; }
+  const std::vector<std::unique_ptr<TxStage>>& tx() const { return tx_; }
+  const SwitchConfig& config() const { return cfg_; }
+  std::vector<std::pair<std::string, unsigned>> ring_fill() const;
+
+ private:
+  struct Lcore {
+    unsigned id;
+    std::vector<Stage*> stages;
+  };
+  static int lcore_main(void* arg);
+  void loop(Lcore& l, bool main);
+  bool idle(uint64_t now_tsc) const;
+  void summary(bool incomplete_report);
+  void register_telemetry();
+
+  const SwitchConfig& cfg_;
+  RunOptions opt_;
+  sw::Directory dir_;
+  rte_mempool* pool_ = nullptr;
+  std::vector<uint16_t> dpdk_port_;  // by config port index
+  std::vector<uint16_t> started_;
+  std::vector<rte_ring*> rings_;  // every ring, for cleanup and telemetry
+  std::vector<std::string> ring_names_;
+  std::vector<std::unique_ptr<RxStage>> rx_;
+  std::vector<std::unique_ptr<ReduceStage>> red_;
+  std::vector<std::unique_ptr<TxStage>> tx_;
+  std::vector<Lcore> lcores_;
+  uint64_t tsc_hz_ = 0, start_tsc_ = 0;
+  static std::atomic<bool> stop_;
+};
+
+}  // namespace prism::pipe

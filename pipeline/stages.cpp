@@ -1,0 +1,263 @@
+#include "stages.hpp"
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace prism::pipe {
+
+// --- RX ---------------------------------------------------------------------
+
+RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, std::vector<rte_ring*> voq,
+                 rte_ring* tx, rte_mempool* pool)
+    : cfg_port_(cfg_port), dpdk_port_(dpdk_port), dir_(dir), voq_(std::move(voq)), tx_(tx), pool_(pool) {}
+
+void RxStage::refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack) {
+  c_.dropped[size_t(why)].add();
+  if (nack && p) {
+    // The sender is registered: tell it why (a small frame of its own, never a reflection).
+    rte_mbuf* n = rte_pktmbuf_alloc(pool_);
+    if (n) {
+      wire::Header h = p->h;
+      h.kind = wire::Kind::NACK;
+      h.sender = dir_.config().id;
+      h.terms = 0;
+      h.count = 0;
+      h.flags = 0;
+      switch (why) {
+        case sw::Drop::UNKNOWN_JOB: h.status = uint8_t(wire::NackReason::UNKNOWN_JOB); break;
+        case sw::Drop::NOT_A_MEMBER:
+        case sw::Drop::SPOOFED: h.status = uint8_t(wire::NackReason::NOT_A_MEMBER); break;
+        default: h.status = uint8_t(wire::NackReason::MALFORMED);
+      }
+      auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(n, wire::kFrameOverhead));
+      wire::build(buf, wire::kFrameOverhead, dir_.self(cfg_port_), p->src, h, {});
+      if (rte_ring_enqueue(tx_, n) == 0)
+        c_.nacks.add();
+      else
+        rte_pktmbuf_free(n);
+    }
+  }
+  rte_pktmbuf_free(m);
+}
+
+// Cost per packet: parse (~40 ns: headers, checksums over the header, not the
+// payload's elements) + admit (two hash lookups) + one ring enqueue per burst.
+unsigned RxStage::poll(uint64_t now_tsc) {
+  // Backpressure: finish handing on the last burst before taking more.
+  while (pending_at_ < pending_n_) {
+    rte_mbuf* m = pending_[pending_at_];
+    const Meta* mt = meta(m);
+    const uint32_t shard = sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size()));
+    if (rte_ring_enqueue(voq_[shard], m) != 0) {
+      c_.polls_skipped.add();
+      return 0;
+    }
+    c_.enqueued.add();
+    ++pending_at_;
+  }
+  pending_n_ = pending_at_ = 0;
+
+  rte_mbuf* burst[kBurst];
+  const uint16_t n = rte_eth_rx_burst(dpdk_port_, 0, burst, kBurst);
+  if (n == 0) return 0;
+  last_rx_.store(now_tsc, std::memory_order_relaxed);
+  c_.packets.add(n);
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = burst[i];
+    c_.bytes.add(rte_pktmbuf_pkt_len(m));
+    if (m->nb_segs != 1) {  // jumbo frames need a data room that holds them whole
+      c_.multi_segment.add();
+      refuse(m, nullptr, sw::Drop::MALFORMED, false);
+      continue;
+    }
+    Meta* mt = meta(m);
+    mt->in_port = cfg_port_;
+    const wire::Refusal r =
+        wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, dir_.config().udp_port, &mt->p);
+    if (r != wire::Refusal::OK) {
+      c_.refused[size_t(r)].add();
+      const bool ours = r > wire::Refusal::WRONG_PORT;  // it was PRISM traffic, however broken
+      refuse(m, nullptr, ours ? sw::Drop::MALFORMED : sw::Drop::NOT_FOR_US, false);
+      continue;
+    }
+    mt->v = sw::admit(dir_, mt->p, cfg_port_);
+    if (!mt->v.ok) {
+      refuse(m, &mt->p, mt->v.why, mt->v.nack);
+      continue;
+    }
+    pending_[pending_n_++] = m;
+  }
+  // Hand the admitted packets on (what does not fit waits for the next poll).
+  while (pending_at_ < pending_n_) {
+    rte_mbuf* m = pending_[pending_at_];
+    const Meta* mt = meta(m);
+    const uint32_t shard = sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size()));
+    if (rte_ring_enqueue(voq_[shard], m) != 0) break;
+    c_.enqueued.add();
+    ++pending_at_;
+  }
+  if (pending_at_ == pending_n_) pending_n_ = pending_at_ = 0;
+  return n;
+}
+
+// --- Emitter ----------------------------------------------------------------
+
+rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum) {
+  if (body.get() == last_body_ && last_payload_) {
+    *sum = last_sum_;
+    return last_payload_;
+  }
+  if (last_payload_) rte_pktmbuf_free(last_payload_);  // drop our reference; clones keep theirs
+  last_payload_ = nullptr;
+  last_body_ = nullptr;
+  rte_mbuf* p = rte_pktmbuf_alloc(pool_);
+  if (!p) return nullptr;
+  void* d = rte_pktmbuf_append(p, uint16_t(body->size()));
+  if (!d) {
+    rte_pktmbuf_free(p);
+    return nullptr;
+  }
+  std::memcpy(d, body->data(), body->size());
+  payload_copies.add();
+  last_body_ = body.get();
+  last_payload_ = p;
+  last_sum_ = wire::body_sum16(*body);
+  *sum = last_sum_;
+  return p;
+}
+
+void Emitter::send(sw::Out&& o) {
+  rte_mbuf* h = rte_pktmbuf_alloc(pool_);
+  if (!h) {
+    alloc_failures.add();
+    return;
+  }
+  uint32_t sum = 0;
+  rte_mbuf* payload = o.body->empty() ? nullptr : payload_for(o.body, &sum);
+  if (!o.body->empty() && !payload) {
+    alloc_failures.add();
+    rte_pktmbuf_free(h);
+    return;
+  }
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(h, wire::kFrameOverhead));
+  wire::build_headers(buf, wire::kFrameOverhead, o.src, o.dst, o.h, o.body->size(), sum, ip_id_++);
+  if (payload) {
+    rte_mbuf* clone = rte_pktmbuf_clone(payload, pool_);  // indirect: shares the payload's data
+    if (!clone || rte_pktmbuf_chain(h, clone) != 0) {
+      if (clone) rte_pktmbuf_free(clone);
+      rte_pktmbuf_free(h);
+      alloc_failures.add();
+      return;
+    }
+  }
+  pending_.emplace_back(o.port, h);
+  frames.add();
+}
+
+bool Emitter::flush() {
+  size_t done = 0;
+  for (; done < pending_.size(); ++done) {
+    const auto [port, m] = pending_[done];
+    if (port >= tx_.size() || !tx_[port]) {  // no such port: count and drop
+      rte_pktmbuf_free(m);
+      alloc_failures.add();
+      continue;
+    }
+    if (rte_ring_enqueue(tx_[port], m) != 0) break;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + long(done));
+  if (last_payload_ && pending_.empty()) {  // the fan-out is queued: release our reference
+    rte_pktmbuf_free(last_payload_);
+    last_payload_ = nullptr;
+    last_body_ = nullptr;
+  }
+  return pending_.empty();
+}
+
+// --- Reduce -----------------------------------------------------------------
+
+ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
+                         std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed,
+                         uint32_t slots, uint64_t tsc_hz)
+    : shard_(shard),
+      in_(std::move(inputs)),
+      emitter_(std::move(tx_by_port), pool),
+      red_(dir, slots, sw::make_map_index()),
+      mode_(mode),
+      rng_(seed + shard),
+      tsc_hz_(tsc_hz) {
+  order_.resize(in_.size());
+  for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  if (mode_ == Arbiter::REVERSE) std::reverse(order_.begin(), order_.end());
+}
+
+sw::ReducerStats ReduceStage::snapshot() const {
+  for (;;) {
+    const uint32_t s0 = seq_.load(std::memory_order_acquire);
+    if (s0 & 1) continue;
+    sw::ReducerStats s = snap_;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq_.load(std::memory_order_relaxed) == s0) return s;
+  }
+}
+
+// Cost per packet: the reducer's work (the accumulator add: see lib/arith)
+// plus one ring dequeue per burst. The arbiter decides which input ring is
+// served first each pass: that is how arrival order is varied on purpose.
+unsigned ReduceStage::poll(uint64_t now_tsc) {
+  const uint64_t now_ns = uint64_t(double(now_tsc) * 1e9 / double(tsc_hz_));
+  if (now_tsc >= next_tick_) {
+    red_.tick(now_ns, emitter_);
+    next_tick_ = now_tsc + tsc_hz_ / 1000;
+    c_.ticks.add();
+    seq_.fetch_add(1, std::memory_order_release);
+    snap_ = red_.stats();
+    seq_.fetch_add(1, std::memory_order_release);
+  }
+  if (!emitter_.flush()) {  // TX rings full: stop taking work so RX backs up too
+    c_.backpressured.add();
+    return 0;
+  }
+  if (mode_ == Arbiter::RANDOM) std::shuffle(order_.begin(), order_.end(), rng_);
+  unsigned moved = 0;
+  const uint32_t n_in = uint32_t(in_.size());
+  for (uint32_t k = 0; k < n_in; ++k) {
+    const uint32_t i = mode_ == Arbiter::ROUND_ROBIN ? (next_ + k) % n_in : order_[k];
+    rte_mbuf* burst[kBurst];
+    const unsigned n = rte_ring_dequeue_burst(in_[i], reinterpret_cast<void**>(burst), kBurst, nullptr);
+    if (!n) continue;
+    c_.bursts.add();
+    c_.dequeued.add(n);
+    for (unsigned j = 0; j < n; ++j) {
+      Meta* mt = meta(burst[j]);
+      red_.on_packet(mt->p, mt->v, now_ns, emitter_);
+      rte_pktmbuf_free(burst[j]);
+    }
+    moved += n;
+    emitter_.flush();
+  }
+  next_ = (next_ + 1) % std::max<uint32_t>(1, n_in);
+  return moved;
+}
+
+// --- TX ---------------------------------------------------------------------
+
+unsigned TxStage::poll(uint64_t) {
+  if (pending_at_ == pending_n_) {
+    pending_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(pending_), kBurst, nullptr));
+    pending_at_ = 0;
+    if (!pending_n_) return 0;
+  }
+  const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, uint16_t(pending_n_ - pending_at_));
+  for (uint16_t i = 0; i < sent; ++i) c_.bytes.add(rte_pktmbuf_pkt_len(pending_[pending_at_ + i]));
+  c_.packets.add(sent);
+  pending_at_ = uint16_t(pending_at_ + sent);
+  if (pending_at_ < pending_n_) c_.retries.add();
+  if (pending_at_ == pending_n_) pending_n_ = pending_at_ = 0;
+  return sent;
+}
+
+}  // namespace prism::pipe

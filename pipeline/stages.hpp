@@ -1,0 +1,172 @@
+// The switch's DPDK stages. Each is thin: it moves mbufs between ports and
+// rings and calls lib/ (wire::parse, sw::admit, sw::Reducer) for everything
+// else. A stage is polled by exactly one lcore; stages never lock.
+//
+//   port --RX--> parse/admit --VOQ ring [port][shard]--> arbiter --> reducer shard
+//        <--TX-- tx ring [port] <------------------------------------ RESULT / PARTIAL / NACK
+//
+// Backpressure: a stage that cannot hand its burst on keeps it and stops
+// pulling more (RX stops polling its port), so a full ring never drops
+// silently. Every drop has a reason and a counter.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "proto/packet.hpp"
+#include "switch/reducer.hpp"
+
+namespace prism::pipe {
+
+inline constexpr uint16_t kBurst = 32;
+
+// What RX learned about a packet, carried in the mbuf's private area so the
+// reducer does not parse it again. The Parsed pointers point into the mbuf.
+struct Meta {
+  wire::Parsed p;
+  sw::Verdict v;
+  uint16_t in_port;
+};
+inline Meta* meta(rte_mbuf* m) { return static_cast<Meta*>(rte_mbuf_to_priv(m)); }
+inline constexpr uint16_t kPrivSize = uint16_t((sizeof(Meta) + RTE_MBUF_PRIV_ALIGN - 1) & ~(RTE_MBUF_PRIV_ALIGN - 1));
+
+// A counter one lcore writes and the telemetry thread reads.
+struct Counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n = 1) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual const char* kind() const = 0;
+  // One pass; returns the packets it moved (0 when idle).
+  virtual unsigned poll(uint64_t now_tsc) = 0;
+  // True when it holds nothing (for --exit-when-idle).
+  virtual bool drained() const = 0;
+};
+
+struct RxCounters {
+  Counter packets, bytes, polls_skipped, refused[size_t(wire::Refusal::kCount)], dropped[size_t(sw::Drop::kCount)];
+  Counter enqueued, nacks, multi_segment;
+};
+
+// RX + parse + admit for one port; enqueues admitted packets on the VOQ ring
+// of the shard that owns their (job, op, chunk).
+class RxStage final : public Stage {
+ public:
+  RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, std::vector<rte_ring*> voq, rte_ring* tx,
+          rte_mempool* pool);
+  const char* kind() const override { return "rx"; }
+  unsigned poll(uint64_t now_tsc) override;
+  bool drained() const override { return pending_n_ == 0; }
+  const RxCounters& counters() const { return c_; }
+  uint64_t last_rx_tsc() const { return last_rx_.load(std::memory_order_relaxed); }
+  uint16_t port() const { return cfg_port_; }
+
+ private:
+  void refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack);
+  uint16_t cfg_port_, dpdk_port_;
+  const sw::Directory& dir_;
+  std::vector<rte_ring*> voq_;  // one per shard
+  rte_ring* tx_;                // this port's TX ring (NACKs)
+  rte_mempool* pool_;
+  rte_mbuf* pending_[kBurst];  // admitted, waiting for ring space
+  uint16_t pending_n_ = 0, pending_at_ = 0;
+  RxCounters c_;
+  std::atomic<uint64_t> last_rx_{0};
+};
+
+// Turns what a reducer emits into mbufs: one payload mbuf per body, shared
+// by every copy of a fan-out (each copy is a small header mbuf chained to an
+// indirect clone of it), and queues them on the TX ring of their port.
+class Emitter final : public sw::Sink {
+ public:
+  Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool) : tx_(std::move(tx_by_port)), pool_(pool) {}
+  void send(sw::Out&& o) override;
+  // Queues what is pending; false while some is still waiting for ring space.
+  bool flush();
+  bool drained() const { return pending_.empty(); }
+  Counter frames, payload_copies, alloc_failures;
+
+ private:
+  rte_mbuf* payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum);
+  std::vector<rte_ring*> tx_;
+  rte_mempool* pool_;
+  std::vector<std::pair<uint16_t, rte_mbuf*>> pending_;
+  const std::vector<uint8_t>* last_body_ = nullptr;
+  rte_mbuf* last_payload_ = nullptr;
+  uint32_t last_sum_ = 0;
+  uint16_t ip_id_ = 0;
+};
+
+enum class Arbiter : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
+
+struct ReduceCounters {
+  Counter dequeued, bursts, backpressured, ticks;
+};
+
+// One reducer shard: an arbiter over its VOQ rings (one per input port) and
+// the shard's slots.
+class ReduceStage final : public Stage {
+ public:
+  ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
+              std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots,
+              uint64_t tsc_hz);
+  const char* kind() const override { return "reduce"; }
+  unsigned poll(uint64_t now_tsc) override;
+  bool drained() const override { return emitter_.drained(); }
+  const sw::Reducer& reducer() const { return red_; }
+  const ReduceCounters& counters() const { return c_; }
+  // A copy of the reducer's statistics, refreshed by the owning lcore every tick.
+  sw::ReducerStats snapshot() const;
+  uint32_t shard() const { return shard_; }
+  const Emitter& emitter() const { return emitter_; }
+
+ private:
+  uint32_t shard_;
+  std::vector<rte_ring*> in_;
+  Emitter emitter_;
+  sw::Reducer red_;
+  Arbiter mode_;
+  std::mt19937_64 rng_;
+  std::vector<uint32_t> order_;
+  uint32_t next_ = 0;
+  uint64_t tsc_hz_, next_tick_ = 0;
+  ReduceCounters c_;
+  mutable std::atomic<uint32_t> seq_{0};
+  sw::ReducerStats snap_;
+};
+
+struct TxCounters {
+  Counter packets, bytes, retries;
+};
+
+// Drains one port's TX ring into the port.
+class TxStage final : public Stage {
+ public:
+  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring)
+      : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring) {}
+  const char* kind() const override { return "tx"; }
+  unsigned poll(uint64_t now_tsc) override;
+  bool drained() const override { return pending_n_ == 0 && rte_ring_empty(ring_); }
+  const TxCounters& counters() const { return c_; }
+  uint16_t port() const { return cfg_port_; }
+
+ private:
+  uint16_t cfg_port_, dpdk_port_;
+  rte_ring* ring_;
+  rte_mbuf* pending_[kBurst];
+  uint16_t pending_n_ = 0, pending_at_ = 0;
+  TxCounters c_;
+};
+
+}  // namespace prism::pipe
