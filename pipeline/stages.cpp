@@ -79,8 +79,10 @@ unsigned RxStage::poll(uint64_t now_tsc) {
         wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, dir_.config().udp_port, &mt->p);
     if (r != wire::Refusal::OK) {
       c_.refused[size_t(r)].add();
-      const bool ours = r > wire::Refusal::WRONG_PORT;  // it was PRISM traffic, however broken
-      refuse(m, nullptr, ours ? sw::Drop::MALFORMED : sw::Drop::NOT_FOR_US, false);
+      // Past the UDP checks it was PRISM traffic, however broken, from a source
+      // whose address checked out: a registered sender is told (NACK MALFORMED).
+      const bool ours = r > wire::Refusal::WRONG_PORT;
+      refuse(m, &mt->p, ours ? sw::Drop::MALFORMED : sw::Drop::NOT_FOR_US, ours && dir_.registered(mt->p.src));
       continue;
     }
     mt->v = sw::admit(dir_, mt->p, cfg_port_);

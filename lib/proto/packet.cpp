@@ -111,8 +111,11 @@ size_t element_bytes(const Header& h) {
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial) {
   const uint8_t* f = frame.data();
   const size_t n = frame.size();
+  // Fields are filled in as they are validated, so a refused packet still says
+  // how far it got (its source, once IPv4 and UDP checked out: for a NACK).
+  Parsed& r = *out;
+  r = Parsed{};
   if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
-  Parsed r;
   std::memcpy(r.dst.mac.data(), f, 6);
   std::memcpy(r.src.mac.data(), f + 6, 6);
   size_t at = 12;
@@ -181,7 +184,6 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
     if (h.terms != 0) return Refusal::BAD_TERMS;
     if (h.count != 0) return Refusal::BAD_COUNT;
     if (blen != 0) return Refusal::PAYLOAD_LENGTH;
-    *out = r;
     return Refusal::OK;
   }
 
@@ -254,7 +256,6 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
       if (r.sideband[i] & ~uint8_t(7)) return Refusal::BAD_SIDEBAND;
     r.chunk_lanes = h.count;
   }
-  *out = r;
   return Refusal::OK;
 }
 

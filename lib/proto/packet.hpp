@@ -72,7 +72,8 @@ struct Parsed {
   uint16_t chunk_lanes = 0;          // encoding 3: lanes in the whole chunk; else count
 };
 
-// Parses one frame. `port` is the UDP destination port of the receiver: the
+// Parses one frame into *out (partly filled when refused: the source endpoint
+// is valid for refusals after WRONG_PORT). `port` is the UDP destination port of the receiver: the
 // switch's port (20562 by default), or a rank's own port for RESULTs and NACKs.
 // `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true);
