@@ -317,6 +317,61 @@ int tel_reducers(const char*, const char*, rte_tel_data* d) {
   return 0;
 }
 
+int tel_jobs(const char*, const char*, rte_tel_data* d) {
+  if (!g_rt) return -1;
+  rte_tel_data_start_dict(d);
+  std::map<uint32_t, sw::JobStats> sum;
+  for (const auto& rs : g_rt->reducers()) {
+    std::vector<std::pair<uint32_t, sw::JobStats>> jobs;
+    rs->snapshot(&jobs);
+    for (const auto& [id, js] : jobs) {
+      sw::JobStats& t = sum[id];
+      t.opened += js.opened;
+      t.completed += js.completed;
+      t.expired += js.expired;
+      t.timed_out += js.timed_out;
+      t.quota_refused += js.quota_refused;
+      t.in_flight += js.in_flight;
+    }
+  }
+  for (const auto& [id, t] : sum) {
+    const std::string k = "job" + std::to_string(id) + "_";
+    rte_tel_data_add_dict_u64(d, (k + "ops_opened").c_str(), t.opened);
+    rte_tel_data_add_dict_u64(d, (k + "ops_completed").c_str(), t.completed);
+    rte_tel_data_add_dict_u64(d, (k + "ops_expired").c_str(), t.expired);
+    rte_tel_data_add_dict_u64(d, (k + "ops_timed_out").c_str(), t.timed_out);
+    rte_tel_data_add_dict_u64(d, (k + "slot_refusals").c_str(), t.quota_refused);
+    rte_tel_data_add_dict_u64(d, (k + "in_flight").c_str(), t.in_flight);
+  }
+  return 0;
+}
+
+int tel_slots(const char*, const char*, rte_tel_data* d) {
+  if (!g_rt) return -1;
+  rte_tel_data_start_dict(d);
+  for (const auto& rs : g_rt->reducers()) {
+    const sw::ReducerStats s = rs->snapshot();
+    const std::string k = "shard" + std::to_string(rs->shard()) + "_";
+    rte_tel_data_add_dict_u64(d, (k + "capacity").c_str(), g_rt->config().slots_per_shard);
+    rte_tel_data_add_dict_u64(d, (k + "in_use").c_str(), s.slots_in_use);
+    rte_tel_data_add_dict_u64(d, (k + "high_water").c_str(), s.slots_high);
+  }
+  return 0;
+}
+
+int tel_arbiter(const char*, const char*, rte_tel_data* d) {
+  if (!g_rt) return -1;
+  rte_tel_data_start_dict(d);
+  for (const auto& rs : g_rt->reducers()) {
+    const std::string k = "shard" + std::to_string(rs->shard()) + "_";
+    rte_tel_data_add_dict_string(d, (k + "mode").c_str(), rs->mode_name());
+    for (uint32_t i = 0; i < rs->inputs(); ++i)
+      rte_tel_data_add_dict_u64(d, (k + "served_port" + std::to_string(g_rt->config().ports[i].id)).c_str(),
+                                rs->served(i));
+  }
+  return 0;
+}
+
 }  // namespace
 
 void Runtime::register_telemetry() {
@@ -327,6 +382,9 @@ void Runtime::register_telemetry() {
   rte_telemetry_register_cmd("/prism/rings", tel_rings, "PRISM VOQ and TX ring fill levels");
   rte_telemetry_register_cmd("/prism/drops", tel_drops, "PRISM drops by reason (parser refusals and switch drops)");
   rte_telemetry_register_cmd("/prism/reducers", tel_reducers, "PRISM reducer shards: packets, results, slots");
+  rte_telemetry_register_cmd("/prism/jobs", tel_jobs, "PRISM per job: ops opened, completed, expired, in flight");
+  rte_telemetry_register_cmd("/prism/slots", tel_slots, "PRISM slot tables: capacity, in use, high water");
+  rte_telemetry_register_cmd("/prism/arbiter", tel_arbiter, "PRISM arbiter: mode and packets served per input ring");
 }
 
 }  // namespace prism::pipe

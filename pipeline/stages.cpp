@@ -191,16 +191,23 @@ ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<r
       mode_(mode),
       rng_(seed + shard),
       tsc_hz_(tsc_hz) {
+  served_ = std::make_unique<Counter[]>(in_.size());
+  for (const auto& [job, js] : red_.job_stats()) snap_jobs_.emplace_back(job, js);
   order_.resize(in_.size());
   for (uint32_t i = 0; i < order_.size(); ++i) order_[i] = i;
   if (mode_ == Arbiter::REVERSE) std::reverse(order_.begin(), order_.end());
 }
 
-sw::ReducerStats ReduceStage::snapshot() const {
+const char* ReduceStage::mode_name() const {
+  return mode_ == Arbiter::RANDOM ? "random" : mode_ == Arbiter::REVERSE ? "reverse" : "round_robin";
+}
+
+sw::ReducerStats ReduceStage::snapshot(std::vector<std::pair<uint32_t, sw::JobStats>>* jobs) const {
   for (;;) {
     const uint32_t s0 = seq_.load(std::memory_order_acquire);
     if (s0 & 1) continue;
     sw::ReducerStats s = snap_;
+    if (jobs) *jobs = snap_jobs_;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (seq_.load(std::memory_order_relaxed) == s0) return s;
   }
@@ -217,6 +224,7 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     c_.ticks.add();
     seq_.fetch_add(1, std::memory_order_release);
     snap_ = red_.stats();
+    for (auto& [job, js] : snap_jobs_) js = red_.job_stats().at(job);
     seq_.fetch_add(1, std::memory_order_release);
   }
   if (!emitter_.flush()) {  // TX rings full: stop taking work so RX backs up too
@@ -233,6 +241,7 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     if (!n) continue;
     c_.bursts.add();
     c_.dequeued.add(n);
+    served_[i].add(n);
     for (unsigned j = 0; j < n; ++j) {
       Meta* mt = meta(burst[j]);
       red_.on_packet(mt->p, mt->v, now_ns, emitter_);

@@ -126,8 +126,11 @@ class ReduceStage final : public Stage {
   bool drained() const override { return emitter_.drained(); }
   const sw::Reducer& reducer() const { return red_; }
   const ReduceCounters& counters() const { return c_; }
-  // A copy of the reducer's statistics, refreshed by the owning lcore every tick.
-  sw::ReducerStats snapshot() const;
+  // A copy of the reducer's statistics (and its jobs'), refreshed by the owning lcore every tick.
+  sw::ReducerStats snapshot(std::vector<std::pair<uint32_t, sw::JobStats>>* jobs = nullptr) const;
+  const char* mode_name() const;
+  uint64_t served(uint32_t input) const { return served_[input].get(); }
+  uint32_t inputs() const { return uint32_t(in_.size()); }
   uint32_t shard() const { return shard_; }
   const Emitter& emitter() const { return emitter_; }
 
@@ -142,8 +145,10 @@ class ReduceStage final : public Stage {
   uint32_t next_ = 0;
   uint64_t tsc_hz_, next_tick_ = 0;
   ReduceCounters c_;
+  std::unique_ptr<Counter[]> served_;  // packets taken from each input ring
   mutable std::atomic<uint32_t> seq_{0};
   sw::ReducerStats snap_;
+  std::vector<std::pair<uint32_t, sw::JobStats>> snap_jobs_;
 };
 
 struct TxCounters {

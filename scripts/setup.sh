@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(
   build-essential meson ninja-build pkg-config
-  libdpdk-dev dpdk libyaml-cpp-dev libpcap-dev
+  libdpdk-dev dpdk dpdk-dev libyaml-cpp-dev libpcap-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-numpy python3-scapy python3-yaml
   tshark gnuplot-nox clang libclang-rt-14-dev
