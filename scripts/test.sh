@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds PRISM and runs its whole test suite: every suite in a release build,
-# then the unit suites again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# the fuzz targets for a minute, then the unit suites again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 # Last line: `N passed, N failed` (", N skipped" when any), counted from the
 # test cases' JUnit results.
 # Usage: scripts/test.sh [BUILD_DIR]      (as root on Debian 12: installs what is missing)
@@ -15,6 +16,25 @@ scripts/setup.sh || fail "setup failed"
 ninja -C "$BUILD" || fail "build failed"
 rm -rf "$BUILD/test-results" && mkdir -p "$BUILD/test-results"
 meson test -C "$BUILD" --print-errorlogs --num-processes 2 </dev/null
+
+# Fuzzing: the parser, the partial decoder and the config reader under
+# libFuzzer with ASan+UBSan, for a bounded time (PRISM_FUZZ_SECONDS, default 60).
+if [ -z "${PRISM_NO_FUZZ:-}" ]; then
+  fuzz_rc=0
+  scripts/fuzz.sh "${PRISM_FUZZ_SECONDS:-60}" "$BUILD-fuzz" >"$BUILD/test-results/fuzz.log" 2>&1 || fuzz_rc=$?
+  tail -5 "$BUILD/test-results/fuzz.log"
+  /usr/bin/python3 - "$BUILD/test-results/fuzz.log" "$fuzz_rc" >"$BUILD/test-results/fuzz.xml" <<'PY'
+import sys
+from xml.sax.saxutils import escape
+log, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+cases = []
+for t in ("fuzz_parse", "fuzz_partial", "fuzz_config"):
+    ok = rc == 0 or any(l.startswith(t) and " ok " in l for l in log.splitlines())
+    body = "" if ok else f'<failure message="{t} failed">{escape(log[-4000:])}</failure>'
+    cases.append(f'<testcase classname="fuzz" name="{t}">{body}</testcase>')
+print(f'<testsuite name="fuzz" tests="3">{"".join(cases)}</testsuite>')
+PY
+fi
 
 if [ -z "${PRISM_NO_SANITIZERS:-}" ]; then
   [ -f "$SAN/build.ninja" ] ||

@@ -1,3 +1,5 @@
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -173,7 +175,10 @@ const Kernels& avx2_kernels_unchecked();  // kernels_avx2.cpp
 
 const Kernels* avx2_kernels() {
   __builtin_cpu_init();
-  const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know it.
+  unsigned a, b, c, d;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   return ok ? &avx2_kernels_unchecked() : nullptr;
 }
 

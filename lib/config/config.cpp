@@ -29,7 +29,12 @@ class Reader {
     if (!map.IsMap()) fail(map, key, "expected a mapping of keys to values");
     std::set<std::string> seen;
     for (const auto& kv : map) {
-      const std::string k = kv.first.as<std::string>();
+      if (!kv.first.IsScalar()) {
+        std::string valid;
+        for (const char* a : allowed) valid += std::string(valid.empty() ? "" : ", ") + a;
+        fail(kv.first, key.empty() ? "(top level)" : key, "unknown key: keys are plain words (valid here: " + valid + ")");
+      }
+      const std::string k = kv.first.Scalar();
       if (!seen.insert(k).second) fail(kv.first, key.empty() ? k : key + "." + k, "given twice: keep one");
       if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; })) {
         std::string valid;
@@ -54,7 +59,7 @@ class Reader {
   uint64_t uint_or(const YAML::Node& map, const char* k, const std::string& key, uint64_t lo, uint64_t hi,
                    uint64_t def) const {
     const YAML::Node n = map[k];
-    return n ? uint(n, key + "." + k, lo, hi) : def;
+    return n ? uint(n, key.empty() ? std::string(k) : key + "." + k, lo, hi) : def;
   }
   const YAML::Node need(const YAML::Node& map, const char* k, const std::string& key) const {
     const YAML::Node n = map[k];
@@ -92,23 +97,40 @@ std::string idx(const std::string& key, size_t i) { return key + "[" + std::to_s
 }  // namespace
 
 std::optional<wire::Mac> parse_mac(const std::string& s) {
-  wire::Mac m;
-  unsigned v[6];
-  char tail;
-  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
-    return std::nullopt;
+  // Exactly six pairs of hex digits separated by colons: no signs, blanks or prefixes.
   if (s.size() != 17) return std::nullopt;
-  for (int i = 0; i < 6; ++i) m[i] = uint8_t(v[i]);
+  wire::Mac m;
+  for (int i = 0; i < 6; ++i) {
+    if (i && s[size_t(3 * i - 1)] != ':') return std::nullopt;
+    unsigned v = 0;
+    for (int j = 0; j < 2; ++j) {
+      const char c = s[size_t(3 * i + j)];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) return std::nullopt;
+      v = v * 16 + unsigned(d);
+    }
+    m[size_t(i)] = uint8_t(v);
+  }
   return m;
 }
 
 std::optional<uint32_t> parse_ipv4(const std::string& s) {
-  unsigned a, b, c, d;
-  char tail;
-  if (std::sscanf(s.c_str(), "%3u.%3u.%3u.%3u%c", &a, &b, &c, &d, &tail) != 4) return std::nullopt;
-  if (a > 255 || b > 255 || c > 255 || d > 255) return std::nullopt;
-  if (s.find_first_not_of("0123456789.") != std::string::npos) return std::nullopt;
-  return a << 24 | b << 16 | c << 8 | d;
+  // Four decimal octets 0-255, no leading zeros (they read as octal elsewhere), nothing else.
+  uint32_t ip = 0;
+  size_t at = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (i) {
+      if (at >= s.size() || s[at] != '.') return std::nullopt;
+      ++at;
+    }
+    const size_t start = at;
+    unsigned v = 0;
+    while (at < s.size() && s[at] >= '0' && s[at] <= '9' && at - start < 3) v = v * 10 + unsigned(s[at++] - '0');
+    if (at == start || v > 255 || (s[start] == '0' && at - start > 1)) return std::nullopt;
+    ip = ip << 8 | v;
+  }
+  if (at != s.size()) return std::nullopt;
+  return ip;
 }
 
 std::string format_mac(const wire::Mac& m) {
@@ -262,13 +284,14 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
       if (local == 0) rd.fail(j, key, "a job needs members (ranks) or children (switches below)");
       jc.group = uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
       if (jc.group == 0) rd.fail(j, key + ".group", "a leaf must say how many ranks the whole job has (group)");
-      for (const auto& m : jc.members)
-        if (m.rank >= jc.group)
-          rd.fail(j, key + ".members", "rank " + std::to_string(m.rank) + " is not below the group size " + std::to_string(jc.group));
+      for (size_t k = 0; k < jc.members.size(); ++k)
+        if (jc.members[k].rank >= jc.group)
+          rd.fail(ms[k]["rank"], idx(key + ".members", k) + ".rank",
+                  "rank " + std::to_string(jc.members[k].rank) + " is not below the group size " + std::to_string(jc.group));
       if (local > jc.group)
-        rd.fail(j, key + ".group", std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
+        rd.fail(j["group"] ? j["group"] : j, key + ".group", std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
       if (c.role == Role::ROOT && local != jc.group)
-        rd.fail(j, key + ".group", "at a root, members plus children's ranks (" + std::to_string(local) +
+        rd.fail(j["group"] ? j["group"] : j, key + ".group", "at a root, members plus children's ranks (" + std::to_string(local) +
                                        ") must cover the group (" + std::to_string(jc.group) + ")");
       if (!c.ports.empty()) {
         for (const auto& m : jc.members)

@@ -1,0 +1,629 @@
+// Switch configuration (lib/config): configs/reference.yaml loads with the
+// values docs/CONFIG.md documents, and every error says where and what.
+//
+// docs/CONFIG.md: "Every error names the file, the line and column, and the
+// key path, and says what would be valid", e.g.
+//   switch.yaml:23:9: jobs[0].members[2].ip: '10.0.0.300' is not an IPv4 address (write a.b.c.d)
+// The expectations below come from that contract and the tables of
+// CONFIG.md (ranges, defaults, allowed words), not from the implementation.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using prism::ConfigError;
+using prism::parse_config;
+using prism::SwitchConfig;
+
+// configs/reference.yaml, found from the test's working directory, the source
+// file's path (relative to the build directory) or the executable's location.
+fs::path reference_yaml() {
+  std::vector<fs::path> starts = {fs::current_path(), fs::path(__FILE__).parent_path()};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) starts.push_back(exe.parent_path());
+  for (fs::path d : starts) {
+    if (d.is_relative()) d = fs::current_path() / d;
+    for (int up = 0; up < 8 && !d.empty(); ++up, d = d.parent_path()) {
+      const fs::path p = d / "configs" / "reference.yaml";
+      if (fs::exists(p)) return p;
+      if (d == d.parent_path()) break;
+    }
+  }
+  return {};
+}
+
+// The message of the ConfigError `yaml` raises ("no error" when it parses,
+// "NOT A ConfigError: ..." when something else is thrown).
+std::string error_of(const std::string& yaml, const std::string& name = "t.yaml") {
+  try {
+    parse_config(yaml, name);
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("NOT A ConfigError: ") + e.what();
+  }
+  return "no error";
+}
+
+struct Where {
+  int line = 0, col = 0;
+  std::string key, message;
+};
+
+// Splits "t.yaml:LINE:COL: KEY: MESSAGE"; line 0 when the message does not have that form.
+Where where(const std::string& msg, const std::string& file = "t.yaml") {
+  Where w;
+  std::smatch m;
+  const std::regex re("^" + std::regex_replace(file, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                      R"(:([0-9]+):([0-9]+): ([^ ]+): (.*)$)");
+  if (!std::regex_match(msg, m, re)) return w;
+  w.line = std::stoi(m[1]);
+  w.col = std::stoi(m[2]);
+  w.key = m[3];
+  w.message = m[4];
+  return w;
+}
+
+// The error has the file, `line`, a column, exactly the key path `key`, and
+// every one of `says` in its message.
+void expect_error(const std::string& yaml, int line, const std::string& key, std::initializer_list<std::string> says) {
+  const std::string msg = error_of(yaml);
+  SCOPED_TRACE("error: " + msg + "\nfor:\n" + yaml);
+  const Where w = where(msg);
+  ASSERT_GT(w.line, 0) << "not of the form t.yaml:LINE:COL: KEY: MESSAGE";
+  EXPECT_EQ(w.line, line);
+  EXPECT_GT(w.col, 0);
+  EXPECT_EQ(w.key, key);
+  for (const auto& s : says) EXPECT_NE(w.message.find(s), std::string::npos) << "message lacks '" << s << "'";
+}
+
+// `s` between two `q` (built with append: GCC 12's -Wrestrict misfires on "'" + std::string(s) + "'").
+std::string quoted(const char* s, char q = '\'') {
+  std::string r(1, q);
+  r.append(s);
+  r.push_back(q);
+  return r;
+}
+
+// Replaces the one occurrence of `from` in `text`.
+std::string with(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the base config";
+  if (at == std::string::npos) return text;
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << "'" << from << "' is not unique";
+  return text.replace(at, from.size(), to);
+}
+
+// A valid root config; the comments are its line numbers.
+const std::string kBase =
+    "switch:\n"                                                                // 1
+    "  id: 1\n"                                                                // 2
+    "  role: root\n"                                                           // 3
+    "ports:\n"                                                                 // 4
+    "  - {id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}\n"               // 5
+    "  - {id: 1, mac: \"02:00:00:00:ff:01\", ip: 10.0.1.254}\n"               // 6
+    "jobs:\n"                                                                  // 7
+    "  - id: 7\n"                                                              // 8
+    "    group: 3\n"                                                           // 9
+    "    formats: [fp32, bf16]\n"                                              // 10
+    "    policies: [kulisch]\n"                                                // 11
+    "    members:\n"                                                           // 12
+    "      - {rank: 0, port: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"  // 13
+    "      - {rank: 1, port: 0, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n"  // 14
+    "      - {rank: 2, port: 0, mac: \"02:00:00:00:00:02\", ip: 10.0.0.3}\n"  // 15
+    "rings:\n"                                                                 // 16
+    "  size: 256\n"                                                            // 17
+    "arbiter:\n"                                                               // 18
+    "  mode: random\n"                                                         // 19
+    "  seed: 5\n";                                                             // 20
+
+// The same job at a leaf: members 0 and 1 here, ranks 2..3 elsewhere.
+const std::string kLeaf =
+    "switch:\n"                                                                // 1
+    "  id: 2\n"                                                                // 2
+    "  role: leaf\n"                                                           // 3
+    "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n"          // 4
+    "jobs:\n"                                                                  // 5
+    "  - id: 7\n"                                                              // 6
+    "    group: 4\n"                                                           // 7
+    "    members:\n"                                                           // 8
+    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"           // 9
+    "      - {rank: 1, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n";          // 10
+
+// A root above two leaves.
+const std::string kTree =
+    "switch: {id: 1}\n"                                                                  // 1
+    "jobs:\n"                                                                            // 2
+    "  - id: 9\n"                                                                        // 3
+    "    members:\n"                                                                     // 4
+    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"                     // 5
+    "    children:\n"                                                                    // 6
+    "      - {id: 2, port: 1, mac: \"02:00:00:00:fe:02\", ip: 10.0.2.1, ranks: 4}\n"    // 7
+    "      - {id: 3, port: 1, mac: \"02:00:00:00:fe:03\", ip: 10.0.3.1, ranks: 3}\n";   // 8
+
+prism::wire::Mac mac(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t e, uint8_t f) { return {a, b, c, d, e, f}; }
+uint32_t ip4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return a << 24 | b << 16 | c << 8 | d; }
+
+// ---------------------------------------------------------------------------
+// configs/reference.yaml
+
+TEST(ConfigReference, LoadsWithTheDocumentedValues) {
+  const fs::path path = reference_yaml();
+  ASSERT_FALSE(path.empty()) << "configs/reference.yaml not found";
+  const SwitchConfig c = prism::load_config(path.string());
+  EXPECT_EQ(c.path, path.string());
+  EXPECT_EQ(c.id, 1);
+  EXPECT_EQ(c.role, prism::Role::ROOT);
+  EXPECT_EQ(c.udp_port, 20562);
+  EXPECT_FALSE(c.parent.has_value());
+
+  ASSERT_EQ(c.ports.size(), 1u);
+  EXPECT_EQ(c.ports[0].id, 0);
+  EXPECT_EQ(c.ports[0].device, "");
+  EXPECT_EQ(c.ports[0].mac, mac(0x02, 0, 0, 0, 0xff, 0x00));
+  EXPECT_EQ(c.ports[0].ip, ip4(10, 0, 0, 254));
+  EXPECT_EQ(c.port(0), &c.ports[0]);
+  EXPECT_EQ(c.port(1), nullptr);
+
+  ASSERT_EQ(c.jobs.size(), 1u);
+  const prism::JobConfig& j = c.jobs[0];
+  EXPECT_EQ(c.job(7), &j);
+  EXPECT_EQ(c.job(8), nullptr);
+  EXPECT_EQ(j.id, 7u);
+  EXPECT_EQ(j.group, 4);
+  using F = prism::Format;
+  EXPECT_EQ(j.formats, (std::vector<F>{F::FP32, F::FP16, F::BF16, F::E4M3FN, F::E4M3FNUZ, F::E5M2, F::E5M2FNUZ,
+                                       F::INT8, F::INT32}));
+  using P = prism::Policy;
+  EXPECT_EQ(j.policies, (std::vector<P>{P::KULISCH_FIXED, P::FP32_ARRIVAL, P::FP32_BINOMIAL}));
+  EXPECT_EQ(j.slot_quota, 0u);
+  EXPECT_TRUE(j.children.empty());
+  ASSERT_EQ(j.members.size(), 4u);
+  for (uint16_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const prism::MemberConfig& m = j.members[r];
+    EXPECT_EQ(m.rank, r);
+    EXPECT_EQ(m.port, 0);
+    EXPECT_EQ(m.addr.mac, mac(0x02, 0, 0, 0, 0, uint8_t(r)));
+    EXPECT_EQ(m.addr.ip, ip4(10, 0, 0, 1u + r));
+    EXPECT_EQ(m.addr.port, 20562);
+    EXPECT_EQ(j.member(r), &m);
+  }
+  EXPECT_EQ(j.member(4), nullptr);
+
+  EXPECT_EQ(c.kulisch_width, 294);
+  EXPECT_EQ(c.retention_ms, 1000u);
+  EXPECT_EQ(c.op_timeout_ms, 0u);
+  EXPECT_EQ(c.ring_size, 1024u);
+  EXPECT_EQ(c.arbiter, prism::ArbiterMode::ROUND_ROBIN);
+  EXPECT_EQ(c.arbiter_seed, 1u);
+  EXPECT_EQ(c.reducer_shards, 1u);
+  EXPECT_EQ(c.slots_per_shard, 4096u);
+  EXPECT_EQ(c.lcores, (std::vector<unsigned>{0}));
+}
+
+// ---------------------------------------------------------------------------
+// Valid configurations and defaults (CONFIG.md's tables)
+
+TEST(ConfigValid, BaseConfigParses) {
+  const SwitchConfig c = parse_config(kBase, "t.yaml");
+  EXPECT_EQ(c.path, "t.yaml");
+  ASSERT_EQ(c.jobs.size(), 1u);
+  EXPECT_EQ(c.jobs[0].group, 3);
+  EXPECT_EQ(c.ring_size, 256u);
+  EXPECT_EQ(c.arbiter, prism::ArbiterMode::RANDOM);
+  EXPECT_EQ(c.arbiter_seed, 5u);
+}
+
+TEST(ConfigValid, DefaultsWhenKeysAreLeftOut) {
+  const SwitchConfig c = parse_config("jobs:\n  - id: 1\n    members: [{rank: 0, mac: \"02:00:00:00:00:01\", ip: 1.2.3.4}]\n");
+  EXPECT_EQ(c.id, 0);
+  EXPECT_EQ(c.role, prism::Role::ROOT);
+  EXPECT_EQ(c.udp_port, 20562);
+  EXPECT_TRUE(c.ports.empty());
+  ASSERT_EQ(c.jobs.size(), 1u);
+  EXPECT_EQ(c.jobs[0].group, 1) << "a root's group defaults to members + children's ranks";
+  EXPECT_TRUE(c.jobs[0].formats.empty()) << "formats default to all (empty list)";
+  EXPECT_TRUE(c.jobs[0].policies.empty());
+  EXPECT_EQ(c.jobs[0].members[0].addr.port, 20562);
+  EXPECT_EQ(c.jobs[0].members[0].port, 0);
+  EXPECT_EQ(c.kulisch_width, 294);
+  EXPECT_EQ(c.retention_ms, 1000u);
+  EXPECT_EQ(c.op_timeout_ms, 0u);
+  EXPECT_EQ(c.ring_size, 1024u);
+  EXPECT_EQ(c.arbiter, prism::ArbiterMode::ROUND_ROBIN);
+  EXPECT_EQ(c.arbiter_seed, 1u);
+  EXPECT_EQ(c.reducer_shards, 1u);
+  EXPECT_EQ(c.slots_per_shard, 4096u);
+}
+
+TEST(ConfigValid, LeafWithParentAndGroup) {
+  const SwitchConfig c = parse_config(kLeaf, "t.yaml");
+  EXPECT_EQ(c.role, prism::Role::LEAF);
+  ASSERT_TRUE(c.parent.has_value());
+  EXPECT_EQ(c.parent->port, 1);
+  EXPECT_EQ(c.parent->addr.mac, mac(0x02, 0, 0, 0, 0xfe, 0x01));
+  EXPECT_EQ(c.parent->addr.ip, ip4(10, 0, 1, 1));
+  EXPECT_EQ(c.parent->addr.port, 20562);
+  EXPECT_EQ(c.jobs[0].group, 4) << "a leaf's members are only part of the group";
+}
+
+TEST(ConfigValid, RootWithChildrenCoversTheGroup) {
+  const SwitchConfig c = parse_config(kTree, "t.yaml");
+  ASSERT_EQ(c.jobs.size(), 1u);
+  const auto& j = c.jobs[0];
+  EXPECT_EQ(j.group, 8) << "1 member + 4 + 3 children's ranks";
+  ASSERT_EQ(j.children.size(), 2u);
+  EXPECT_EQ(j.children[0].id, 2);
+  EXPECT_EQ(j.children[0].port, 1);
+  EXPECT_EQ(j.children[0].ranks, 4);
+  EXPECT_EQ(j.children[1].addr.ip, ip4(10, 0, 3, 1));
+}
+
+TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
+  const SwitchConfig c = parse_config(
+      "switch: {id: 65535, udp_port: 65535}\n"
+      "ports: [{id: 1023, mac: \"02:00:00:00:00:01\", ip: 255.255.255.255}]\n"
+      "jobs: [{id: 4294967295, slot_quota: 16777216, members: "
+      "[{rank: 0, port: 1023, mac: \"ff:ff:ff:ff:ff:ff\", ip: 0.0.0.0, udp_port: 1}]}]\n"
+      "kulisch_width: 4096\nretention_ms: 3600000\nop_timeout_ms: 3600000\n"
+      "rings: {size: 1048576}\narbiter: {seed: 18446744073709551615}\nreducers: {shards: 64, slots: 1048576}\n"
+      "lcores: [1023, 0]\n");
+  EXPECT_EQ(c.id, 65535);
+  EXPECT_EQ(c.udp_port, 65535);
+  EXPECT_EQ(c.ports[0].id, 1023);
+  EXPECT_EQ(c.jobs[0].id, 4294967295u);
+  EXPECT_EQ(c.jobs[0].slot_quota, 16777216u);
+  EXPECT_EQ(c.jobs[0].members[0].addr.mac, mac(0xff, 0xff, 0xff, 0xff, 0xff, 0xff));
+  EXPECT_EQ(c.jobs[0].members[0].addr.port, 1);
+  EXPECT_EQ(c.kulisch_width, 4096);
+  EXPECT_EQ(c.ring_size, 1048576u);
+  EXPECT_EQ(c.arbiter_seed, 18446744073709551615u);
+  EXPECT_EQ(c.reducer_shards, 64u);
+  EXPECT_EQ(c.lcores, (std::vector<unsigned>{1023, 0}));
+  EXPECT_EQ(parse_config(with(kBase, "size: 256", "size: 64")).ring_size, 64u);
+}
+
+// ---------------------------------------------------------------------------
+// Errors: file:line:col: key: what is wrong and what is valid
+
+TEST(ConfigErrors, BrokenYamlNamesFileAndLine) {
+  // Line 3 maps a value that is itself a mapping written inline: not YAML.
+  const std::string msg = error_of("switch:\n  id: 1\n  role: root: leaf\n");
+  EXPECT_EQ(msg.rfind("t.yaml:3:", 0), 0u) << msg;
+  EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
+  // An unclosed flow sequence.
+  const std::string m2 = error_of("lcores: [0, 1\n");
+  EXPECT_EQ(m2.rfind("t.yaml:", 0), 0u) << m2;
+  EXPECT_NE(m2.find("not valid YAML"), std::string::npos) << m2;
+  // A tab where indentation is expected.
+  const std::string m3 = error_of("switch:\n\tid: 1\n");
+  EXPECT_EQ(m3.rfind("t.yaml:", 0), 0u) << m3;
+  EXPECT_NE(m3.find("not valid YAML"), std::string::npos) << m3;
+}
+
+TEST(ConfigErrors, UnknownKeysAreTyposAndListTheValidOnes) {
+  expect_error(with(kBase, "  role: root", "  rol: root"), 3, "switch.rol",
+               {"unknown key", "id", "role", "udp_port", "parent"});
+  expect_error(with(kBase, "rings:", "ring:"), 16, "ring", {"unknown key", "rings", "arbiter", "jobs"});
+  expect_error(with(kBase, "{rank: 2,", "{rnak: 2,"), 15, "jobs[0].members[2].rnak",
+               {"unknown key", "rank", "port", "mac", "ip", "udp_port"});
+  expect_error(with(kBase, "    group: 3", "    groups: 3"), 9, "jobs[0].groups",
+               {"unknown key", "group", "members", "children"});
+  expect_error(with(kBase, "  seed: 5", "  sed: 5"), 20, "arbiter.sed", {"unknown key", "mode", "seed"});
+  expect_error(with(kBase, "{id: 1, mac", "{id: 1, device: x, dev: y, mac"), 6, "ports[1].dev",
+               {"unknown key", "device"});
+  expect_error(with(kTree, "ranks: 3}", "rank: 3}"), 8, "jobs[0].children[1].rank", {"unknown key", "ranks"});
+  expect_error(with(kLeaf, "ip: 10.0.1.1}", "ip: 10.0.1.1, mtu: 9000}"), 4, "switch.parent.mtu",
+               {"unknown key", "port", "mac", "ip", "udp_port"});
+}
+
+TEST(ConfigErrors, MissingRequiredKeys) {
+  expect_error(with(kBase, "{id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}", "{id: 0, ip: 10.0.0.254}"), 5,
+               "ports[0].mac", {"required"});
+  expect_error(with(kBase, "{id: 1, mac: \"02:00:00:00:ff:01\", ", "{mac: \"02:00:00:00:ff:01\", "), 6, "ports[1].id",
+               {"required"});
+  expect_error(with(kBase, "ip: 10.0.0.3}", "}"), 15, "jobs[0].members[2].ip", {"required"});
+  expect_error(with(kBase, "{rank: 1, ", "{"), 14, "jobs[0].members[1].rank", {"required"});
+  expect_error(with(kBase, "  - id: 7\n    group: 3\n", "  - group: 3\n"), 8, "jobs[0].id", {"required"});
+  expect_error(with(kTree, ", ranks: 4}", "}"), 7, "jobs[0].children[0].ranks", {"required"});
+  expect_error(with(kLeaf, "mac: \"02:00:00:00:fe:01\", ", ""), 4, "switch.parent.mac", {"required"});
+}
+
+TEST(ConfigErrors, BadMacAddress) {
+  for (const char* bad : {"02:00:00:00:00", "zz:00:00:00:00:02", "02:00:00:00:00:02:03", "02-00-00-00-00-02", ""}) {
+    SCOPED_TRACE(bad);
+    expect_error(with(kBase, "\"02:00:00:00:00:02\"", quoted(bad, '"')), 15,
+                 "jobs[0].members[2].mac", {quoted(bad), "not a MAC address", "02:00:00:00:00:01"});
+  }
+  expect_error(with(kBase, "\"02:00:00:00:ff:01\"", "\"02:00:00:00:ff\""), 6, "ports[1].mac", {"not a MAC address"});
+  expect_error(with(kBase, "mac: \"02:00:00:00:00:02\"", "mac: [2, 0]"), 15, "jobs[0].members[2].mac", {"string"});
+}
+
+TEST(ConfigErrors, BadIpv4Address) {
+  // CONFIG.md's own example.
+  expect_error(with(kBase, "ip: 10.0.0.3}", "ip: 10.0.0.300}"), 15, "jobs[0].members[2].ip",
+               {"'10.0.0.300' is not an IPv4 address", "a.b.c.d"});
+  for (const char* bad : {"1.2.3", "256.1.1.1", "1.2.3.4x", "1.2.3.4.5", "ten.0.0.1"}) {
+    SCOPED_TRACE(bad);
+    expect_error(with(kBase, "ip: 10.0.1.254}", "ip: " + quoted(bad, '"') + "}"), 6, "ports[1].ip",
+                 {quoted(bad), "not an IPv4 address", "a.b.c.d"});
+  }
+  expect_error(with(kLeaf, "ip: 10.0.1.1}", "ip: 10.0.1}"), 4, "switch.parent.ip", {"not an IPv4 address"});
+}
+
+TEST(ConfigErrors, NumbersOutOfRangeSayTheRange) {
+  expect_error(with(kBase, "{id: 1, mac", "{id: 1024, mac"), 6, "ports[1].id", {"1024", "out of range", "0..1023"});
+  expect_error(with(kBase, "  id: 1\n", "  id: 65536\n"), 2, "switch.id", {"65536", "out of range", "0..65535"});
+  expect_error(with(kBase, "  role: root\n", "  role: root\n  udp_port: 0\n"), 4, "switch.udp_port",
+               {"out of range", "1..65535"});
+  expect_error(with(kBase, "size: 256", "size: 32"), 17, "rings.size", {"32", "out of range", "64..1048576"});
+  expect_error(with(kBase, "  seed: 5\n", "  seed: 5\nreducers: {shards: 65}\n"), 21, "reducers.shards",
+               {"65", "out of range", "1..64"});
+  expect_error(with(kBase, "    group: 3", "    group: 65536"), 9, "jobs[0].group", {"out of range", "1..65535"});
+  expect_error(with(kBase, "{rank: 2, port: 0,", "{rank: 2, port: 2000,"), 15, "jobs[0].members[2].port",
+               {"2000", "out of range", "0..1023"});
+  expect_error(with(kBase, "ip: 10.0.0.3}", "ip: 10.0.0.3, udp_port: 70000}"), 15, "jobs[0].members[2].udp_port",
+               {"70000", "out of range", "1..65535"});
+  expect_error(with(kBase, "  seed: 5\n", "  seed: 5\nlcores: [0, 1024]\n"), 21, "lcores[1]",
+               {"1024", "out of range", "0..1023"});
+  expect_error(with(kTree, "ranks: 3}", "ranks: 0}"), 8, "jobs[0].children[1].ranks", {"out of range", "1..65535"});
+  expect_error(with(kBase, "  - id: 7\n", "  - id: 4294967296\n"), 8, "jobs[0].id", {"out of range", "0..4294967295"});
+  // Top-level numbers: line, range and the key's name (its exact path is checked below).
+  for (const auto& [yaml, key, range] : {std::tuple<const char*, const char*, const char*>{"kulisch_width: 7", "kulisch_width", "8..4096"},
+                                         {"retention_ms: 3600001", "retention_ms", "0..3600000"},
+                                         {"op_timeout_ms: 3600001", "op_timeout_ms", "0..3600000"}}) {
+    const std::string msg = error_of(kBase + yaml + "\n");
+    const Where w = where(msg);
+    EXPECT_EQ(w.line, 21) << msg;
+    EXPECT_NE(w.key.find(key), std::string::npos) << msg;
+    EXPECT_NE(w.message.find("out of range"), std::string::npos) << msg;
+    EXPECT_NE(w.message.find(range), std::string::npos) << msg;
+  }
+}
+
+// The key path of a top-level key is its name, as for unknown top-level keys ("ring").
+TEST(ConfigErrors, TopLevelKeyPathsHaveNoLeadingDot) {
+  expect_error(kBase + "kulisch_width: 7\n", 21, "kulisch_width", {"out of range", "8..4096"});
+  expect_error(kBase + "retention_ms: x\n", 21, "retention_ms", {"not a whole number"});
+  expect_error(kBase + "op_timeout_ms: -1\n", 21, "op_timeout_ms", {"not a whole number"});
+}
+
+TEST(ConfigErrors, NonNumbersSayANumberIsExpected) {
+  expect_error(with(kBase, "  - id: 7\n", "  - id: seven\n"), 8, "jobs[0].id", {"'seven'", "not a whole number", "0..4294967295"});
+  expect_error(with(kBase, "size: 256", "size: -256"), 17, "rings.size", {"'-256'", "not a whole number"});
+  expect_error(with(kBase, "size: 256", "size: 2.5e2"), 17, "rings.size", {"not a whole number"});
+  expect_error(with(kBase, "{rank: 1,", "{rank: one,"), 14, "jobs[0].members[1].rank", {"'one'", "not a whole number"});
+  expect_error(with(kBase, "    group: 3", "    group: [3]"), 9, "jobs[0].group", {"number"});
+  expect_error(with(kBase, "  seed: 5", "  seed: 99999999999999999999"), 20, "arbiter.seed", {"not a whole number"});
+  expect_error(with(kBase, "  seed: 5\n", "  seed: 5\nlcores: [0, x]\n"), 21, "lcores[1]", {"'x'", "not a whole number"});
+}
+
+TEST(ConfigErrors, DuplicatesAreRefused) {
+  expect_error(with(kBase, "{id: 1, mac", "{id: 0, mac"), 6, "ports[1].id", {"port 0", "twice"});
+  expect_error(with(kBase, "{rank: 2,", "{rank: 1,"), 15, "jobs[0].members[2].rank", {"rank 1", "twice", "job 7"});
+  expect_error(with(kTree, "{id: 3,", "{id: 2,"), 8, "jobs[0].children[1].id", {"child 2", "twice"});
+  // Job 7 twice in the list.
+  const std::string dup_job =
+      with(kBase, "rings:\n",
+           "  - id: 7\n"                                                                 // 16
+           "    members: [{rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}]\n"       // 17
+           "rings:\n");
+  expect_error(dup_job, 16, "jobs[1].id", {"job 7", "twice"});
+  // Two members at the same IP and UDP port.
+  const std::string same_addr = with(kBase, "ip: 10.0.0.2}", "ip: 10.0.0.1}");
+  const Where w = where(error_of(same_addr));
+  EXPECT_EQ(w.line, 14) << error_of(same_addr);
+  EXPECT_EQ(w.key.rfind("jobs[0].members[1]", 0), 0u) << error_of(same_addr);
+  EXPECT_NE(w.message.find("same ip and udp_port"), std::string::npos) << error_of(same_addr);
+}
+
+TEST(ConfigErrors, RankMustBeBelowTheGroup) {
+  const std::string msg = error_of(with(kBase, "{rank: 2,", "{rank: 3,"));
+  const Where w = where(msg);
+  ASSERT_GT(w.line, 0) << msg;
+  EXPECT_GE(w.line, 8) << "within job 7: " << msg;
+  EXPECT_LE(w.line, 15) << msg;
+  EXPECT_EQ(w.key.rfind("jobs[0].members", 0), 0u) << msg;
+  EXPECT_NE(w.message.find("rank 3"), std::string::npos) << msg;
+  EXPECT_NE(w.message.find("group size 3"), std::string::npos) << msg;
+}
+
+TEST(ConfigErrors, RootMembersAndChildrenMustCoverTheGroup) {
+  // Group 4 but only 3 members.
+  std::string msg = error_of(with(kBase, "    group: 3", "    group: 4"));
+  Where w = where(msg);
+  ASSERT_GT(w.line, 0) << msg;
+  EXPECT_EQ(w.key, "jobs[0].group") << msg;
+  EXPECT_GE(w.line, 8) << msg;
+  EXPECT_LE(w.line, 9) << msg;
+  EXPECT_NE(w.message.find("(3)"), std::string::npos) << msg;
+  EXPECT_NE(w.message.find("cover the group (4)"), std::string::npos) << msg;
+  // Children's ranks count: 1 + 4 + 3 = 8, not 9.
+  msg = error_of(with(kTree, "  - id: 9\n", "  - id: 9\n    group: 9\n"));
+  w = where(msg);
+  EXPECT_EQ(w.key, "jobs[0].group") << msg;
+  EXPECT_NE(w.message.find("(8)"), std::string::npos) << msg;
+  // More ranks than the group, at a leaf too.
+  msg = error_of(with(kLeaf, "    group: 4", "    group: 1"));
+  w = where(msg);
+  EXPECT_EQ(w.key.rfind("jobs[0]", 0), 0u) << msg;
+  EXPECT_NE(w.message.find("group size 1"), std::string::npos) << msg;
+  // A job with no ranks at all.
+  expect_error(with(kBase,
+                    "    members:\n"
+                    "      - {rank: 0, port: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"
+                    "      - {rank: 1, port: 0, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n"
+                    "      - {rank: 2, port: 0, mac: \"02:00:00:00:00:02\", ip: 10.0.0.3}\n",
+                    ""),
+               8, "jobs[0]", {"members", "children"});
+}
+
+TEST(ConfigErrors, LeafNeedsParentAndGroupRootHasNoParent) {
+  expect_error(with(kLeaf, "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n", ""), 2,
+               "switch.parent", {"leaf", "parent", "mac", "ip"});
+  expect_error(with(kLeaf, "  role: leaf\n", "  role: root\n"), 4, "switch.parent",
+               {"root has no parent", "role: leaf"});
+  expect_error(with(kLeaf, "    group: 4\n", ""), 6, "jobs[0].group", {"leaf", "group"});
+}
+
+TEST(ConfigErrors, MembersAndChildrenUseListedPorts) {
+  std::string msg = error_of(with(kBase, "{rank: 2, port: 0,", "{rank: 2, port: 5,"));
+  Where w = where(msg);
+  ASSERT_GT(w.line, 0) << msg;
+  EXPECT_EQ(w.key.rfind("jobs[0].members", 0), 0u) << msg;
+  EXPECT_NE(w.message.find("port 5"), std::string::npos) << msg;
+  EXPECT_NE(w.message.find("not in ports"), std::string::npos) << msg;
+  msg = error_of("ports: [{id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}]\n" + kTree.substr(kTree.find("jobs:")));
+  w = where(msg);
+  EXPECT_EQ(w.key.rfind("jobs[0].children", 0), 0u) << msg;
+  EXPECT_NE(w.message.find("child 2"), std::string::npos) << msg;
+  EXPECT_NE(w.message.find("port 1"), std::string::npos) << msg;
+  // Without a ports list, any port goes.
+  EXPECT_NO_THROW(parse_config(kTree));
+}
+
+TEST(ConfigErrors, RingSizeMustBeAPowerOfTwo) {
+  expect_error(with(kBase, "size: 256", "size: 1000"), 17, "rings.size", {"1000", "power of two"});
+  expect_error(with(kBase, "size: 256", "size: 1048575"), 17, "rings.size", {"power of two"});
+}
+
+TEST(ConfigErrors, UnknownWordsListTheValidOnes) {
+  expect_error(with(kBase, "mode: random", "mode: fifo"), 19, "arbiter.mode",
+               {"'fifo'", "round_robin", "random", "reverse"});
+  expect_error(with(kBase, "role: root", "role: spine"), 3, "switch.role", {"'spine'", "root", "leaf"});
+  expect_error(with(kBase, "[fp32, bf16]", "[fp32, fp64]"), 10, "jobs[0].formats[1]",
+               {"'fp64'", "fp32", "fp16", "bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "int8", "int32"});
+  expect_error(with(kBase, "[kulisch]", "[kahan]"), 11, "jobs[0].policies[0]",
+               {"'kahan'", "fp32_arrival", "kulisch", "fp32_binomial"});
+  expect_error(with(kBase, "[fp32, bf16]", "fp32"), 10, "jobs[0].formats", {"list"});
+}
+
+TEST(ConfigErrors, WrongShapes) {
+  expect_error(with(kBase, "switch:\n  id: 1\n  role: root\n", "switch: 5\n"), 1, "switch", {"mapping"});
+  expect_error("ports: 5\n", 1, "ports", {"list"});
+  expect_error("jobs: {id: 1}\n", 1, "jobs", {"list"});
+  expect_error("lcores: 0\n", 1, "lcores", {"list"});
+}
+
+TEST(ConfigErrors, EmptyFile) {
+  for (const char* empty : {"", "\n", "# only a comment\n", "---\n"}) {
+    SCOPED_TRACE(std::string("'") + empty + "'");
+    const std::string msg = error_of(empty);
+    EXPECT_EQ(msg.rfind("t.yaml: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("configs/reference.yaml"), std::string::npos) << msg;
+  }
+}
+
+TEST(ConfigErrors, MissingFile) {
+  const std::string path = "/nonexistent-prism-dir/switch.yaml";
+  try {
+    prism::load_config(path);
+    FAIL() << "no error for a missing file";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("cannot read"), std::string::npos) << msg;
+  }
+}
+
+TEST(ConfigErrors, LoadConfigNamesTheFileItRead) {
+  const fs::path dir = fs::temp_directory_path() / ("prism-test-config-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path p = dir / "switch.yaml";
+  std::ofstream(p) << with(kBase, "ip: 10.0.0.3}", "ip: 10.0.0.300}");
+  std::string msg;
+  try {
+    prism::load_config(p.string());
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  fs::remove_all(dir);
+  const Where w = where(msg, p.string());
+  EXPECT_EQ(w.line, 15) << msg;
+  EXPECT_EQ(w.key, "jobs[0].members[2].ip") << msg;
+}
+
+// Keys must be plain words: a key that is a list, a mapping or null is an
+// unknown key like any other, reported as a ConfigError.
+TEST(ConfigErrors, NonScalarKeysAreConfigErrors) {
+  for (const char* yaml : {"[ports]: 1\n", "switch: {id: 1, [a]: 2}\n", "? \n: 1\n", "switch:\n  {a: 1}: 2\n",
+                           "jobs:\n  - {id: 1, ~: 2}\n"}) {
+    SCOPED_TRACE(yaml);
+    const std::string msg = error_of(yaml);
+    EXPECT_EQ(msg.rfind("t.yaml:", 0), 0u) << msg;
+    EXPECT_NE(msg.find("unknown key"), std::string::npos) << msg;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Address helpers
+
+TEST(Addresses, MacRoundTrips) {
+  EXPECT_EQ(prism::parse_mac("02:00:00:00:00:01"), mac(0x02, 0, 0, 0, 0, 0x01));
+  EXPECT_EQ(prism::parse_mac("ff:ff:ff:ff:ff:ff"), mac(0xff, 0xff, 0xff, 0xff, 0xff, 0xff));
+  EXPECT_EQ(prism::parse_mac("0A:bC:00:10:9f:F0"), mac(0x0a, 0xbc, 0x00, 0x10, 0x9f, 0xf0));
+  EXPECT_EQ(prism::format_mac(mac(0x02, 0xab, 0, 0x10, 0xff, 0x01)), "02:ab:00:10:ff:01");
+  for (const char* s : {"00:00:00:00:00:00", "02:00:00:00:fe:01", "de:ad:be:ef:00:01", "12:34:56:78:9a:bc"}) {
+    const auto m = prism::parse_mac(s);
+    ASSERT_TRUE(m.has_value()) << s;
+    EXPECT_EQ(prism::format_mac(*m), s);
+  }
+}
+
+TEST(Addresses, MacRejections) {
+  for (const char* s : {"02:00:00:00:00", "zz:00:00:00:00:00", "02:00:00:00:00:0g", "02:00:00:00:00:01:02",
+                        "02-00-00-00-00-01", "0200.0000.0001", "020000000001", "2:0:0:0:0:1", "02:00:00:00:00:1",
+                        "02:00:00:00:00:001", "02:00:00:00:00:01 ", "02:00:00:00:00:01x", "02::00:00:00:00:01", "",
+                        ":::::"}) {
+    EXPECT_FALSE(prism::parse_mac(s).has_value()) << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
+  }
+}
+
+// Every accepted MAC is six two-digit hex groups: nothing else may slip
+// through as some other address.
+TEST(Addresses, MacRejectsSignsBlanksAndPrefixes) {
+  for (const char* s : {"-1:00:00:00:00:00", "+2:00:00:00:00:00", " 2: 0: 0: 0: 0: 0", "0x:00:00:00:00:00",
+                        "02:00:00:00:00:0x", "-0:-0:-0:-0:-0:-0", " 02:00:00:00:00:1"}) {
+    EXPECT_FALSE(prism::parse_mac(s).has_value()) << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
+  }
+  EXPECT_NE(error_of(with(kBase, "\"02:00:00:00:00:02\"", "\"-1:00:00:00:00:00\"")), "no error");
+}
+
+TEST(Addresses, Ipv4RoundTrips) {
+  EXPECT_EQ(prism::parse_ipv4("10.0.0.1"), ip4(10, 0, 0, 1));
+  EXPECT_EQ(prism::parse_ipv4("0.0.0.0"), 0u);
+  EXPECT_EQ(prism::parse_ipv4("255.255.255.255"), 0xFFFFFFFFu);
+  EXPECT_EQ(prism::parse_ipv4("192.168.1.254"), ip4(192, 168, 1, 254));
+  EXPECT_EQ(prism::format_ipv4(ip4(10, 0, 0, 254)), "10.0.0.254");
+  EXPECT_EQ(prism::format_ipv4(0), "0.0.0.0");
+  EXPECT_EQ(prism::format_ipv4(0xFFFFFFFFu), "255.255.255.255");
+  for (uint32_t v : {0u, 1u, 0x0A000001u, 0xC0A801FEu, 0x7F000001u, 0xFFFFFFFEu, 0x80000000u}) {
+    const std::string s = prism::format_ipv4(v);
+    EXPECT_EQ(prism::parse_ipv4(s), v) << s;
+  }
+}
+
+TEST(Addresses, Ipv4Rejections) {
+  for (const char* s : {"1.2.3", "256.1.1.1", "1.2.3.4x", "1.2.3.4.5", "1.2.3.256", "1.2.3.1000", "1..2.3", "a.b.c.d",
+                        "1.2.3.-4", "-1.2.3.4", "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1.2.3.", ".1.2.3", "", "1,2,3,4",
+                        "0x1.2.3.4", "1.2.3.4/24", "::1"}) {
+    EXPECT_FALSE(prism::parse_ipv4(s).has_value()) << "'" << s << "' accepted as " << prism::format_ipv4(*prism::parse_ipv4(s));
+  }
+}
+
+}  // namespace
