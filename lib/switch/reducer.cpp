@@ -172,9 +172,14 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
     return nullptr;
   }
   const int32_t idx = free_.back();
+  if (!index_->insert(key, idx)) {  // the index is full (a hash table can fill before the slots do)
+    ++js.quota_refused;
+    drop(Drop::NO_FREE_SLOT);
+    nack(p, wire::NackReason::NO_FREE_SLOT, port, out);
+    return nullptr;
+  }
   free_.pop_back();
   Slot& s = *slots_[size_t(idx)];
-  index_->insert(key, idx);
   s.key = key;
   s.state = State::OPEN;
   ++s.generation;
