@@ -103,7 +103,12 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
     red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, pool_, mode, cfg.arbiter_seed,
                                                  cfg.slots_per_shard, tsc_hz_));
   }
-  for (const auto& p : cfg.ports) tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id]));
+  for (const auto& p : cfg.ports) {
+    rte_eth_dev_info info{};
+    rte_eth_dev_info_get(dpdk_port_[p.id], &info);
+    const bool chains = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains));
+  }
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;

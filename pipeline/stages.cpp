@@ -113,7 +113,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
 // --- Emitter ----------------------------------------------------------------
 
 rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum) {
-  if (body.get() == last_body_ && last_payload_) {
+  if (body == last_body_ && last_payload_) {
     *sum = last_sum_;
     return last_payload_;
   }
@@ -129,7 +129,7 @@ rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>
   }
   std::memcpy(d, body->data(), body->size());
   payload_copies.add();
-  last_body_ = body.get();
+  last_body_ = body;
   last_payload_ = p;
   last_sum_ = wire::body_sum16(*body);
   *sum = last_sum_;
@@ -300,6 +300,9 @@ unsigned TxStage::poll(uint64_t) {
     pending_at_ = 0;
     if (!pending_n_) return 0;
   }
+  if (linearize_)
+    for (uint16_t i = pending_at_; i < pending_n_; ++i)
+      if (pending_[i]->nb_segs > 1 && rte_pktmbuf_linearize(pending_[i]) != 0) c_.retries.add();
   const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, uint16_t(pending_n_ - pending_at_));
   for (uint16_t i = 0; i < sent; ++i) c_.bytes.add(rte_pktmbuf_pkt_len(pending_[pending_at_ + i]));
   c_.packets.add(sent);

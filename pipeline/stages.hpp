@@ -102,7 +102,8 @@ class Emitter final : public sw::Sink {
   std::vector<rte_ring*> tx_;
   rte_mempool* pool_;
   std::vector<std::pair<uint16_t, rte_mbuf*>> pending_;
-  const std::vector<uint8_t>* last_body_ = nullptr;
+  // Held, not just compared by address: a freed body's address may come back for another.
+  std::shared_ptr<const std::vector<uint8_t>> last_body_;
   rte_mbuf* last_payload_ = nullptr;
   uint32_t last_sum_ = 0;
   uint16_t ip_id_ = 0;
@@ -158,8 +159,10 @@ struct TxCounters {
 // Drains one port's TX ring into the port.
 class TxStage final : public Stage {
  public:
-  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring)
-      : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring) {}
+  // `linearize`: the device cannot send chained mbufs (a fan-out's shared
+  // payload is then copied behind each header here, at TX).
+  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize)
+      : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring), linearize_(linearize) {}
   const char* kind() const override { return "tx"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return pending_n_ == 0 && rte_ring_empty(ring_); }
@@ -169,6 +172,7 @@ class TxStage final : public Stage {
  private:
   uint16_t cfg_port_, dpdk_port_;
   rte_ring* ring_;
+  bool linearize_;
   rte_mbuf* pending_[kBurst];
   uint16_t pending_n_ = 0, pending_at_ = 0;
   TxCounters c_;

@@ -56,7 +56,10 @@ Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
     v.why = d;
     return v;
   };
-  if (p.h.kind == wire::Kind::NACK) return fail(Drop::WRONG_KIND);  // switches never take NACKs
+  if (p.h.kind == wire::Kind::NACK) {  // switches never take NACKs, and never answer one (no NACK loops)
+    v.nack = false;
+    return fail(Drop::WRONG_KIND);
+  }
   v.job = dir.job(p.h.job);
   if (p.h.kind == wire::Kind::RESULT) {
     v.nack = false;  // never answer a RESULT
