@@ -32,7 +32,8 @@ class Reader {
       if (!kv.first.IsScalar()) {
         std::string valid;
         for (const char* a : allowed) valid += std::string(valid.empty() ? "" : ", ") + a;
-        fail(kv.first, key.empty() ? "(top level)" : key, "unknown key: keys are plain words (valid here: " + valid + ")");
+        fail(kv.first, key.empty() ? "(top level)" : key,
+             "unknown key: keys are plain words (valid here: " + valid + ")");
       }
       const std::string k = kv.first.Scalar();
       if (!seen.insert(k).second) fail(kv.first, key.empty() ? k : key + "." + k, "given twice: keep one");
@@ -51,9 +52,11 @@ class Reader {
     errno = 0;
     const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
     if (s.empty() || *end || errno || s[0] == '-')
-      fail(n, key, "'" + s + "' is not a whole number (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+      fail(n, key,
+           "'" + s + "' is not a whole number (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
     if (v < lo || v > hi)
-      fail(n, key, std::to_string(v) + " is out of range (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+      fail(n, key,
+           std::to_string(v) + " is out of range (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
     return v;
   }
   uint64_t uint_or(const YAML::Node& map, const char* k, const std::string& key, uint64_t lo, uint64_t hi,
@@ -105,7 +108,10 @@ std::optional<wire::Mac> parse_mac(const std::string& s) {
     unsigned v = 0;
     for (int j = 0; j < 2; ++j) {
       const char c = s[size_t(3 * i + j)];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
       if (d < 0) return std::nullopt;
       v = v * 16 + unsigned(d);
     }
@@ -170,8 +176,9 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
                       ": not valid YAML: " + e.msg);
   }
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
-  rd.only(root, "", {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "rings", "arbiter",
-                     "reducers", "lcores"});
+  rd.only(root, "",
+          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "partial_retry_ms", "rings",
+           "arbiter", "reducers", "lcores"});
   SwitchConfig c;
   c.path = name;
 
@@ -181,9 +188,12 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     c.udp_port = uint16_t(rd.uint_or(s, "udp_port", "switch", 1, 65535, wire::kDefaultPort));
     if (const YAML::Node r = s["role"]) {
       const std::string v = rd.str(r, "switch.role");
-      if (v == "root") c.role = Role::ROOT;
-      else if (v == "leaf") c.role = Role::LEAF;
-      else rd.fail(r, "switch.role", "'" + v + "' is not a role (use root or leaf)");
+      if (v == "root")
+        c.role = Role::ROOT;
+      else if (v == "leaf")
+        c.role = Role::LEAF;
+      else
+        rd.fail(r, "switch.role", "'" + v + "' is not a role (use root or leaf)");
     }
     if (const YAML::Node p = s["parent"]) {
       rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port"});
@@ -194,7 +204,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     }
     if (c.role == Role::LEAF && !c.parent)
       rd.fail(s, "switch.parent", "a leaf needs its parent's address (port, mac, ip, udp_port)");
-    if (c.role == Role::ROOT && c.parent) rd.fail(s["parent"], "switch.parent", "a root has no parent: remove it or set role: leaf");
+    if (c.role == Role::ROOT && c.parent)
+      rd.fail(s["parent"], "switch.parent", "a root has no parent: remove it or set role: leaf");
   }
 
   if (const YAML::Node ps = root["ports"]) {
@@ -206,7 +217,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
       rd.only(p, key, {"id", "device", "mac", "ip"});
       PortConfig pc;
       pc.id = uint16_t(rd.uint(rd.need(p, "id", key), key + ".id", 0, 1023));
-      if (!ids.insert(pc.id).second) rd.fail(p["id"], key + ".id", "port " + std::to_string(pc.id) + " is listed twice");
+      if (!ids.insert(pc.id).second)
+        rd.fail(p["id"], key + ".id", "port " + std::to_string(pc.id) + " is listed twice");
       if (p["device"]) pc.device = rd.str(p["device"], key + ".device");
       pc.mac = rd.mac(rd.need(p, "mac", key), key + ".mac");
       pc.ip = rd.ip(rd.need(p, "ip", key), key + ".ip");
@@ -223,7 +235,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
       rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "members", "children"});
       JobConfig jc;
       jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
-      if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
+      if (!job_ids.insert(jc.id).second)
+        rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
       jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
       if (const YAML::Node fs = j["formats"]) {
         if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
@@ -241,7 +254,9 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
         for (size_t k = 0; k < ps.size(); ++k) {
           const std::string v = rd.str(ps[k], idx(key + ".policies", k));
           const auto p = policy_from_name(v);
-          if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (fp32_arrival kulisch fp32_binomial)");
+          if (!p)
+            rd.fail(ps[k], idx(key + ".policies", k),
+                    "'" + v + "' is not a policy (fp32_arrival kulisch fp32_binomial)");
           jc.policies.push_back(*p);
         }
       }
@@ -256,7 +271,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
         MemberConfig mc;
         mc.rank = uint16_t(rd.uint(rd.need(m, "rank", mk), mk + ".rank", 0, 65534));
         if (!ranks.insert(mc.rank).second)
-          rd.fail(m["rank"], mk + ".rank", "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
+          rd.fail(m["rank"], mk + ".rank",
+                  "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
         mc.port = uint16_t(rd.uint_or(m, "port", mk, 0, 1023, 0));
         mc.addr = rd.endpoint(m, mk);
         if (!addrs.insert({mc.addr.ip, mc.addr.port}).second)
@@ -273,7 +289,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
         rd.only(m, ck, {"id", "port", "mac", "ip", "udp_port", "ranks"});
         ChildConfig cc;
         cc.id = uint16_t(rd.uint(rd.need(m, "id", ck), ck + ".id", 0, 65535));
-        if (!child_ids.insert(cc.id).second) rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
+        if (!child_ids.insert(cc.id).second)
+          rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
         cc.port = uint16_t(rd.uint_or(m, "port", ck, 0, 1023, 0));
         cc.addr = rd.endpoint(m, ck);
         cc.ranks = uint16_t(rd.uint(rd.need(m, "ranks", ck), ck + ".ranks", 1, 65535));
@@ -282,22 +299,32 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
       }
       const uint32_t local = uint32_t(jc.members.size()) + child_ranks;
       if (local == 0) rd.fail(j, key, "a job needs members (ranks) or children (switches below)");
-      jc.group = uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
+      jc.group =
+          uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
       if (jc.group == 0) rd.fail(j, key + ".group", "a leaf must say how many ranks the whole job has (group)");
       for (size_t k = 0; k < jc.members.size(); ++k)
         if (jc.members[k].rank >= jc.group)
           rd.fail(ms[k]["rank"], idx(key + ".members", k) + ".rank",
-                  "rank " + std::to_string(jc.members[k].rank) + " is not below the group size " + std::to_string(jc.group));
+                  "rank " + std::to_string(jc.members[k].rank) + " is not below the group size " +
+                      std::to_string(jc.group));
       if (local > jc.group)
-        rd.fail(j["group"] ? j["group"] : j, key + ".group", std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
+        rd.fail(j["group"] ? j["group"] : j, key + ".group",
+                std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
       if (c.role == Role::ROOT && local != jc.group)
-        rd.fail(j["group"] ? j["group"] : j, key + ".group", "at a root, members plus children's ranks (" + std::to_string(local) +
-                                       ") must cover the group (" + std::to_string(jc.group) + ")");
+        rd.fail(j["group"] ? j["group"] : j, key + ".group",
+                "at a root, members plus children's ranks (" + std::to_string(local) + ") must cover the group (" +
+                    std::to_string(jc.group) + ")");
       if (!c.ports.empty()) {
         for (const auto& m : jc.members)
-          if (!c.port(m.port)) rd.fail(j, key + ".members", "rank " + std::to_string(m.rank) + " uses port " + std::to_string(m.port) + ", which is not in ports");
+          if (!c.port(m.port))
+            rd.fail(
+                j, key + ".members",
+                "rank " + std::to_string(m.rank) + " uses port " + std::to_string(m.port) + ", which is not in ports");
         for (const auto& ch : jc.children)
-          if (!c.port(ch.port)) rd.fail(j, key + ".children", "child " + std::to_string(ch.id) + " uses port " + std::to_string(ch.port) + ", which is not in ports");
+          if (!c.port(ch.port))
+            rd.fail(
+                j, key + ".children",
+                "child " + std::to_string(ch.id) + " uses port " + std::to_string(ch.port) + ", which is not in ports");
       }
       c.jobs.push_back(std::move(jc));
     }
@@ -306,19 +333,25 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   c.kulisch_width = int(rd.uint_or(root, "kulisch_width", "", 8, 4096, kMaxWidth));
   c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
   c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 0));
+  c.partial_retry_ms = uint32_t(rd.uint_or(root, "partial_retry_ms", "", 0, 3600000, 200));
   if (const YAML::Node r = root["rings"]) {
     rd.only(r, "rings", {"size"});
     c.ring_size = uint32_t(rd.uint_or(r, "size", "rings", 64, 1u << 20, 1024));
-    if (c.ring_size & (c.ring_size - 1)) rd.fail(r["size"], "rings.size", std::to_string(c.ring_size) + " is not a power of two");
+    if (c.ring_size & (c.ring_size - 1))
+      rd.fail(r["size"], "rings.size", std::to_string(c.ring_size) + " is not a power of two");
   }
   if (const YAML::Node a = root["arbiter"]) {
     rd.only(a, "arbiter", {"mode", "seed"});
     if (const YAML::Node m = a["mode"]) {
       const std::string v = rd.str(m, "arbiter.mode");
-      if (v == "round_robin") c.arbiter = ArbiterMode::ROUND_ROBIN;
-      else if (v == "random") c.arbiter = ArbiterMode::RANDOM;
-      else if (v == "reverse") c.arbiter = ArbiterMode::REVERSE;
-      else rd.fail(m, "arbiter.mode", "'" + v + "' is not an arbiter mode (round_robin, random, reverse)");
+      if (v == "round_robin")
+        c.arbiter = ArbiterMode::ROUND_ROBIN;
+      else if (v == "random")
+        c.arbiter = ArbiterMode::RANDOM;
+      else if (v == "reverse")
+        c.arbiter = ArbiterMode::REVERSE;
+      else
+        rd.fail(m, "arbiter.mode", "'" + v + "' is not an arbiter mode (round_robin, random, reverse)");
     }
     c.arbiter_seed = rd.uint_or(a, "seed", "arbiter", 0, ~uint64_t(0), 1);
   }

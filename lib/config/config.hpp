@@ -38,7 +38,7 @@ struct MemberConfig {
 
 // A switch below this one that sends PARTIALs for a job.
 struct ChildConfig {
-  uint16_t id = 0;     // the sender id in its PARTIALs
+  uint16_t id = 0;  // the sender id in its PARTIALs
   uint16_t port = 0;
   wire::Endpoint addr;
   uint16_t ranks = 0;  // contributions it folds into each partial (terms)
@@ -46,10 +46,10 @@ struct ChildConfig {
 
 struct JobConfig {
   uint32_t id = 0;
-  uint16_t group = 0;  // R: contributions an op combines in total
-  std::vector<Format> formats;    // input formats allowed (default: all)
-  std::vector<Policy> policies;   // policies allowed (default: all)
-  uint32_t slot_quota = 0;        // max ops in flight for this job (0: no quota)
+  uint16_t group = 0;            // R: contributions an op combines in total
+  std::vector<Format> formats;   // input formats allowed (default: all)
+  std::vector<Policy> policies;  // policies allowed (default: all)
+  uint32_t slot_quota = 0;       // max ops in flight for this job (0: no quota)
   std::vector<MemberConfig> members;
   std::vector<ChildConfig> children;
   const MemberConfig* member(uint16_t rank) const;
@@ -72,9 +72,10 @@ struct SwitchConfig {
   std::vector<PortConfig> ports;
   std::vector<JobConfig> jobs;
   int kulisch_width = kMaxWidth;
-  uint32_t retention_ms = 1000;  // how long a completed result is kept for retransmission
-  uint32_t op_timeout_ms = 0;    // an incomplete op is abandoned after this (0: never)
-  uint32_t ring_size = 1024;     // VOQ ring entries (power of two)
+  uint32_t retention_ms = 1000;     // how long a completed result is kept for retransmission
+  uint32_t op_timeout_ms = 0;       // an incomplete op is abandoned after this (0: never)
+  uint32_t partial_retry_ms = 200;  // a leaf re-sends a PARTIAL whose RESULT is this late (0: never)
+  uint32_t ring_size = 1024;        // VOQ ring entries (power of two)
   ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;
   uint64_t arbiter_seed = 1;
   uint32_t reducer_shards = 1;

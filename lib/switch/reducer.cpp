@@ -53,7 +53,7 @@ struct Reducer::Slot {
   std::vector<std::vector<uint64_t>> staged_seen;
   std::vector<uint32_t> staged_count;
   uint32_t terms = 0, expected = 0;
-  uint64_t t_open = 0, t_done = 0;
+  uint64_t t_open = 0, t_done = 0, t_partial = 0;
   std::shared_ptr<std::vector<uint8_t>> result_body;
   wire::Header result_h;
 };
@@ -326,6 +326,8 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
   if (dir_.config().role == Role::LEAF) {
     send_partial(s, false, out);
     s.state = State::WAIT_PARENT;
+    s.t_partial = now_ns;
+    waiting_.push_back(s.self);
     return;
   }
   const uint32_t osz = info(s.desc.out_dtype).bytes;
@@ -456,7 +458,6 @@ void Reducer::release(Slot& s, bool tombstone) {
 }
 
 void Reducer::tick(uint64_t now_ns, Sink& out) {
-  (void)out;
   const uint64_t keep = uint64_t(dir_.config().retention_ms) * 1000000;
   while (!done_fifo_.empty() && done_fifo_.front().first + keep <= now_ns) {
     const auto [t, idx] = done_fifo_.front();
@@ -466,6 +467,23 @@ void Reducer::tick(uint64_t now_ns, Sink& out) {
     if (s.state != State::DONE || s.t_done != t) continue;  // already recycled
     ++jobs_[s.key.job].expired;
     release(s, true);
+  }
+  // A leaf whose parent's RESULT is late sends its PARTIAL again (the parent
+  // answers a RETRANSMIT for a completed op with the RESULT).
+  const uint64_t retry = uint64_t(dir_.config().partial_retry_ms) * 1000000;
+  if (retry) {
+    size_t keep = 0;
+    for (int32_t idx : waiting_) {
+      Slot& s = *slots_[size_t(idx)];
+      if (s.state != State::WAIT_PARENT) continue;
+      if (s.t_partial + retry <= now_ns) {
+        send_partial(s, true, out);
+        s.t_partial = now_ns;
+        ++stats_.resent;
+      }
+      waiting_[keep++] = idx;
+    }
+    waiting_.resize(keep);
   }
   const uint64_t timeout = uint64_t(dir_.config().op_timeout_ms) * 1000000;
   if (timeout == 0) return;

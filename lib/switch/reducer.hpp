@@ -117,6 +117,7 @@ class Reducer {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int32_t> free_;
   std::deque<std::pair<uint64_t, int32_t>> done_fifo_;  // (completion time, slot) for retention
+  std::vector<int32_t> waiting_;                        // leaf slots waiting for the parent's RESULT
   std::unordered_set<SlotKey, SlotKeyHash> tombstones_;
   std::deque<SlotKey> tomb_fifo_;
   std::unordered_map<uint32_t, JobStats> jobs_;

@@ -269,3 +269,64 @@ jobs:
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Tree, ::testing::Values(Transport::KULISCH, Transport::AUTO));
+
+// A leaf whose parent's RESULT is late sends its PARTIAL again with
+// RETRANSMIT; a root that already completed the op answers with the RESULT.
+TEST(Switch, LeafResendsALatePartialAndTheRootAnswers) {
+  const char* leaf_yaml = R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f0:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.0.4}
+partial_retry_ms: 50
+)";
+  const char* root_yaml = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}
+jobs:
+  - id: 7
+    group: 4
+    children:
+      - {id: 2, port: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2, ranks: 4}
+)";
+  Switch leaf(leaf_yaml), root(root_yaml);
+  const auto in = inputs(4, 32, 5);
+  for (uint16_t r = 0; r < 4; ++r) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.sender = r;
+    h.group = 4;
+    h.count = 32;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), leaf.cfg.jobs[0].member(r)->addr,
+                         {leaf.cfg.ports[0].mac, leaf.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(in[r].data()), 128}));
+    leaf.feed(f, 0, 1'000'000);
+  }
+  ASSERT_EQ(leaf.cap.outs.size(), 1u);
+  root.feed(frame_of(leaf.cap.outs[0]), 1, 1'000'000);  // the root completes; its RESULT is lost
+  ASSERT_EQ(root.cap.outs.size(), 1u);
+  leaf.red.tick(20'000'000, leaf.cap);  // not late yet
+  EXPECT_EQ(leaf.cap.outs.size(), 1u);
+  leaf.red.tick(60'000'000, leaf.cap);  // late: the PARTIAL again
+  ASSERT_EQ(leaf.cap.outs.size(), 2u);
+  EXPECT_EQ(leaf.cap.outs[1].h.kind, wire::Kind::PARTIAL);
+  EXPECT_TRUE(leaf.cap.outs[1].h.flags & wire::hflag::RETRANSMIT);
+  root.feed(frame_of(leaf.cap.outs[1]), 1, 61'000'000);
+  ASSERT_EQ(root.cap.outs.size(), 2u);
+  EXPECT_EQ(root.cap.outs[1].h.kind, wire::Kind::RESULT);
+  leaf.feed(frame_of(root.cap.outs[1]), 1, 62'000'000);
+  EXPECT_EQ(leaf.cap.outs.size(), 2u + 4u);  // forwarded to the four ranks
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  EXPECT_EQ(std::vector<uint8_t>(leaf.cap.outs.back().body->begin(), leaf.cap.outs.back().body->end()), want);
+}
