@@ -77,8 +77,8 @@ const char* kReducersUsage =
     "  -h, --help           this text\n";
 
 const Policy kPolicies[] = {Policy::FP32_ARRIVAL, Policy::KULISCH_FIXED, Policy::FP32_BINOMIAL};
-const Format kFormats[] = {Format::FP32,     Format::FP16, Format::BF16,     Format::E4M3FN, Format::E4M3FNUZ,
-                           Format::E5M2,     Format::E5M2FNUZ, Format::INT8, Format::INT32};
+const Format kFormats[] = {Format::FP32, Format::FP16,     Format::BF16, Format::E4M3FN, Format::E4M3FNUZ,
+                           Format::E5M2, Format::E5M2FNUZ, Format::INT8, Format::INT32};
 
 // ---------------------------------------------------------------------------
 // Command line.
@@ -142,7 +142,8 @@ ReducerArgs parse_reducers(int argc, char** argv) {
       has_val = true;
     }
     const bool known = key == "--elements" || key == "--ranks" || key == "--repeat" || key == "--min-time" ||
-                       key == "--kernels" || key == "--policy" || key == "--dtype" || key == "--seed" || key == "--spread";
+                       key == "--kernels" || key == "--policy" || key == "--dtype" || key == "--seed" ||
+                       key == "--spread";
     if (!known) fail("unknown option '" + s + "' for reducers (see prism-bench reducers --help)");
     if (!has_val) {
       if (i + 1 >= argc) fail("option " + key + " needs a value (see prism-bench reducers --help)");
@@ -159,8 +160,7 @@ ReducerArgs parse_reducers(int argc, char** argv) {
     } else if (key == "--spread") {
       char* end = nullptr;
       const double b = std::strtod(val.c_str(), &end);
-      if (val.empty() || !end || *end || !(b >= 0) || b > 40)
-        fail("bad --spread '" + val + "': give binades, 0..40");
+      if (val.empty() || !end || *end || !(b >= 0) || b > 40) fail("bad --spread '" + val + "': give binades, 0..40");
       a.spread = b;
     } else if (key == "--min-time") {
       char* end = nullptr;
@@ -225,8 +225,7 @@ Window magnitude_window(Format f) {
 
 uint32_t encode_value(Format f, double v) {
   if (f == Format::INT8) return uint32_t(uint8_t(int8_t(std::clamp(std::llround(v), -127LL, 127LL))));
-  if (f == Format::INT32)
-    return uint32_t(int32_t(std::clamp(std::llround(v), -2147483647LL, 2147483647LL)));
+  if (f == Format::INT32) return uint32_t(int32_t(std::clamp(std::llround(v), -2147483647LL, 2147483647LL)));
   if (v == 0) return zero_bits(f, std::signbit(v));
   int e;
   const double m = std::frexp(std::fabs(v), &e);
@@ -271,8 +270,8 @@ struct Case {
   std::unique_ptr<Accumulator> acc;
   std::vector<uint8_t> out, flags;
   const char* kernels;
-  uint64_t batch = 1;           // ops between clock reads, calibrated in the warm-up
-  std::vector<double> ns_per_op;  // one per repetition
+  uint64_t batch = 1;                 // ops between clock reads, calibrated in the warm-up
+  std::vector<double> ns_per_op;      // one per repetition
   std::vector<double> add_ns_per_op;  // --breakdown: reset + R x add, no finalize
   uint64_t sink = 0;
 };
@@ -321,7 +320,7 @@ struct OrderCheck {
   uint32_t window_holds = 0;          // contributions (arrival order) before span > budget
   uint64_t kulisch_slow = 0;          // contributions that miss the checked double add
   uint64_t kulisch_total = 0;
-  bool wide = false;                  // kulisch takes the double + bank accumulator (> 8 B/lane)
+  bool wide = false;  // kulisch takes the double + bank accumulator (> 8 B/lane)
 };
 
 std::string hex_bits(Format f, const uint8_t* p) {
@@ -336,8 +335,7 @@ std::string hex_bits(Format f, const uint8_t* p) {
   std::exit(kSanityFailure);
 }
 
-OrderCheck check_order(Format f, uint32_t ranks, uint32_t elements, const std::vector<uint8_t>& pk,
-                       const Kernels& k) {
+OrderCheck check_order(Format f, uint32_t ranks, uint32_t elements, const std::vector<uint8_t>& pk, const Kernels& k) {
   const size_t pb = size_t(elements) * info(f).bytes;
   OpDesc d;
   d.dtype = f;
@@ -389,8 +387,7 @@ OrderCheck check_order(Format f, uint32_t ranks, uint32_t elements, const std::v
   // Information: how much the order matters to FP32_ARRIVAL on this data.
   run(Policy::FP32_ARRIVAL, k, false, o1, f1, nullptr);
   run(Policy::FP32_ARRIVAL, k, true, o2, f2, nullptr);
-  for (uint32_t i = 0; i < elements; ++i)
-    oc.arrival_lanes_differ += std::memcmp(&o1[i * osz], &o2[i * osz], osz) != 0;
+  for (uint32_t i = 0; i < elements; ++i) oc.arrival_lanes_differ += std::memcmp(&o1[i * osz], &o2[i * osz], osz) != 0;
 
   // Information about the data: the exponent fields its non-zero inputs span
   // over the whole op, against the span in which R-term sums stay exact in a
@@ -616,7 +613,8 @@ int run_reducers(int argc, char** argv) {
   for (const auto& r : rows) {
     if (r.st > 0) {
       ++n_targets;
-      if (r.speed_pass) ++n_pass;
+      if (r.speed_pass)
+        ++n_pass;
       else {
         char b[96];
         std::snprintf(b, sizeof b, " %s/%s %.2fx>%.1fx;", name(r.c->policy), name(r.c->dtype), r.ratio, r.st);
@@ -625,9 +623,11 @@ int run_reducers(int argc, char** argv) {
     }
     if (r.mt > 0) {
       ++n_targets;
-      if (r.mem_pass) ++n_pass;
-      else misses += std::string(" ") + name(r.c->policy) + "/" + name(r.c->dtype) + " " +
-                     std::to_string(r.bytes_per_lane) + "B>" + std::to_string(r.mt) + "B;";
+      if (r.mem_pass)
+        ++n_pass;
+      else
+        misses += std::string(" ") + name(r.c->policy) + "/" + name(r.c->dtype) + " " +
+                  std::to_string(r.bytes_per_lane) + "B>" + std::to_string(r.mt) + "B;";
     }
   }
   if (!misses.empty()) misses.pop_back();
@@ -641,37 +641,45 @@ int run_reducers(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"reducers\",\"policy\":\"%s\",\"dtype\":\"%s\",\"ranks\":%u,\"elements\":%u,"
           "\"ns_per_elem\":%.6g,\"ns_per_elem_median\":%.6g,\"gelem_s\":%.6g,\"gbps\":%.6g,",
-          name(c.policy), name(c.dtype), a.ranks, a.elements, r.ns_per_elem, r.ns_per_elem_median, r.gelem_s,
-          r.gbps);
-      if (r.ratio >= 0) std::printf("\"ratio_vs_arrival\":%.4g,\"ratio_median\":%.4g,", r.ratio, r.ratio_median);
-      else std::printf("\"ratio_vs_arrival\":null,\"ratio_median\":null,");
+          name(c.policy), name(c.dtype), a.ranks, a.elements, r.ns_per_elem, r.ns_per_elem_median, r.gelem_s, r.gbps);
+      if (r.ratio >= 0)
+        std::printf("\"ratio_vs_arrival\":%.4g,\"ratio_median\":%.4g,", r.ratio, r.ratio_median);
+      else
+        std::printf("\"ratio_vs_arrival\":null,\"ratio_median\":null,");
       if (a.breakdown)
         std::printf("\"add_ns_per_elem\":%.6g,\"finalize_ns_per_lane\":%.6g,", r.add_ns_per_elem,
                     r.finalize_ns_per_lane);
       std::printf("\"bytes_per_lane\":%zu,\"lcores_100g\":%llu,\"kernels\":\"%s\",\"repeat\":%u,\"min_time_s\":%g,",
                   r.bytes_per_lane, (unsigned long long)r.lcores_100g, c.kernels, a.repeat, a.min_time);
-      if (r.st > 0) std::printf("\"speed_target\":%g,\"speed_pass\":%s,", r.st, r.speed_pass ? "true" : "false");
-      else std::printf("\"speed_target\":null,\"speed_pass\":null,");
-      if (r.mt > 0) std::printf("\"mem_target\":%zu,\"mem_pass\":%s}\n", r.mt, r.mem_pass ? "true" : "false");
-      else std::printf("\"mem_target\":null,\"mem_pass\":null}\n");
+      if (r.st > 0)
+        std::printf("\"speed_target\":%g,\"speed_pass\":%s,", r.st, r.speed_pass ? "true" : "false");
+      else
+        std::printf("\"speed_target\":null,\"speed_pass\":null,");
+      if (r.mt > 0)
+        std::printf("\"mem_target\":%zu,\"mem_pass\":%s}\n", r.mt, r.mem_pass ? "true" : "false");
+      else
+        std::printf("\"mem_target\":null,\"mem_pass\":null}\n");
     }
-    std::printf("{\"bench\":\"reducers\",\"summary\":true,\"kernels\":\"%s\",\"cpu\":%s,\"targets\":%d,\"pass\":%d,"
-                "\"miss\":%d,\"kulisch_order_check\":\"pass\"}\n",
-                k->name, json_str(cpu).c_str(), n_targets, n_pass, n_targets - n_pass);
+    std::printf(
+        "{\"bench\":\"reducers\",\"summary\":true,\"kernels\":\"%s\",\"cpu\":%s,\"targets\":%d,\"pass\":%d,"
+        "\"miss\":%d,\"kulisch_order_check\":\"pass\"}\n",
+        k->name, json_str(cpu).c_str(), n_targets, n_pass, n_targets - n_pass);
     return sink == 0xFFFFFFFFFFFFFFFFull ? 1 : 0;  // keeps the results observable
   }
 
-  std::printf("# prism-bench reducers: R=%u ranks, %u elements per packet, best of %u x >=%gs, kernels %s\n",
-              a.ranks, a.elements, a.repeat, a.min_time, k->name);
-  std::printf("# cpu: %s; one op = reset + %u x add + finalize (output fp32, int32 for integer inputs)\n",
-              cpu.c_str(), a.ranks);
-  std::printf("# ns/elem = op time / (R x elements); Gbit/s = contribution payload; lc@100G = ceil(100 / Gbit/s);\n"
-              "# xarrival = best / best of fp32_arrival on the dtype; med = median of per-repetition ratios\n");
+  std::printf("# prism-bench reducers: R=%u ranks, %u elements per packet, best of %u x >=%gs, kernels %s\n", a.ranks,
+              a.elements, a.repeat, a.min_time, k->name);
+  std::printf("# cpu: %s; one op = reset + %u x add + finalize (output fp32, int32 for integer inputs)\n", cpu.c_str(),
+              a.ranks);
+  std::printf(
+      "# ns/elem = op time / (R x elements); Gbit/s = contribution payload; lc@100G = ceil(100 / Gbit/s);\n"
+      "# xarrival = best / best of fp32_arrival on the dtype; med = median of per-repetition ratios\n");
   if (a.breakdown)
-    std::printf("# --breakdown: add ns/elem = (reset + R x add) / (R x elements); fin ns/lane = (op - that) / "
-                "elements\n");
-  std::printf("%-13s %-8s %5s %5s %9s %8s %8s %8s %5s %6s %7s %-8s ", "policy", "dtype", "ranks", "elems",
-              "ns/elem", "Gelem/s", "Gbit/s", "xarrival", "med", "B/lane", "lc@100G", "kernels");
+    std::printf(
+        "# --breakdown: add ns/elem = (reset + R x add) / (R x elements); fin ns/lane = (op - that) / "
+        "elements\n");
+  std::printf("%-13s %-8s %5s %5s %9s %8s %8s %8s %5s %6s %7s %-8s ", "policy", "dtype", "ranks", "elems", "ns/elem",
+              "Gelem/s", "Gbit/s", "xarrival", "med", "B/lane", "lc@100G", "kernels");
   if (a.breakdown) std::printf("%9s %9s ", "add/elem", "fin/lane");
   std::printf("targets\n");
   for (const auto& r : rows) {
@@ -689,8 +697,8 @@ int run_reducers(int argc, char** argv) {
     if (r.mt > 0)
       std::snprintf(tgt + n, sizeof tgt - n, "%smem<=%zuB %s", n ? ", " : "", r.mt, r.mem_pass ? "PASS" : "MISS");
     if (r.st == 0 && r.mt == 0) std::snprintf(tgt, sizeof tgt, "-");
-    std::printf("%-13s %-8s %5u %5u %9.4f %8.3f %8.1f %8s %5s %6zu %7llu %-8s ", name(c.policy), name(c.dtype),
-                a.ranks, a.elements, r.ns_per_elem, r.gelem_s, r.gbps, ratio, med, r.bytes_per_lane,
+    std::printf("%-13s %-8s %5u %5u %9.4f %8.3f %8.1f %8s %5s %6zu %7llu %-8s ", name(c.policy), name(c.dtype), a.ranks,
+                a.elements, r.ns_per_elem, r.gelem_s, r.gbps, ratio, med, r.bytes_per_lane,
                 (unsigned long long)r.lcores_100g, c.kernels);
     if (a.breakdown) std::printf("%9.4f %9.2f ", r.add_ns_per_elem, r.finalize_ns_per_lane);
     std::printf("%s\n", tgt);
@@ -701,8 +709,8 @@ int run_reducers(int argc, char** argv) {
   for (size_t di = 0; di < dtypes.size(); ++di) {
     if (!is_float(dtypes[di])) continue;
     const OrderCheck& oc = checks[di];
-    std::printf("# %-8s fp32_arrival fwd vs rev: %3u of %u lanes differ; input exponent span %d fields", name(dtypes[di]),
-                oc.arrival_lanes_differ, a.elements, oc.span);
+    std::printf("# %-8s fp32_arrival fwd vs rev: %3u of %u lanes differ; input exponent span %d fields",
+                name(dtypes[di]), oc.arrival_lanes_differ, a.elements, oc.span);
     if (oc.wide)
       std::printf(" (exact-double window %d: held for %u of %u contributions); checked-add misses %llu of %llu",
                   oc.budget, oc.window_holds, a.ranks, (unsigned long long)oc.kulisch_slow,

@@ -40,7 +40,7 @@ write: the CONTRIBs of every rank of a job for a run of ops, as captures.
   --exceptions E       ieee saturate (default ieee)
   --ops N              ops to generate (default 1); --op-base N first op id (default 0)
   --elements N         elements per op (default 1024)
-  --chunk C            elements per chunk (default: the most that fit --mtu)
+  --chunk C            elements per chunk (default: the most whose CONTRIB and RESULT fit --mtu)
   --mtu BYTES          IP MTU for sizing chunks (default 1500; 9000 for jumbo)
   --values V           gradient full cancel specials (default gradient)
   --seed S             random seed (default 1)
@@ -67,7 +67,7 @@ struct Packet {
   std::vector<uint8_t> frame;
   const SwitchConfig* sw = nullptr;  // the switch whose port receives it
   uint16_t port = 0;
-  int rank = -1;        // the contributing rank, -1 for noise
+  int rank = -1;  // the contributing rank, -1 for noise
   uint32_t op = 0, chunk = 0;
   bool counts = false;  // a genuine first contribution (not a duplicate, retransmit or noise)
 };
@@ -103,14 +103,16 @@ std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind
   const FormatInfo& fi = info(f);
   std::vector<double> mag(n);
   // Gradient-like: one magnitude per element, spread over binades the format holds.
-  const double lo = is_float(f) ? std::max(-20.0, double(fi.emin) + 2) : 0, hi = is_float(f) ? std::min(5.0, double(fi.emax) - 8) : 4;
+  const double lo = is_float(f) ? std::max(-20.0, double(fi.emin) + 2) : 0,
+               hi = is_float(f) ? std::min(5.0, double(fi.emax) - 8) : 4;
   for (auto& m : mag) m = std::ldexp(1.0, int(std::floor(lo + (hi - lo) * U(rng))));
   for (uint32_t r = 0; r < R; ++r)
     for (uint32_t i = 0; i < n; ++i) {
       double x = mag[i] * N01(rng);
       if (kind == "full") {
         uint32_t bits;
-        if (!is_float(f)) bits = uint32_t(rng());
+        if (!is_float(f))
+          bits = uint32_t(rng());
         else
           do bits = uint32_t(rng()) & ((fi.sign_bit << 1) - 1);
           while (is_special(f, bits));
@@ -126,16 +128,24 @@ std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind
       }
       if (kind == "specials" && is_float(f)) {
         const double u = U(rng);
-        if (u < 0.01) x = NAN;
-        else if (u < 0.02) x = INFINITY;
-        else if (u < 0.03) x = -INFINITY;
-        else if (u < 0.05) x = -0.0;
-        else if (u < 0.07) x = std::ldexp(N01(rng), fi.emin - 2);  // subnormal
+        if (u < 0.01)
+          x = NAN;
+        else if (u < 0.02)
+          x = INFINITY;
+        else if (u < 0.03)
+          x = -INFINITY;
+        else if (u < 0.05)
+          x = -0.0;
+        else if (u < 0.07)
+          x = std::ldexp(N01(rng), fi.emin - 2);  // subnormal
       }
       if (!is_float(f)) x = f == Format::INT8 ? N01(rng) * 20 : N01(rng) * 1e6;
-      if (std::isnan(x)) v[r][i] = fi.canonical_nan;
-      else if (std::isinf(x)) v[r][i] = fi.has_inf ? fi.inf | (x < 0 ? fi.sign_bit : 0) : fi.canonical_nan;
-      else v[r][i] = encode_value(f, x);
+      if (std::isnan(x))
+        v[r][i] = fi.canonical_nan;
+      else if (std::isinf(x))
+        v[r][i] = fi.has_inf ? fi.inf | (x < 0 ? fi.sign_bit : 0) : fi.canonical_nan;
+      else
+        v[r][i] = encode_value(f, x);
     }
   return v;
 }
@@ -172,10 +182,14 @@ int cmd_write(const cli::Args& a) {
   if (!pol) cli::fail("unknown --policy '" + pols + "' (fp32_arrival kulisch fp32_binomial)");
   const std::string trs = a.str("--transport", "kulisch");
   Transport tr;
-  if (trs == "rounded") tr = Transport::ROUNDED;
-  else if (trs == "kulisch") tr = Transport::KULISCH;
-  else if (trs == "auto") tr = Transport::AUTO;
-  else cli::fail("unknown --transport '" + trs + "' (rounded kulisch auto)");
+  if (trs == "rounded")
+    tr = Transport::ROUNDED;
+  else if (trs == "kulisch")
+    tr = Transport::KULISCH;
+  else if (trs == "auto")
+    tr = Transport::AUTO;
+  else
+    cli::fail("unknown --transport '" + trs + "' (rounded kulisch auto)");
   const auto ex = exceptions_from_name(a.str("--exceptions", "ieee"));
   if (!ex) cli::fail("unknown --exceptions '" + a.str("--exceptions") + "' (ieee saturate)");
   const std::string values = a.str("--values", "gradient");
@@ -189,11 +203,14 @@ int cmd_write(const cli::Args& a) {
   const uint32_t elements = uint32_t(a.num("--elements", 1, 1u << 24, 1024));
   const uint32_t mtu = uint32_t(a.num("--mtu", 128, 9000, 1500));
   const uint32_t esz = info(*dt).bytes;
-  const uint32_t max_chunk = std::min<uint32_t>(65535, (mtu - 20 - 8 - uint32_t(wire::kHeaderSize)) / esz);
+  // Size chunks for the larger of CONTRIB and RESULT: a RESULT carries out_dtype
+  // elements and may carry a status byte per element (the sideband).
+  const uint32_t per_elem = std::max(esz, uint32_t(info(*ot).bytes) + 1);
+  const uint32_t max_chunk = std::min<uint32_t>(65535, (mtu - 20 - 8 - uint32_t(wire::kHeaderSize)) / per_elem);
   const uint32_t chunk = uint32_t(a.num("--chunk", 1, 65535, std::min(max_chunk, elements)));
   if (chunk > max_chunk)
     cli::fail("--chunk " + std::to_string(chunk) + " does not fit a " + std::to_string(mtu) + "-byte MTU: at most " +
-              std::to_string(max_chunk) + " " + dts + " elements (raise --mtu for jumbo frames)");
+              std::to_string(max_chunk) + " " + dts + " elements with their RESULT (raise --mtu for jumbo frames)");
   const double loss = a.real("--loss", 0, 1, 0), dup = a.real("--dup", 0, 1, 0), reorder = a.real("--reorder", 0, 1, 0);
   const double late = a.real("--late-retransmit", 0, 1, 0);
   const uint32_t n_malformed = uint32_t(a.num("--malformed", 0, 1u << 20, 0));
@@ -213,7 +230,9 @@ int cmd_write(const cli::Args& a) {
                 " but another config says " + std::to_string(group));
     group = j->group;
     for (const auto& m : j->members) {
-      if (ranks.count(m.rank)) cli::fail(c.path + ": rank " + std::to_string(m.rank) + " of job " + std::to_string(job_id) + " is a member in two configs");
+      if (ranks.count(m.rank))
+        cli::fail(c.path + ": rank " + std::to_string(m.rank) + " of job " + std::to_string(job_id) +
+                  " is a member in two configs");
       port_endpoint(c, m.port);
       ranks[m.rank] = Rank{m.rank, &c, &m};
     }
@@ -259,8 +278,8 @@ int cmd_write(const cli::Args& a) {
     for (uint32_t i = 0; i < cnt; ++i) store_bits(*dt, body.data() + i * esz, codes[first + i]);
     Packet p;
     p.frame.resize(wire::kMaxFrame);
-    const size_t len = wire::build(p.frame.data(), p.frame.size(), r.member->addr, port_endpoint(*r.sw, r.member->port), h,
-                                   body, ip_id++);
+    const size_t len = wire::build(p.frame.data(), p.frame.size(), r.member->addr, port_endpoint(*r.sw, r.member->port),
+                                   h, body, ip_id++);
     p.frame.resize(len);
     p.sw = r.sw;
     p.port = r.member->port;
@@ -271,7 +290,7 @@ int cmd_write(const cli::Args& a) {
   };
 
   std::vector<std::vector<std::vector<uint32_t>>> all_values;  // [op][rank][element]
-  std::vector<std::vector<std::vector<uint16_t>>> arrival;     // [op][chunk]: ranks in the order their first copy counts
+  std::vector<std::vector<std::vector<uint16_t>>> arrival;  // [op][chunk]: ranks in the order their first copy counts
   for (uint32_t o = 0; o < ops; ++o) {
     const uint32_t op = op_base + o;
     all_values.push_back(make_values(*dt, values, group, elements, rng));
@@ -325,8 +344,8 @@ int cmd_write(const cli::Args& a) {
     Packet p = contrib(r, op_base, 0, all_values[0][r.rank], 0);
     uint8_t* ip = p.frame.data() + wire::kEthSize;
     uint8_t* hdr = ip + wire::kIpv4MinSize + wire::kUdpSize;
-    static const char* const kinds[] = {"bad_magic", "bad_version", "bad_kind", "bad_dtype", "ip_bad_checksum",
-                                        "udp_bad_checksum", "payload_length", "bad_count"};
+    static const char* const kinds[] = {"bad_magic",       "bad_version",      "bad_kind",       "bad_dtype",
+                                        "ip_bad_checksum", "udp_bad_checksum", "payload_length", "bad_count"};
     const std::string kind = kinds[k % 8];
     auto fix_udp = [&] {
       hdr[-2] = hdr[-1] = 0;
@@ -335,14 +354,22 @@ int cmd_write(const cli::Args& a) {
       hdr[-2] = uint8_t(cs >> 8);
       hdr[-1] = uint8_t(cs);
     };
-    if (kind == "bad_magic") hdr[0] ^= 0xFF, fix_udp();
-    else if (kind == "bad_version") hdr[2] = 9, fix_udp();
-    else if (kind == "bad_kind") hdr[3] = 0x77, fix_udp();
-    else if (kind == "bad_dtype") hdr[24] = 0x42, fix_udp();
-    else if (kind == "ip_bad_checksum") ip[10] ^= 0x5A;
-    else if (kind == "udp_bad_checksum") hdr[-1] ^= 0x5A, hdr[-1] = hdr[-1] ? hdr[-1] : 1;
-    else if (kind == "payload_length") hdr[23] = uint8_t(hdr[23] + 1), fix_udp();  // count one more than the body holds
-    else if (kind == "bad_count") hdr[22] = hdr[23] = 0, fix_udp();
+    if (kind == "bad_magic")
+      hdr[0] ^= 0xFF, fix_udp();
+    else if (kind == "bad_version")
+      hdr[2] = 9, fix_udp();
+    else if (kind == "bad_kind")
+      hdr[3] = 0x77, fix_udp();
+    else if (kind == "bad_dtype")
+      hdr[24] = 0x42, fix_udp();
+    else if (kind == "ip_bad_checksum")
+      ip[10] ^= 0x5A;
+    else if (kind == "udp_bad_checksum")
+      hdr[-1] ^= 0x5A, hdr[-1] = hdr[-1] ? hdr[-1] : 1;
+    else if (kind == "payload_length")
+      hdr[23] = uint8_t(hdr[23] + 1), fix_udp();  // count one more than the body holds
+    else if (kind == "bad_count")
+      hdr[22] = hdr[23] = 0, fix_udp();
     p.rank = -1;
     pkts.push_back(std::move(p));
     ++stats["malformed." + kind];
@@ -363,7 +390,8 @@ int cmd_write(const cli::Args& a) {
     if (kind == "foreign_job") {
       uint8_t* hdr = p.frame.data() + wire::kEthSize + wire::kIpv4MinSize + wire::kUdpSize;
       const uint32_t other = job_id ^ 0x80000000u;
-      hdr[4] = uint8_t(other >> 24), hdr[5] = uint8_t(other >> 16), hdr[6] = uint8_t(other >> 8), hdr[7] = uint8_t(other);
+      hdr[4] = uint8_t(other >> 24), hdr[5] = uint8_t(other >> 16), hdr[6] = uint8_t(other >> 8),
+      hdr[7] = uint8_t(other);
       hdr[-2] = hdr[-1] = 0;
       const uint16_t cs = wire::udp_checksum(m.addr.ip, port_endpoint(*r.sw, r.member->port).ip, hdr - 8,
                                              uint16_t(hdr[-4] << 8 | hdr[-3]));
@@ -411,7 +439,7 @@ int cmd_write(const cli::Args& a) {
     for (const auto& c : cfgs)
       for (const auto& p : c.ports)
         w[{c.id, p.id}] = std::make_unique<PcapWriter>(pcap_dir + "/sw" + std::to_string(c.id) + ".port" +
-                                                        std::to_string(p.id) + ".pcap");
+                                                       std::to_string(p.id) + ".pcap");
     for (const auto& p : pkts) w.at({p.sw->id, p.port})->write(p.frame, usec++);
   }
   if (!merged.empty()) {
@@ -433,9 +461,8 @@ int cmd_write(const cli::Args& a) {
     std::ostringstream man;
     man << "{\"job\":" << job_id << ",\"group\":" << group << ",\"dtype\":\"" << dts << "\",\"out_dtype\":\"" << ots
         << "\",\"policy\":\"" << name(*pol) << "\",\"transport\":\"" << trs << "\",\"exceptions\":\"" << name(*ex)
-        << "\",\"elements\":" << elements << ",\"chunk\":" << chunk << ",\"chunks\":" << n_chunks
-        << ",\"values\":\"" << values << "\",\"order\":\"" << order << "\",\"packets\":" << pkts.size()
-        << ",\"stats\":{";
+        << "\",\"elements\":" << elements << ",\"chunk\":" << chunk << ",\"chunks\":" << n_chunks << ",\"values\":\""
+        << values << "\",\"order\":\"" << order << "\",\"packets\":" << pkts.size() << ",\"stats\":{";
     bool first = true;
     for (const auto& [k, v] : stats) man << (first ? "" : ",") << "\"" << json_escape(k) << "\":" << v, first = false;
     man << "},\"ops\":[";
@@ -456,7 +483,8 @@ int cmd_write(const cli::Args& a) {
       }
       const std::string base = expected + "/op" + std::to_string(op);
       std::ofstream(base + ".out", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), long(out.size()));
-      std::ofstream(base + ".flags", std::ios::binary).write(reinterpret_cast<const char*>(flags.data()), long(flags.size()));
+      std::ofstream(base + ".flags", std::ios::binary)
+          .write(reinterpret_cast<const char*>(flags.data()), long(flags.size()));
       for (uint16_t r = 0; r < group; ++r) {
         std::vector<uint8_t> in(size_t(elements) * esz);
         for (uint32_t i = 0; i < elements; ++i) store_bits(*dt, in.data() + i * esz, all_values[o][r][i]);
@@ -464,7 +492,8 @@ int cmd_write(const cli::Args& a) {
             .write(reinterpret_cast<const char*>(in.data()), long(in.size()));
       }
       size_t nf[3] = {0, 0, 0};
-      for (uint8_t f : flags) nf[0] += (f & flag::OVERFLOW) != 0, nf[1] += (f & flag::INVALID) != 0, nf[2] += (f & flag::NAN_INPUT) != 0;
+      for (uint8_t f : flags)
+        nf[0] += (f & flag::OVERFLOW) != 0, nf[1] += (f & flag::INVALID) != 0, nf[2] += (f & flag::NAN_INPUT) != 0;
       man << (o ? "," : "") << "{\"op\":" << op << ",\"result\":\"op" << op << ".out\",\"flags\":\"op" << op
           << ".flags\",\"overflow\":" << nf[0] << ",\"invalid\":" << nf[1] << ",\"nan_input\":" << nf[2]
           << ",\"arrival\":[";
@@ -495,16 +524,17 @@ int cmd_dump(const cli::Args& a) {
                   (unsigned long long)usec, f.size(), wire::name(r));
       if (r == wire::Refusal::OK) {
         const wire::Header& h = p.h;
-        std::printf(",\"src_mac\":\"%s\",\"dst_mac\":\"%s\",\"src_ip\":\"%s\",\"dst_ip\":\"%s\",\"src_port\":%u,"
-                    "\"dst_port\":%u,\"vlan\":%u,\"kind\":%u,\"job\":%u,\"op\":%u,\"chunk\":%u,\"sender\":%u,"
-                    "\"group\":%u,\"terms\":%u,\"count\":%u,\"dtype\":%u,\"out_dtype\":%u,\"policy\":%u,"
-                    "\"encoding\":%u,\"transport\":%u,\"exceptions\":%u,\"flags\":%u,\"status\":%u,"
-                    "\"first_lane\":%u,\"chunk_lanes\":%u,\"payload\":\"",
-                    format_mac(p.src.mac).c_str(), format_mac(p.dst.mac).c_str(), format_ipv4(p.src.ip).c_str(),
-                    format_ipv4(p.dst.ip).c_str(), p.src.port, p.dst.port, p.vlan, unsigned(h.kind), h.job, h.op,
-                    h.chunk, h.sender, h.group, h.terms, h.count, unsigned(h.dtype), unsigned(h.out_dtype),
-                    unsigned(h.policy), unsigned(h.encoding), unsigned(h.transport), unsigned(h.exceptions),
-                    h.flags, h.status, p.first_lane, p.chunk_lanes);
+        std::printf(
+            ",\"src_mac\":\"%s\",\"dst_mac\":\"%s\",\"src_ip\":\"%s\",\"dst_ip\":\"%s\",\"src_port\":%u,"
+            "\"dst_port\":%u,\"vlan\":%u,\"kind\":%u,\"job\":%u,\"op\":%u,\"chunk\":%u,\"sender\":%u,"
+            "\"group\":%u,\"terms\":%u,\"count\":%u,\"dtype\":%u,\"out_dtype\":%u,\"policy\":%u,"
+            "\"encoding\":%u,\"transport\":%u,\"exceptions\":%u,\"flags\":%u,\"status\":%u,"
+            "\"first_lane\":%u,\"chunk_lanes\":%u,\"payload\":\"",
+            format_mac(p.src.mac).c_str(), format_mac(p.dst.mac).c_str(), format_ipv4(p.src.ip).c_str(),
+            format_ipv4(p.dst.ip).c_str(), p.src.port, p.dst.port, p.vlan, unsigned(h.kind), h.job, h.op, h.chunk,
+            h.sender, h.group, h.terms, h.count, unsigned(h.dtype), unsigned(h.out_dtype), unsigned(h.policy),
+            unsigned(h.encoding), unsigned(h.transport), unsigned(h.exceptions), h.flags, h.status, p.first_lane,
+            p.chunk_lanes);
         for (size_t i = 0; i < p.payload_len; ++i) std::printf("%02x", p.payload[i]);
         std::printf("\",\"sideband\":\"");
         for (size_t i = 0; p.sideband && i < h.count; ++i) std::printf("%02x", p.sideband[i]);
@@ -529,10 +559,10 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     if (cmd == "write") {
       const cli::Args a(argc, argv, 2,
-                        {"--config", "--job", "--dtype", "--out-dtype", "--policy", "--transport", "--exceptions",
-                         "--ops", "--op-base", "--elements", "--chunk", "--mtu", "--values", "--seed", "--order",
-                         "--loss", "--dup", "--reorder", "--late-retransmit", "--malformed", "--foreign", "--pcap-dir",
-                         "--merged", "--expected"},
+                        {"--config",          "--job",       "--dtype",   "--out-dtype", "--policy", "--transport",
+                         "--exceptions",      "--ops",       "--op-base", "--elements",  "--chunk",  "--mtu",
+                         "--values",          "--seed",      "--order",   "--loss",      "--dup",    "--reorder",
+                         "--late-retransmit", "--malformed", "--foreign", "--pcap-dir",  "--merged", "--expected"},
                         {});
       if (!a.positional.empty()) cli::fail("unexpected argument '" + a.positional[0] + "' (see --help)");
       return cmd_write(a);

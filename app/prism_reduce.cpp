@@ -49,7 +49,8 @@ Args parse(int argc, char** argv) {
       std::exit(0);
     }
   const cli::Args c(argc, argv, 1,
-                    {"--dtype", "--policy", "--out-dtype", "--exceptions", "--width", "--kernels", "-o", "--output"}, {});
+                    {"--dtype", "--policy", "--out-dtype", "--exceptions", "--width", "--kernels", "-o", "--output"},
+                    {});
   Args a;
   a.dtype = c.str("--dtype");
   a.policy = c.str("--policy");
@@ -86,8 +87,8 @@ int run(int argc, char** argv) {
   const auto pol = policy_from_name(a.policy);
   if (!pol) fail("unknown policy '" + a.policy + "': use fp32_arrival, kulisch or fp32_binomial");
   d.policy = *pol;
-  d.out = a.out_dtype.empty() ? (is_float(d.dtype) ? Format::FP32 : Format::INT32)
-                              : parse_format("out dtype", a.out_dtype);
+  d.out =
+      a.out_dtype.empty() ? (is_float(d.dtype) ? Format::FP32 : Format::INT32) : parse_format("out dtype", a.out_dtype);
   const auto ex = exceptions_from_name(a.exceptions);
   if (!ex) fail("unknown exceptions policy '" + a.exceptions + "': use ieee or saturate");
   d.exceptions = *ex;
@@ -99,11 +100,13 @@ int run(int argc, char** argv) {
     width = int(w);
   }
   const Kernels* k = &best_kernels();
-  if (a.kernels == "portable") k = &portable_kernels();
+  if (a.kernels == "portable")
+    k = &portable_kernels();
   else if (a.kernels == "avx2") {
     k = avx2_kernels();
     if (!k) fail("--kernels avx2: this CPU lacks AVX2/FMA/F16C; use portable or auto");
-  } else if (a.kernels != "auto") fail("unknown --kernels '" + a.kernels + "': use auto, portable or avx2");
+  } else if (a.kernels != "auto")
+    fail("unknown --kernels '" + a.kernels + "': use auto, portable or avx2");
 
   if (a.ins.empty()) fail("no input files: give at least one IN array");
   if (a.ins.size() > 65535) fail("too many inputs (" + std::to_string(a.ins.size()) + "): at most 65535");

@@ -28,7 +28,8 @@ const char* kUsage =
     "usage: prism-switch [EAL options] -- --config FILE [--exit-when-idle MS] [--quiet]\n"
     "  --config FILE        the switch's YAML configuration (docs/CONFIG.md)\n"
     "  --exit-when-idle MS  stop once no packet arrived for MS ms and every queue is empty;\n"
-    "                       report the ops left incomplete (exit status 3 if any)\n"
+    "                       report the ops left incomplete or abandoned by op_timeout_ms\n"
+    "                       (exit status 3 if any)\n"
     "  --quiet              no summary on exit\n"
     "EAL options as for any DPDK program, e.g. -l 0-1 --no-huge -m 512 --no-pci --file-prefix p1\n"
     "  --vdev net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap (or give ports a device: in the config)\n";

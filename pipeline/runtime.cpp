@@ -208,7 +208,10 @@ int Runtime::run() {
     rte_delay_us_block(1000);
   }
   size_t incomplete = 0;
-  for (const auto& r : red_) incomplete += r->reducer().open_slots().size();
+  for (const auto& r : red_) {
+    incomplete += r->reducer().open_slots().size();
+    for (const auto& [job, js] : r->reducer().job_stats()) incomplete += js.timed_out;
+  }
   summary(opt_.exit_when_idle_ms != 0);
   return opt_.exit_when_idle_ms && incomplete ? 3 : 0;
 }
@@ -245,6 +248,11 @@ void Runtime::summary(bool report_incomplete) {
       std::printf("    job %u: %llu ops opened, %llu completed, %llu expired, %llu timed out, %llu refused for slots\n",
                   job, (unsigned long long)js.opened, (unsigned long long)js.completed, (unsigned long long)js.expired,
                   (unsigned long long)js.timed_out, (unsigned long long)js.quota_refused);
+    if (report_incomplete)
+      for (const auto& [job, js] : rs->reducer().job_stats())
+        if (js.timed_out)
+          std::printf("  INCOMPLETE job %u: %llu ops abandoned after op_timeout_ms\n", job,
+                      (unsigned long long)js.timed_out);
     if (report_incomplete)
       for (const auto& o : rs->reducer().open_slots())
         std::printf("  INCOMPLETE job %u op %u chunk %u: %u of %u contributions\n", o.key.job, o.key.op, o.key.chunk,

@@ -25,7 +25,9 @@ void RxStage::refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack
     // The sender is registered: tell it why (a small frame of its own, never a reflection).
     rte_mbuf* n = rte_pktmbuf_alloc(pool_);
     if (n) {
-      wire::Header h = p->h;
+      wire::Header h = p->h;  // echoes the refused packet's job, op, chunk and codes
+      h.magic = wire::kMagic;
+      h.version = wire::kVersion;
       h.kind = wire::Kind::NACK;
       h.sender = dir_.config().id;
       h.terms = 0;
@@ -87,7 +89,9 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       // Past the UDP checks it was PRISM traffic, however broken, from a source
       // whose address checked out: a registered sender is told (NACK MALFORMED).
       const bool ours = r > wire::Refusal::WRONG_PORT;
-      refuse(m, &mt->p, ours ? sw::Drop::MALFORMED : sw::Drop::NOT_FOR_US, ours && dir_.registered(mt->p.src));
+      const bool foreign = r == wire::Refusal::NOT_IPV4 || r == wire::Refusal::NOT_UDP ||
+                           r == wire::Refusal::WRONG_PORT || r == wire::Refusal::SHORT_FRAME;
+      refuse(m, &mt->p, foreign ? sw::Drop::NOT_FOR_US : sw::Drop::MALFORMED, ours && dir_.registered(mt->p.src));
       continue;
     }
     mt->v = sw::admit(dir_, mt->p, cfg_port_);

@@ -8,7 +8,9 @@ namespace prism::wire {
 namespace {
 
 inline uint16_t be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-inline uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+inline uint32_t be32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
 inline void put16(uint8_t* p, uint16_t v) {
   p[0] = uint8_t(v >> 8);
   p[1] = uint8_t(v);
@@ -64,11 +66,11 @@ const char* name(NackReason r) {
 
 const char* name(Refusal r) {
   static const char* const kNames[] = {
-      "ok",           "short_frame",   "not_ipv4",        "ip_bad_header",  "ip_bad_length",    "ip_bad_checksum",
-      "ip_fragment",  "not_udp",       "udp_bad_length",  "udp_bad_checksum", "wrong_port",     "short_header",
-      "bad_magic",    "bad_version",   "bad_kind",        "bad_dtype",      "bad_out_dtype",    "bad_policy",
-      "bad_encoding", "bad_transport", "bad_exceptions",  "bad_flags",      "bad_group",        "bad_terms",
-      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",    "bad_nack_reason",  "bad_status",
+      "ok",           "short_frame",    "not_ipv4",       "ip_bad_header",    "ip_bad_length",   "ip_bad_checksum",
+      "ip_fragment",  "not_udp",        "udp_bad_length", "udp_bad_checksum", "wrong_port",      "short_header",
+      "bad_magic",    "bad_version",    "bad_kind",       "bad_dtype",        "bad_out_dtype",   "bad_policy",
+      "bad_encoding", "bad_transport",  "bad_exceptions", "bad_flags",        "bad_group",       "bad_terms",
+      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",      "bad_nack_reason", "bad_status",
       "bad_sideband"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Refusal::kCount));
   return size_t(r) < size_t(Refusal::kCount) ? kNames[size_t(r)] : "?";
@@ -142,8 +144,8 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   const size_t udp_len = be16(udp + 4);
   if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
   if (be16(udp + 6) != 0 && fold(sum16(udp, udp_len,
-                                       (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) +
-                                           (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len))) != 0xFFFF)
+                                       (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) +
+                                           17 + uint32_t(udp_len))) != 0xFFFF)
     return Refusal::UDP_BAD_CHECKSUM;
   r.src.port = be16(udp);
   r.dst.port = be16(udp + 2);
@@ -153,11 +155,10 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   if (plen < kHeaderSize) return Refusal::SHORT_HEADER;
 
   Header& h = r.h;
+  // Every field is read before any is judged, so a refused packet's header
+  // can still be echoed (a NACK says which job, op and chunk it refused).
   h.magic = be16(p);
-  if (h.magic != kMagic) return Refusal::BAD_MAGIC;
   h.version = p[2];
-  if (h.version != kVersion) return Refusal::BAD_VERSION;
-  if (p[3] < 1 || p[3] > 4) return Refusal::BAD_KIND;
   h.kind = Kind(p[3]);
   h.job = be32(p + 4);
   h.op = be32(p + 8);
@@ -166,19 +167,22 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   h.group = be16(p + 18);
   h.terms = be16(p + 20);
   h.count = be16(p + 22);
+  h.dtype = Format(p[24]);
+  h.out_dtype = Format(p[25]);
+  h.policy = Policy(p[26]);
+  h.encoding = Encoding(p[27]);
+  h.transport = Transport(p[28]);
+  h.exceptions = Exceptions(p[29]);
   h.flags = p[30];
   h.status = p[31];
+  if (h.magic != kMagic) return Refusal::BAD_MAGIC;
+  if (h.version != kVersion) return Refusal::BAD_VERSION;
+  if (p[3] < 1 || p[3] > 4) return Refusal::BAD_KIND;
   const uint8_t* body = p + kHeaderSize;
   const size_t blen = plen - kHeaderSize;
 
   if (h.kind == Kind::NACK) {
     // A NACK echoes whatever it refused: its descriptor codes are not checked.
-    h.dtype = Format(p[24]);
-    h.out_dtype = Format(p[25]);
-    h.policy = Policy(p[26]);
-    h.encoding = Encoding(p[27]);
-    h.transport = Transport(p[28]);
-    h.exceptions = Exceptions(p[29]);
     if (h.status < 1 || h.status > 7) return Refusal::BAD_NACK_REASON;
     if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
     if (h.terms != 0) return Refusal::BAD_TERMS;

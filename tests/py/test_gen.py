@@ -93,12 +93,13 @@ CLI_ERRORS = [
     ('config_missing', {'--config': '{tmp}/no-such.yaml'}, ['{tmp}/no-such.yaml']),
     ('broken_yaml_indent', {'--config': '{tmp}/indent.yaml'}, ['{tmp}/indent.yaml:3:']),
     ('broken_yaml_tab', {'--config': '{tmp}/tab.yaml'}, ['{tmp}/tab.yaml:2:']),
-    # PROTOCOL.md: a 1500-byte MTU holds 360 fp32, 720 fp16/bf16, 1440 fp8 elements; 9000 holds 8940 bytes.
-    ('chunk_fp32_1500', {'--chunk': '361'}, ['--chunk', '361', '1500', '360']),
-    ('chunk_bf16_1500', {'--dtype': 'bf16', '--chunk': '721'}, ['--chunk', '721', '720']),
-    ('chunk_e5m2_1500', {'--dtype': 'e5m2', '--chunk': '1441'}, ['--chunk', '1441', '1440']),
-    ('chunk_fp32_9000', {'--mtu': '9000', '--chunk': '2236'}, ['--chunk', '2236', '9000', '2235']),
-    ('chunk_int8_9000', {'--dtype': 'int8', '--mtu': '9000', '--chunk': '8941'}, ['8941', '8940']),
+    # PROTOCOL.md: size C for the RESULT: out_dtype elements plus a sideband byte each
+    # (fp32 out: 5 bytes per element): a 1500-byte MTU holds 1440 bytes of body, 9000 holds 8940.
+    ('chunk_fp32_1500', {'--chunk': '289'}, ['--chunk', '289', '1500', '288']),
+    ('chunk_bf16_1500', {'--dtype': 'bf16', '--chunk': '289'}, ['--chunk', '289', '288']),
+    ('chunk_e5m2_1500', {'--dtype': 'e5m2', '--chunk': '289'}, ['--chunk', '289', '288']),
+    ('chunk_fp32_9000', {'--mtu': '9000', '--chunk': '1789'}, ['--chunk', '1789', '9000', '1788']),
+    ('chunk_int8_9000', {'--dtype': 'int8', '--mtu': '9000', '--chunk': '1789'}, ['1789', '1788']),
     ('nothing_to_write', {'--merged': None}, ['nothing to write']),
     ('bad_dup', {'--dup': '1.5'}, ['--dup', '1.5']),
     ('bad_ops', {'--ops': '0'}, ['--ops', "'0'"]),
@@ -123,12 +124,14 @@ def test_cli_error(tmp_path, case, over, words):
 
 
 def test_cli_chunk_at_mtu_limit_is_accepted(tmp_path):
-    for dt, mtu, c in [('fp32', 1500, 360), ('fp16', 1500, 720), ('e4m3fn', 1500, 1440), ('fp32', 9000, 2235)]:
+    # The largest chunk whose RESULT (fp32 out + sideband: 5 bytes per element) fits the MTU.
+    for dt, mtu, c in [('fp32', 1500, 288), ('fp16', 1500, 288), ('e4m3fn', 1500, 288), ('fp32', 9000, 1788)]:
         r = run([GEN] + base_args(tmp_path, **{'--dtype': dt, '--mtu': str(mtu), '--chunk': str(c),
                                                '--elements': str(c)}))
         assert r.returncode == 0, r.stderr
+        assert 20 + 8 + 32 + c * 5 <= mtu < 20 + 8 + 32 + (c + 1) * 5
         (f,) = rdpcap(str(tmp_path / 'm.pcap'))[:1]
-        assert len(bytes(f)) == 14 + mtu, f'{dt} chunk {c} at MTU {mtu}: frame of {len(bytes(f))} bytes'
+        assert len(bytes(f)) <= 14 + mtu, f'{dt} chunk {c} at MTU {mtu}: frame of {len(bytes(f))} bytes'
 
 
 def test_dump_errors(tmp_path):
@@ -262,10 +265,11 @@ FAULTS = ['--dup', 0.15, '--loss', 0.1, '--late-retransmit', 0.5, '--reorder', 0
 def test_faults_match_manifest(tmp_path):
     cfgs = tree(tmp_path)
     net = Net(cfgs)
-    out, man = write(tmp_path, cfgs, '--dtype', 'bf16', '--policy', 'kulisch', '--elements', 2000, '--ops', 3,
-                     '--op-base', 100, '--seed', 5, *FAULTS)
+    out, man = write(tmp_path, cfgs, '--dtype', 'bf16', '--out-dtype', 'bf16', '--policy', 'kulisch',
+                     '--elements', 1200, '--ops', 3, '--op-base', 100, '--seed', 5, *FAULTS)
     R, C, chunks = man['group'], man['chunk'], man['chunks']
-    assert R == 6 and C == 720 and chunks == 3
+    # bf16 out: RESULTs of 2 + 1 (sideband) bytes per element; CONTRIBs of 2: 1440 // 3 = 480 per chunk.
+    assert R == 6 and C == 480 and chunks == 3
     frames = [bytes(p) for p in rdpcap(str(out / 'm.pcap'))]
     assert len(frames) == man['packets']
     stats = Counter()
@@ -412,7 +416,7 @@ def test_expected_equals_prism_reduce_fp32_policies(tmp_path):
     """FP32_ARRIVAL: per chunk, the ranks in the manifest's arrival order; FP32_BINOMIAL: rank order."""
     for policy in ('fp32_arrival', 'fp32_binomial'):
         out, man = write(tmp_path, [REFERENCE_YAML], '--dtype', 'fp16', '--out-dtype', 'fp32', '--policy', policy,
-                         '--values', 'cancel', '--elements', 1000, '--chunk', 300, '--order', 'random',
+                         '--values', 'cancel', '--elements', 1000, '--chunk', 250, '--order', 'random',
                          '--seed', 3, name=policy)
         R, C = man['group'], man['chunk']
         (o,) = man['ops']

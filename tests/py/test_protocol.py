@@ -371,8 +371,11 @@ def test_prism_frames_decode_in_scapy(tmp_path, dt, ot, pol, tr, ex, elements, m
     members = {m['rank']: m for m in job['members']}
     ports = {p['id']: p for p in cfg['ports']}
     dcode, esz = FORMATS[dt]
-    # Chunk size: the most elements that fit the MTU (PROTOCOL.md: MTU - 20 - 8 - 32 body bytes).
-    C = min((mtu - 20 - 8 - 32) // esz, elements)
+    # Chunk size: the most elements whose CONTRIB and RESULT both fit the MTU
+    # (PROTOCOL.md: MTU - 20 - 8 - 32 body bytes; a RESULT carries out_dtype
+    # elements plus a sideband byte each).
+    osz = FORMATS[ot][1]
+    C = min((mtu - 20 - 8 - 32) // max(esz, osz + 1), elements)
     assert man['chunk'] == C
     nchunks = -(-elements // C)
     assert man['chunks'] == nchunks

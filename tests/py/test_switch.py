@@ -1,0 +1,725 @@
+"""End-to-end tests of prism-switch through the real binary under DPDK.
+
+Traffic and golden results come from ``prism-gen write``; each switch port is a
+``net_pcap`` device replaying the capture prism-gen wrote for it; what the
+switch sends is decoded with ``prism-gen dump`` and compared bit for bit with
+the golden ``op<N>.out`` / ``op<N>.flags`` (docs/PROTOCOL.md, docs/CONFIG.md).
+The results are also checked against tests/py/prism_ref.py, the independent
+Python reference, on the rank inputs prism-gen wrote.
+
+Every switch process runs with its own --file-prefix, --no-huge, one lcore
+(``-l 0``) unless a test needs more.  helpers: switch_util.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import prism_ref as ref
+import switch_util as su
+from switch_util import (DTYPES, NACK, NACK_REASONS, RESULT, RETRANSMIT, Scenario, check_results,
+                         member_ip, member_mac)
+
+
+@pytest.fixture(autouse=True)
+def _binaries():
+    su.require_binaries()
+
+
+# ============================================================ reference check
+def ref_check(man: dict, assembled: dict):
+    """The switch's results (as one rank assembled them) against prism_ref on
+    the rank inputs: kulisch and integer ops over all ranks at once,
+    fp32_binomial in rank order, fp32_arrival per chunk in the manifest's
+    arrival order.  Values and per-element flags."""
+    dtype, policy, out, exc = man['dtype'], man['policy'], man['out_dtype'], man['exceptions']
+    osz = DTYPES[out][1]
+    for o in man['ops']:
+        op = o['op']
+        ins = su.rank_inputs(man, op)
+        mat = ref.matrix_from_arrays(dtype, ins)
+        _, gflags = su.golden(man, op)
+        if policy == 'fp32_arrival' and dtype in ref.FLOAT_FORMATS:
+            parts = []
+            for c, order in enumerate(o['arrival']):
+                first, cnt = su.chunk_span(man, c)
+                assert sorted(order) == list(range(man['group'])), f'op {op} chunk {c}: arrival {order}'
+                parts.append(ref.reduce_result(dtype, policy, out, exc, mat[order, first:first + cnt]))
+            codes = np.concatenate([p.codes for p in parts])
+            ovf = np.concatenate([p.overflow for p in parts])
+            inv = np.concatenate([p.invalid for p in parts])
+            nan = np.concatenate([p.nan_input for p in parts])
+        else:
+            res = ref.reduce_result(dtype, policy, out, exc, mat)
+            codes, ovf, inv, nan = res.codes, res.overflow, res.invalid, res.nan_input
+        want = ref.codes_to_bytes(out, codes)
+        want_flags = (ovf * su.OVERFLOW | inv * su.INVALID | nan * su.NAN_INPUT).astype(np.uint8).tobytes()
+        for rank, got in assembled[op].items():
+            got = bytes(got)
+            if got != want:
+                diff = [i for i in range(man['elements']) if got[i * osz:(i + 1) * osz] != want[i * osz:(i + 1) * osz]]
+                i = diff[0]
+                raise AssertionError(
+                    f'op {op} rank {rank}: switch result differs from prism_ref in {len(diff)} elements; first '
+                    f'element {i}: switch {got[i * osz:(i + 1) * osz].hex()} prism_ref '
+                    f'{want[i * osz:(i + 1) * osz].hex()} (inputs {[hex(x) for x in mat[:8, i]]})')
+            break  # every rank's copy already equals the golden (check_results)
+        assert gflags == want_flags, (
+            f'op {op}: golden flags differ from prism_ref at elements '
+            f'{[i for i in range(len(want_flags)) if gflags[i] != want_flags[i]][:10]}')
+
+
+# ============================================================ 1. golden replay
+# (id, dtype, policy, R, ports, shards, elements, ops, prism-gen options, lcores)
+# FP32_ARRIVAL: one port, one shard (its golden is the capture's arrival order).
+GOLDEN = [
+    ('fp32-kulisch-R4', 'fp32', 'kulisch', 4, 1, 1, 1000, 3, {}, '0'),
+    ('fp16-kulisch-R8-specials', 'fp16', 'kulisch', 8, 2, 2, 1000, 2, {'values': 'specials'}, '0'),
+    ('bf16-arrival-R3-specials', 'bf16', 'fp32_arrival', 3, 1, 1, 500, 2, {'values': 'specials', 'chunk': 96}, '0'),
+    ('e4m3fn-binomial-R8-specials', 'e4m3fn', 'fp32_binomial', 8, 4, 2, 300, 2,
+     {'values': 'specials', 'chunk': 128}, '0'),
+    ('e4m3fnuz-kulisch-R64-specials', 'e4m3fnuz', 'kulisch', 64, 4, 3, 200, 2,
+     {'values': 'specials', 'chunk': 64}, '0'),
+    ('e5m2-arrival-R2-specials', 'e5m2', 'fp32_arrival', 2, 1, 1, 257, 3, {'values': 'specials', 'chunk': 64}, '0'),
+    ('e5m2fnuz-binomial-R3-specials', 'e5m2fnuz', 'fp32_binomial', 3, 3, 1, 130, 2,
+     {'values': 'specials', 'chunk': 50}, '0'),
+    ('int8-kulisch-R1', 'int8', 'kulisch', 1, 1, 1, 100, 2, {'chunk': 33}, '0'),
+    ('int32-arrival-R8', 'int32', 'fp32_arrival', 8, 1, 1, 300, 2, {'chunk': 100}, '0'),
+    ('int8-binomial-R64', 'int8', 'fp32_binomial', 64, 2, 2, 150, 1, {'chunk': 64}, '0'),
+    ('fp32-kulisch-R1000', 'fp32', 'kulisch', 1000, 4, 2, 40, 1, {'chunk': 16}, '0'),
+    ('fp32-binomial-R64-cancel-2lcores', 'fp32', 'fp32_binomial', 64, 2, 2, 700, 1, {'values': 'cancel'}, '0-1'),
+    ('fp32-arrival-R1-specials', 'fp32', 'fp32_arrival', 1, 1, 1, 100, 2, {'values': 'specials', 'chunk': 30}, '0'),
+    ('fp32-arrival-R64-full', 'fp32', 'fp32_arrival', 64, 1, 1, 100, 1, {'values': 'full', 'chunk': 40}, '0'),
+    ('fp16-kulisch-R8-full-out-fp16-saturate', 'fp16', 'kulisch', 8, 2, 1, 300, 2,
+     {'values': 'full', 'out_dtype': 'fp16', 'exceptions': 'saturate', 'chunk': 128}, '0'),
+    ('e4m3fn-kulisch-R8-full-out-e4m3fn', 'e4m3fn', 'kulisch', 8, 1, 1, 300, 1,
+     {'values': 'full', 'out_dtype': 'e4m3fn', 'chunk': 100}, '0'),
+    ('bf16-kulisch-R3-cancel-out-bf16', 'bf16', 'kulisch', 3, 3, 2, 400, 2,
+     {'values': 'cancel', 'out_dtype': 'bf16'}, '0'),
+    ('e5m2-binomial-R2-out-fp16', 'e5m2', 'fp32_binomial', 2, 2, 1, 300, 1,
+     {'values': 'specials', 'out_dtype': 'fp16', 'chunk': 70}, '0'),
+]
+
+
+def test_golden_matrix_covers_the_brief():
+    """Every format, policy and R in {1, 2, 3, 8, 64, 1000} at least once, short last chunks, specials."""
+    assert {g[1] for g in GOLDEN} == set(DTYPES)
+    assert {g[2] for g in GOLDEN} == set(su.POLICIES)
+    assert {1, 2, 3, 8, 64, 1000} <= {g[3] for g in GOLDEN}
+    assert sum(1 for g in GOLDEN if g[6] % g[8].get('chunk', 10 ** 9) not in (0, g[6])) >= 5
+    assert {g[1] for g in GOLDEN if g[8].get('values') == 'specials'} >= set(ref.FLOAT_DTYPES)
+    for g in GOLDEN:
+        if g[2] == 'fp32_arrival':
+            assert g[4] == 1 and g[5] == 1, g[0]
+
+
+@pytest.mark.parametrize('case', GOLDEN, ids=[g[0] for g in GOLDEN])
+def test_golden_replay(tmp_path, case):
+    name, dtype, policy, R, ports, shards, elements, ops, opts, lcores = case
+    sc = Scenario(tmp_path, ranks=R, ports=ports, shards=shards,
+                  lcores=[0, 1] if lcores == '0-1' else None)
+    man = sc.generate(dtype, policy, elements, ops, **opts)
+    run = sc.run_switch(lcores=lcores)
+    assert run.rc == 0, run.describe()
+    res = check_results(run, [man])
+    s = run.summary
+    n_contrib = man['stats']['contrib']
+    assert sum(p['packets'] for p in s.rx.values()) == n_contrib == man['packets'], run.describe()
+    assert s.shard_total('contribs') == n_contrib
+    assert s.shard_total('results_sent') == R * man['chunks'] * ops == len(res['results'])
+    assert s.jobs[sc.job]['completed'] == s.jobs[sc.job]['opened'] == man['chunks'] * ops
+    assert not s.incomplete and not s.rx_dropped and not s.shard_dropped and not s.refused, run.describe()
+    assert len(run.frames) == len(res['results']), 'frames other than RESULTs were sent'
+    if opts.get('values') in ('specials', 'full') and dtype in ref.FLOAT_FORMATS:
+        # the sideband comparison is not vacuous here
+        assert any(f['flags'] & su.SIDEBAND for f in res['results'])
+    ref_check(man, res['assembled'])
+
+
+# ============================================================ 2. reproducibility
+def test_reproducible_under_arbiters_and_orders(tmp_path):
+    """8 ranks on 4 ports (one net_pcap each), fp32 gradients; the same op under
+    KULISCH_FIXED (op 0) and FP32_ARRIVAL (op 1) in one capture per port, from
+    prism-gen --order round_robin / random / reverse, through the switch with the
+    arbiter random under 20 seeds, round_robin and reverse: every KULISCH_FIXED
+    result is the same, bit for bit, and equals the golden.  How many
+    FP32_ARRIVAL elements differ between the runs is printed."""
+    R, ports, elements = 8, 4, 1500
+    sc = Scenario(tmp_path, ranks=R, ports=ports)
+    orders = ['round_robin', 'random', 'reverse']
+    caps = {}
+    for order in orders:
+        d = tmp_path / order
+        mk = sc.generate('fp32', 'kulisch', elements, 1, order=order, out_dir=d / 'k', exp_dir=d / 'ek', seed=5)
+        ma = sc.generate('fp32', 'fp32_arrival', elements, 1, order=order, op_base=1, out_dir=d / 'a',
+                         exp_dir=d / 'ea', seed=5)
+        for p in range(ports):
+            name = f'sw{su.SWITCH_ID}.port{p}.pcap'
+            su.concat_pcaps(d / name, [d / 'k' / name, d / 'a' / name])
+        caps[order] = (d, mk, ma)
+    # the same values whatever the order (one op: values are drawn before the order)
+    base = su.rank_inputs(caps['round_robin'][1], 0)
+    for order in orders:
+        assert su.rank_inputs(caps[order][1], 0) == base and su.rank_inputs(caps[order][2], 1) == base
+    arbiters = [('random', s) for s in range(1, 21)] + [('round_robin', 1), ('reverse', 1)]
+    kulisch, arrival, golden_k = [], [], su.golden(caps['round_robin'][1], 0)[0]
+    sc.pcap_dir.mkdir(exist_ok=True)
+    for i, (mode, seed) in enumerate(arbiters):
+        order = orders[i % len(orders)]
+        d, mk, ma = caps[order]
+        for p in range(ports):
+            shutil.copyfile(d / f'sw{su.SWITCH_ID}.port{p}.pcap', sc.rx_pcap(p))
+        sc.write_config(arbiter=f'{{mode: {mode}, seed: {seed}}}')
+        run = sc.run_switch(tag=f'rep{i}')
+        assert run.rc == 0, run.describe()
+        # KULISCH_FIXED: golden-exact, once per member and chunk; FP32_ARRIVAL: only collected
+        k = check_results_policy(run, mk)
+        a = collect(run, ma)
+        kulisch.append((mode, seed, order, k))
+        arrival.append((mode, seed, order, a))
+    for mode, seed, order, k in kulisch:
+        assert k == golden_k, f'KULISCH_FIXED result differs under arbiter {mode} seed {seed}, order {order}'
+    vals = np.stack([np.frombuffer(a, dtype='<u4') for *_, a in arrival])
+    differ = int((vals != vals[0]).any(axis=0).sum())
+    distinct_runs = len({a for *_, a in arrival})
+    print(f'\nFP32_ARRIVAL across {len(arrival)} runs (arbiter random x20 seeds, round_robin, reverse; '
+          f'prism-gen orders {orders}): {differ} of {elements} elements differ between runs; '
+          f'{distinct_runs} distinct result vectors; KULISCH_FIXED: 1 distinct result vector')
+
+
+def check_results_policy(run: su.SwitchRun, man: dict) -> bytes:
+    """Results of the ops of `man` only: golden-exact, once per member and chunk; returns rank 0's vector."""
+    sub = su.SwitchRun(run.cmd.split(), run.rc, run.stdout, run.stderr, run.sc)
+    ops = {o['op'] for o in man['ops']}
+    sub._frames = [f for f in run.frames if f.get('op') in ops]
+    res = check_results(sub, [man])
+    return bytes(res['assembled'][man['ops'][0]['op']][0])
+
+
+def collect(run: su.SwitchRun, man: dict) -> bytes:
+    """Rank 0's result vector for the (single) op of `man`, every member agreeing."""
+    op = man['ops'][0]['op']
+    osz = DTYPES[man['out_dtype']][1]
+    vecs = {}
+    for f in run.of_kind(RESULT):
+        if f['op'] != op:
+            continue
+        v = vecs.setdefault(f['dst_ip'], bytearray(man['elements'] * osz))
+        first, cnt = su.chunk_span(man, f['chunk'])
+        v[first * osz:(first + cnt) * osz] = bytes.fromhex(f['payload'])
+    assert len(vecs) == man['group'], f'{len(vecs)} ranks got results for op {op}'
+    assert len({bytes(v) for v in vecs.values()}) == 1, f'op {op}: members got different results'
+    return bytes(vecs[member_ip(0)])
+
+
+# ============================================================ 3. faults
+@pytest.mark.parametrize('policy,ports', [('kulisch', 4), ('fp32_arrival', 1)])
+def test_duplicates_counted_once(tmp_path, policy, ports):
+    sc = Scenario(tmp_path, ranks=8, ports=ports)
+    man = sc.generate('fp32', policy, 800, 4, dup=0.3, seed=3)
+    dups = man['stats'].get('duplicates', 0)
+    assert dups > 0
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    check_results(run, [man])
+    s = run.summary
+    assert s.shard_dropped['duplicate'] == dups, run.describe()
+    assert s.shard_total('contribs') == man['stats']['contrib'] + dups
+    assert s.shard_total('resent') == 0
+
+
+def test_late_retransmit_gets_result_again(tmp_path):
+    """--late-retransmit 1.0: after each op every rank re-sends one chunk with
+    RETRANSMIT; the switch re-sends that RESULT, with RETRANSMIT, to that rank only."""
+    # One port: the capture's order is the arrival order, so every late
+    # retransmit comes after its op completed (across ports a repeat may overtake
+    # the last contribution of another port and find the slot still open).
+    sc = Scenario(tmp_path, ranks=8, ports=1, shards=2)
+    man = sc.generate('bf16', 'kulisch', 1000, 3, late_retransmit=1.0, values='specials', seed=4)
+    late = man['stats']['late_retransmits']
+    assert late == 8 * 3
+    asked = Counter()
+    for p in range(sc.ports):
+        for f in su.dump(sc.rx_pcap(p)):
+            if f.get('kind') == su.CONTRIB and f['flags'] & RETRANSMIT:
+                asked[(sc.rank_of_ip[f['src_ip']], f['op'], f['chunk'])] += 1
+    assert sum(asked.values()) == late
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    res = check_results(run, [man], allow_retransmit=True)  # payloads of the resent RESULTs are checked too
+    assert Counter(res['retransmits']) == asked, run.describe()
+    assert run.summary.shard_total('resent') == late
+    assert run.summary.shard_total('results_sent') == 8 * man['chunks'] * 3 + late
+
+
+@pytest.mark.parametrize('policy,ports', [('kulisch', 4), ('fp32_arrival', 1)])
+def test_loss_recovered_by_retransmission(tmp_path, policy, ports):
+    sc = Scenario(tmp_path, ranks=8, ports=ports)
+    man = sc.generate('fp16', policy, 1500, 3, loss=0.2, seed=6)
+    assert man['stats'].get('lost', 0) > 0 and man['stats']['retransmits'] == man['stats']['lost']
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    check_results(run, [man])
+    s = run.summary
+    assert not s.incomplete
+    assert s.jobs[sc.job]['completed'] == man['chunks'] * 3
+    assert s.shard_total('resent') == 0 and not s.shard_dropped, run.describe()
+
+
+def test_loss_dup_reorder_together(tmp_path):
+    sc = Scenario(tmp_path, ranks=8, ports=4, shards=2)
+    man = sc.generate('e5m2', 'kulisch', 3000, 3, loss=0.1, dup=0.2, reorder=0.2, values='specials', seed=8)
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    check_results(run, [man])
+    assert run.summary.shard_dropped['duplicate'] == man['stats'].get('duplicates', 0), run.describe()
+    assert run.summary.jobs[sc.job]['completed'] == man['chunks'] * 3
+
+
+def malformed_scenario(tmp_path):
+    sc = Scenario(tmp_path, ranks=8, ports=2)
+    man = sc.generate('fp32', 'kulisch', 800, 2, malformed=16, foreign=9, seed=9)
+    st = man['stats']
+    malformed = {k.split('.', 1)[1]: v for k, v in st.items() if k.startswith('malformed.')}
+    foreign = {k.split('.', 1)[1]: v for k, v in st.items() if k.startswith('foreign.')}
+    assert sum(malformed.values()) == 16 and sum(foreign.values()) == 9
+    assert set(foreign) == {'unknown_source', 'foreign_job', 'spoofed_rank'}
+    return sc, man, malformed, foreign
+
+
+# parser refusals past the UDP checks: PRISM traffic, however broken (PROTOCOL.md: NACK MALFORMED
+# when the packet parsed far enough to identify a registered member)
+BROKEN_PRISM = {'bad_magic', 'bad_version', 'bad_kind', 'bad_dtype', 'payload_length', 'bad_count'}
+
+
+def test_malformed_and_foreign_dropped_with_reasons(tmp_path):
+    """--malformed 16 --foreign 9: each refused by the parser under its own name
+    or dropped for its reason (unknown_source, unknown_job, spoofed); NACKs only
+    to registered members; no effect on any result."""
+    sc, man, malformed, foreign = malformed_scenario(tmp_path)
+    st = man['stats']
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    check_results(run, [man], all_frames_parse=False)  # the NACKs' validity: test_nacks_are_valid_frames
+    s = run.summary
+    # prism-gen names its malformed kinds after the parser's refusals
+    assert dict(s.refused) == malformed, run.describe()
+    # every parser refusal is dropped once (as malformed, or not_for_us for the IP/UDP-level ones)
+    assert s.rx_dropped['malformed'] + s.rx_dropped['not_for_us'] == 16, run.describe()
+    print(f'\nparser refusals dropped as malformed: {s.rx_dropped["malformed"]}, '
+          f'as not_for_us: {s.rx_dropped["not_for_us"]} ({malformed})')
+    assert s.rx_dropped['unknown_source'] == foreign['unknown_source'], run.describe()
+    assert s.rx_dropped['unknown_job'] == foreign['foreign_job'], run.describe()
+    assert s.rx_dropped['spoofed'] == foreign['spoofed_rank'], run.describe()
+    assert set(s.rx_dropped) <= {'malformed', 'not_for_us', 'unknown_source', 'unknown_job', 'spoofed'}
+    assert not s.shard_dropped, 'nothing dropped by RX may reach a reducer'
+    assert s.shard_total('contribs') == st['contrib']
+    # NACKs: unknown job -> UNKNOWN_JOB, spoofed rank -> NOT_A_MEMBER, to the registered
+    # address that sent it; never to an unknown source
+    nacks = run.of_kind(NACK)
+    assert sum(p['nacks'] for p in s.rx.values()) == len([f for f in run.frames if f.get('kind') != RESULT])
+    by_status = Counter(f['status'] for f in nacks)
+    assert by_status[NACK_REASONS['unknown_job']] == foreign['foreign_job'], by_status
+    assert by_status[NACK_REASONS['not_a_member']] == foreign['spoofed_rank'], by_status
+    for f in nacks:
+        r = sc.rank_of_ip.get(f['dst_ip'])
+        assert r is not None and f['dst_mac'] == member_mac(r) and f['out_port'] == sc.member_port[r], f
+        assert f['terms'] == 0 and f['count'] == 0 and f['sender'] == su.SWITCH_ID and f['payload'] == ''
+    for f in run.frames:
+        if f['refusal'] == 'ok':
+            assert f['dst_ip'] in sc.rank_of_ip, f'a frame went to an unregistered address: {f}'
+
+
+def test_nacks_are_valid_frames(tmp_path):
+    """Every frame the switch sends is valid PRISM v1: in particular the NACK
+    MALFORMED it sends a registered member for a broken PRISM packet (magic
+    0x5052, version 1, kind NACK, terms 0, count 0), one per such packet, to
+    the member that sent it, echoing job/op/chunk where the refused packet's
+    header got that far."""
+    sc, man, malformed, foreign = malformed_scenario(tmp_path)
+    want = Counter()
+    for p in range(sc.ports):
+        _, recs = su.read_pcap(sc.rx_pcap(p))
+        for (_, fr), f in zip(recs, su.dump(sc.rx_pcap(p))):
+            if f['refusal'] in BROKEN_PRISM:
+                want[sc.rank_of_ip[su.frame_src_ip(fr)]] += 1
+    assert sum(want.values()) == sum(v for k, v in malformed.items() if k in BROKEN_PRISM)
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    raw = []
+    for p in range(sc.ports):
+        _, recs = su.read_pcap(sc.tx_pcap(p))
+        raw += [fr for _, fr in recs]
+    # NACKs decoded by hand (docs/PROTOCOL.md), so that invalid ones can be looked at too
+    hand = [dict(zip(('magic', 'version', 'kind', 'job', 'op', 'chunk', 'sender', 'group', 'terms', 'count'),
+                     struct.unpack('>HBBIIIHHHH', fr[42:66])), status=fr[73], dst_ip=su.frame_src_ip(fr[4:]))
+            for fr in raw if len(fr) == 74]
+    mal = [h for h in hand if h['status'] == NACK_REASONS['malformed'] and h['kind'] == NACK]
+    print(f'\nNACK MALFORMED: {len(mal)} (expected {sum(want.values())}); (magic, version, job, op, chunk) '
+          f'they carry: {sorted(Counter((hex(h["magic"]), h["version"], h["job"], h["op"], h["chunk"]) for h in mal).items())}')
+    assert Counter(sc.rank_of_ip[h['dst_ip']] for h in mal) == want, run.describe()
+    for h in mal:
+        assert h['terms'] == 0 and h['count'] == 0 and h['sender'] == su.SWITCH_ID, h
+    bad = [f for f in run.frames if f['refusal'] != 'ok']
+    assert not bad, (f'{len(bad)} of {len(run.frames)} frames the switch sent are not valid PRISM: '
+                     f'{Counter(f["refusal"] for f in bad)}; PRISM headers: '
+                     + ', '.join(fr[42:74].hex() for fr in raw if fr[42:44] != b'PR' or fr[44] != 1)[:300]
+                     + '\n' + run.describe())
+
+
+@pytest.mark.parametrize('shards', [1, 2])
+def test_incomplete_ops_reported_at_idle_exit(tmp_path, shards):
+    """A capture missing rank 2's packets: exit status 3 and one INCOMPLETE line per (op, chunk)."""
+    sc = Scenario(tmp_path, ranks=4, ports=1, shards=shards)
+    man = sc.generate('fp32', 'kulisch', 1000, 2)
+    ghdr, recs = su.read_pcap(sc.rx_pcap(0))
+    gone = su.mac_bytes(member_mac(2))
+    kept = [(h, fr) for h, fr in recs if fr[6:12] != gone]
+    assert len(kept) == len(recs) - man['chunks'] * 2
+    su.write_pcap(sc.rx_pcap(0), ghdr, kept)
+    run = sc.run_switch()
+    assert run.rc == 3, run.describe()
+    lines = [ln for ln in run.stdout.splitlines() if 'INCOMPLETE' in ln]
+    want = {(sc.job, o, c) for o in range(2) for c in range(man['chunks'])}
+    got = {(j, o, c) for j, o, c, _, _ in run.summary.incomplete}
+    assert got == want and len(lines) == len(want), run.describe()
+    assert all((got_, of) == (3, 4) for *_, got_, of in run.summary.incomplete), run.describe()
+    for j, o, c in want:
+        assert any(ln.strip().startswith(f'INCOMPLETE job {j} op {o} chunk {c}') for ln in lines)
+    assert not run.of_kind(RESULT)
+
+
+def test_complete_capture_exits_zero_with_no_incomplete_line(tmp_path):
+    sc = Scenario(tmp_path, ranks=2)
+    man = sc.generate('int32', 'kulisch', 10, 1)
+    run = sc.run_switch()
+    assert run.rc == 0 and 'INCOMPLETE' not in run.stdout, run.describe()
+    check_results(run, [man])
+
+
+def test_op_timeout_abandons_incomplete_ops(tmp_path):
+    """op_timeout_ms: an op still incomplete after it is abandoned and counted
+    (timed out), its slot freed; no RESULT for it."""
+    sc = Scenario(tmp_path, ranks=4, extra={'op_timeout_ms': 50})
+    man = sc.generate('fp16', 'kulisch', 1000, 2)
+    ghdr, recs = su.read_pcap(sc.rx_pcap(0))
+    gone = su.mac_bytes(member_mac(1))
+    su.write_pcap(sc.rx_pcap(0), ghdr, [(h, fr) for h, fr in recs if fr[6:12] != gone])
+    run = sc.run_switch(idle_ms=400)
+    s = run.summary
+    n = man['chunks'] * 2
+    assert s.jobs[sc.job]['timed_out'] == n and s.jobs[sc.job]['completed'] == 0, run.describe()
+    assert not s.incomplete and not run.of_kind(RESULT), run.describe()
+    # Abandoned ops count as incomplete at an idle exit: reported, exit status 3.
+    assert s.abandoned.get(sc.job) == n and run.rc == 3, run.describe()
+
+
+def test_backpressure_small_rings_loses_nothing(tmp_path):
+    """rings.size 64 (VOQ and TX rings) with a fan-out of 64 RESULTs per chunk on
+    two lcores: full rings push back instead of dropping; every result exact."""
+    sc = Scenario(tmp_path, ranks=64, ports=4, shards=2, lcores=[0, 1], extra={'rings': '{size: 64}'})
+    man = sc.generate('fp16', 'kulisch', 3600, 2, values='specials', chunk=256)
+    run = sc.run_switch(lcores='0-1')
+    assert run.rc == 0, run.describe()
+    check_results(run, [man])
+    s = run.summary
+    assert not s.rx_dropped and not s.shard_dropped, run.describe()
+    assert s.shard_total('results_sent') == 64 * man['chunks'] * 2
+
+
+# ------------------------------------------------------------ admission NACKs
+@pytest.mark.parametrize('what', ['too_narrow', 'format_not_allowed', 'policy_not_allowed', 'no_free_slot'])
+def test_admission_refusals(tmp_path, what):
+    """Ops the switch refuses at admission: a NACK with the documented reason to
+    every member whose CONTRIB was refused, the drop counted, no RESULT for them."""
+    sc = Scenario(tmp_path, ranks=4, ports=2)
+    chunks_ok = 0
+    if what == 'too_narrow':
+        sc.write_config(kulisch_width=100)   # fp32 at R=4 needs 280 bits
+        reason, drop = 'accumulator_too_narrow', 'too_narrow'
+    elif what in ('format_not_allowed', 'policy_not_allowed'):
+        text = sc.config.read_text().replace(
+            f'  - id: {sc.job}\n',
+            f'  - id: {sc.job}\n' + ('    formats: [fp16, bf16]\n' if what == 'format_not_allowed'
+                                     else '    policies: [fp32_arrival]\n'))
+        sc.config.write_text(text)
+        reason, drop = 'descriptor_mismatch', 'not_allowed'
+    else:  # one slot, kept for retention_ms after chunk 0 completes: chunk 1 finds no free slot
+        sc.write_config(reducers='{shards: 1, slots: 1}', retention_ms=60000)
+        reason, drop = 'no_free_slot', 'no_free_slot'
+        chunks_ok = 1
+    man = sc.generate('fp32', 'kulisch', 500, 1)
+    assert man['chunks'] == 2
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    refused = 4 * (man['chunks'] - chunks_ok)
+    s = run.summary
+    assert s.shard_dropped[drop] == refused, run.describe()
+    nacks = run.of_kind(NACK)
+    assert len(nacks) == refused == s.shard_total('nacks'), run.describe()
+    assert {f['status'] for f in nacks} == {NACK_REASONS[reason]}
+    assert Counter(sc.rank_of_ip[f['dst_ip']] for f in nacks) == Counter({r: man['chunks'] - chunks_ok
+                                                                         for r in range(4)})
+    for f in nacks:
+        r = sc.rank_of_ip[f['dst_ip']]
+        assert f['out_port'] == sc.member_port[r] and f['dst_mac'] == member_mac(r)
+        assert f['job'] == sc.job and f['count'] == 0 and f['terms'] == 0 and f['sender'] == su.SWITCH_ID
+        assert f['policy'] == su.POLICIES['kulisch'] and f['dtype'] == DTYPES['fp32'][0]
+    results = run.of_kind(RESULT)
+    assert {f['chunk'] for f in results} == set(range(chunks_ok)) and len(results) == 4 * chunks_ok
+
+
+# ============================================================ 4. config and CLI errors
+def run_cli(tmp_path, app_args, eal=None):
+    prefix = su.file_prefix('cli')
+    eal = su.EAL_BASE + ['-l', '0', '--file-prefix', prefix] if eal is None else eal
+    t = time.monotonic()
+    try:
+        r = su.run([su.SWITCH, *eal, *app_args], timeout=60)
+        created = (su.DPDK_RUN_DIR / prefix).exists()
+    finally:
+        su.cleanup_prefix(prefix)
+    return r, created, time.monotonic() - t
+
+
+def assert_early_error(r, created, words):
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert len(lines) == 1, f'expected one line on stderr, got {lines}'
+    assert lines[0].startswith('prism-switch: '), lines
+    for w in words:
+        assert re.search(w, lines[0]), f'{w!r} not in {lines[0]!r}'
+    assert not created, 'DPDK was initialised (runtime directory created) before the error'
+    assert 'EAL' not in r.stderr and not r.stdout.strip(), (r.stdout, r.stderr)
+
+
+def good_config(tmp_path):
+    sc = Scenario(tmp_path / 'good', ranks=2)
+    sc.generate('fp32', 'kulisch', 4, 1)
+    return sc
+
+
+BROKEN_CONFIGS = {  # name: (text, regex the message must match)
+    'yaml_indent': ('switch:\n  id: 1\n role: root\nports: []\n', r'sw\.yaml:3:\d+: .*YAML'),
+    'yaml_tab': ('switch:\n\tid: 1\n', r'sw\.yaml:2:\d+: '),
+    'yaml_unclosed': ('switch: {id: 1, role: root\njobs: []\n', r'sw\.yaml:\d+:\d+: .*YAML'),
+    'unknown_key': ('switch: {id: 1}\nports:\n  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254, speed: 10}\n'
+                    'jobs:\n  - id: 7\n    members:\n      - {rank: 0, port: 0, mac: "02:00:00:00:00:01", '
+                    'ip: 10.0.0.1}\n', r'sw\.yaml:3:\d+: ports\[0\]\.speed: unknown key'),
+    'bad_ip': ('switch: {id: 1}\nports:\n  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}\njobs:\n  - id: 7\n'
+               '    members:\n      - {rank: 0, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.300}\n',
+               r"sw\.yaml:7:\d+: jobs\[0\]\.members\[0\]\.ip: '10\.0\.0\.300' is not an IPv4 address"),
+    'bad_arbiter': ('switch: {id: 1}\nports:\n  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}\njobs:\n'
+                    '  - id: 7\n    members:\n      - {rank: 0, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.1}\n'
+                    'arbiter: {mode: fastest}\n', r"sw\.yaml:8:\d+: arbiter\.mode: 'fastest' is not an arbiter mode"),
+    'empty': ('', r'sw\.yaml: the file is empty'),
+}
+
+
+@pytest.mark.parametrize('name', list(BROKEN_CONFIGS))
+def test_broken_config_fails_before_dpdk(tmp_path, name):
+    text, pattern = BROKEN_CONFIGS[name]
+    cfg = tmp_path / 'sw.yaml'
+    cfg.write_text(text)
+    r, created, _ = run_cli(tmp_path, ['--', '--config', cfg])
+    assert_early_error(r, created, [pattern])
+
+
+CLI_ERRORS = {  # name: (app args after the EAL options, regexes)
+    'missing_config': (['--'], [r'missing --config']),
+    'no_separator': ([], [r'missing --config']),
+    'config_not_found': (['--', '--config', '/nonexistent/sw.yaml'], [r'/nonexistent/sw\.yaml', r'cannot read']),
+    'unknown_option': (['--', '--config', 'CFG', '--frobnicate'], [r'unknown option --frobnicate']),
+    'bad_idle': (['--', '--config', 'CFG', '--exit-when-idle', 'soon'], [r'--exit-when-idle', r"'soon'"]),
+    'idle_zero': (['--', '--config', 'CFG', '--exit-when-idle', '0'], [r'--exit-when-idle']),
+    'idle_no_value': (['--', '--config', 'CFG', '--exit-when-idle'], [r'--exit-when-idle needs a value']),
+    'positional': (['--', '--config', 'CFG', 'extra'], [r"unexpected argument 'extra'"]),
+    'quiet_with_value': (['--', '--config', 'CFG', '--quiet=yes'], [r'--quiet takes no value']),
+}
+
+
+@pytest.mark.parametrize('name', list(CLI_ERRORS))
+def test_cli_errors_fail_before_dpdk(tmp_path, name):
+    args, words = CLI_ERRORS[name]
+    cfg = good_config(tmp_path).config
+    args = [str(cfg) if a == 'CFG' else a for a in args]
+    r, created, took = run_cli(tmp_path, args)
+    assert_early_error(r, created, words)
+    assert took < 10
+
+
+def test_help(tmp_path):
+    for args in (['--help'], ['--', '--help']):
+        r = su.run([su.SWITCH, *args], timeout=30)
+        assert r.returncode == 0 and r.stdout.startswith('usage: prism-switch'), (args, r.stdout, r.stderr)
+        assert '--exit-when-idle' in r.stdout and '--config' in r.stdout
+
+
+def test_setup_errors_after_eal(tmp_path):
+    """A device that cannot be created, and a port DPDK does not have: exit 2 naming the port."""
+    sc = Scenario(tmp_path, ranks=2)
+    # no rx capture written: net_pcap cannot open it
+    r, _, _ = run_cli(tmp_path, ['--', '--config', sc.config, '--exit-when-idle', '100'])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert re.search(r'^prism-switch: .*port 0: cannot create device', r.stderr, re.M), r.stderr
+    cfg = tmp_path / 'nodev.yaml'
+    cfg.write_text(sc.config.read_text().replace(f'device: "net_pcap0,rx_pcap={sc.rx_pcap(0)},'
+                                                 f'tx_pcap={sc.tx_pcap(0)}", ', ''))
+    assert 'net_pcap' not in cfg.read_text()
+    r, _, _ = run_cli(tmp_path, ['--', '--config', cfg, '--exit-when-idle', '100'])
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert re.search(r'^prism-switch: .*port 0 has no device', r.stderr, re.M), r.stderr
+
+
+def test_eal_error_exits_2(tmp_path):
+    sc = good_config(tmp_path)
+    prefix = su.file_prefix('eal')
+    try:
+        r = su.run([su.SWITCH, '--no-huge', '-m', '512', '--no-pci', '--file-prefix', prefix,
+                    '--bogus-eal-option', '--', '--config', sc.config], timeout=60)
+    finally:
+        su.cleanup_prefix(prefix)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert 'EAL initialisation failed' in r.stderr
+
+
+# ============================================================ 5. telemetry and signals
+TELEMETRY_SCRIPT = shutil.which('dpdk-telemetry.py') or '/usr/bin/dpdk-telemetry.py'
+
+
+def telemetry_scenario(tmp_path):
+    sc = Scenario(tmp_path, ranks=4, ports=2, shards=2)
+    man = sc.generate('fp32', 'kulisch', 800, 2, malformed=8, foreign=6, seed=11)
+    return sc, man
+
+
+def expected_counters(sc, man):
+    st = man['stats']
+    results = 4 * man['chunks'] * 2
+    return st, results
+
+
+def check_telemetry(data: dict, sc: Scenario, man: dict):
+    st, results = expected_counters(sc, man)
+    ports, drops, reds = data['/prism/ports'], data['/prism/drops'], data['/prism/reducers']
+    assert sum(ports[f'port{p}_rx_packets'] for p in range(sc.ports)) == man['packets'], ports
+    for p in range(sc.ports):
+        for k in ('rx_bytes', 'rx_backpressure', 'nacks', 'tx_packets', 'tx_bytes'):
+            assert f'port{p}_{k}' in ports, (k, ports)
+    assert sum(ports[f'port{p}_tx_packets'] for p in range(sc.ports)) == results + sum(
+        ports[f'port{p}_nacks'] for p in range(sc.ports)), ports
+    for kind in ('bad_magic', 'bad_version', 'bad_kind', 'bad_dtype', 'ip_bad_checksum', 'udp_bad_checksum',
+                 'payload_length', 'bad_count'):
+        assert drops[f'refused_{kind}'] == st.get(f'malformed.{kind}', 0), (kind, drops)
+    assert drops['unknown_source'] == st.get('foreign.unknown_source', 0), drops
+    assert drops['unknown_job'] == st.get('foreign.foreign_job', 0), drops
+    assert drops['spoofed'] == st.get('foreign.spoofed_rank', 0), drops
+    for k in ('duplicate', 'late', 'no_free_slot', 'too_narrow', 'result_expired'):
+        assert k in drops, (k, drops)
+    assert sum(reds[f'shard{s}_results_sent'] for s in range(sc.shards)) == results, reds
+    assert sum(reds[f'shard{s}_contribs'] for s in range(sc.shards)) == st['contrib'], reds
+    for s in range(sc.shards):
+        for k in ('packets', 'partials', 'resent', 'nacks_sent', 'elements', 'slots_in_use', 'slots_high',
+                  'dequeued', 'backpressured'):
+            assert f'shard{s}_{k}' in reds, (k, reds)
+    assert set(data['/prism/rings']) >= {f'voq_p{p}_s{s}' for p in range(sc.ports) for s in range(sc.shards)} | {
+        f'tx_p{p}' for p in range(sc.ports)}
+    jobs = data['/prism/jobs']
+    assert jobs[f'job{sc.job}_ops_completed'] == jobs[f'job{sc.job}_ops_opened'] == man['chunks'] * 2, jobs
+    assert jobs[f'job{sc.job}_in_flight'] == 0, jobs
+    slots = data['/prism/slots']
+    assert all(slots[f'shard{s}_capacity'] == 4096 for s in range(sc.shards)), slots
+    arb = data['/prism/arbiter']
+    assert all(arb[f'shard{s}_mode'] == 'round_robin' for s in range(sc.shards)), arb
+    served = sum(arb[f'shard{s}_served_port{p}'] for s in range(sc.shards) for p in range(sc.ports))
+    assert served == sum(reds[f'shard{s}_dequeued'] for s in range(sc.shards)) == st['contrib'], (arb, reds)
+
+
+def run_with_telemetry(tmp_path, query):
+    """Starts the switch (no idle exit), waits until every RESULT is out, runs
+    `query(prefix)`, then SIGTERM: clean exit 0 with a summary."""
+    sc, man = telemetry_scenario(tmp_path)
+    _, results = expected_counters(sc, man)
+    prefix = su.file_prefix('tel')
+    proc = su.start_switch(sc, prefix)
+    try:
+        sock = su.telemetry_socket(prefix)
+        assert su.wait_for(lambda: sock.exists() or proc.poll() is not None, 30), 'no telemetry socket'
+        assert proc.poll() is None, proc.communicate()
+
+        def done():
+            d = su.telemetry_query(prefix, ['/prism/reducers'])['/prism/reducers']
+            if d is None:  # the socket is up before the switch registers its commands
+                return False
+            return sum(d[f'shard{s}_results_sent'] for s in range(sc.shards)) >= results
+
+        assert su.wait_for(done, 30, 0.1), 'the switch did not send every RESULT'
+        data = query(prefix)
+    finally:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+    assert rc == 0, (rc, out, err)
+    s = su.parse_summary(out)
+    assert s.header == f'prism-switch {su.SWITCH_ID} summary' and s.shard_total('results_sent') == results, out
+    return sc, man, data
+
+
+COMMANDS = ['/prism/ports', '/prism/drops', '/prism/reducers', '/prism/rings', '/prism/jobs', '/prism/slots',
+            '/prism/arbiter']
+
+
+def test_telemetry_socket(tmp_path):
+    """The /prism/* commands over DPDK's telemetry socket (v2 protocol, spoken here)."""
+    sc, man, data = run_with_telemetry(tmp_path, lambda prefix: su.telemetry_query(prefix, COMMANDS + ['/']))
+    assert set(COMMANDS) <= set(data['/']), data['/']
+    check_telemetry(data, sc, man)
+
+
+@pytest.mark.skipif(not os.access(TELEMETRY_SCRIPT, os.X_OK), reason=f'{TELEMETRY_SCRIPT} not installed')
+def test_stock_dpdk_telemetry_script(tmp_path):
+    import json
+
+    def query(prefix):
+        r = subprocess.run([TELEMETRY_SCRIPT, '-f', prefix], input='\n'.join(COMMANDS) + '\n', text=True,
+                           capture_output=True, timeout=30)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out = {}
+        dec = json.JSONDecoder()
+        text = r.stdout
+        i = text.find('{')
+        while i >= 0:
+            obj, end = dec.raw_decode(text, i)
+            if isinstance(obj, dict):
+                out.update(obj)
+            i = text.find('{', end)
+        return out
+
+    sc, man, data = run_with_telemetry(tmp_path, query)
+    check_telemetry(data, sc, man)
+
+
+def test_sigint_stops_cleanly_with_summary(tmp_path):
+    sc = Scenario(tmp_path, ranks=2)
+    man = sc.generate('fp16', 'kulisch', 100, 1)
+    prefix = su.file_prefix('int')
+    proc = su.start_switch(sc, prefix)
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.communicate()
+    finally:
+        rc, out, err = su.stop_switch(proc, signal.SIGINT)
+        su.cleanup_prefix(prefix)
+    assert rc == 0, (rc, out, err)
+    run = su.SwitchRun(['prism-switch'], rc, out, err, sc)
+    check_results(run, [man])
+    assert run.summary.shard_total('results_sent') == 2 * man['chunks']
+    assert 'INCOMPLETE' not in out  # reported only at an idle exit
