@@ -115,10 +115,10 @@ int main(int argc, char** argv) {
   int rc;
   try {
     pipe::Runtime rt(cfg, opt);
-    rte_log(RTE_LOG_INFO, RTE_LOGTYPE_USER1, "PRISM: switch %u up: %zu ports, %u reducer shards\n", cfg.id,
-            cfg.ports.size(), cfg.reducer_shards);
+    PRISM_LOG(INFO, "switch %u up: %zu ports, %u reducer shards\n", cfg.id, cfg.ports.size(), cfg.reducer_shards);
     rc = rt.run();
-  } catch (const pipe::SetupError& e) {
+  } catch (const std::exception& e) {  // SetupError, and anything a setup step threw
+    PRISM_LOG(ERR, "%s\n", e.what());
     std::fprintf(stderr, "prism-switch: %s\n", e.what());
     rc = 2;
   }

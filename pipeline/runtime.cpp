@@ -16,6 +16,14 @@ namespace prism::pipe {
 
 std::atomic<bool> Runtime::stop_{false};
 
+int logtype() {
+  static const int t = [] {
+    const int r = rte_log_register_type_and_pick_level("prism", RTE_LOG_INFO);
+    return r < 0 ? int(RTE_LOGTYPE_USER1) : r;
+  }();
+  return t;
+}
+
 namespace {
 
 constexpr unsigned kMbufs = 16383;
@@ -70,6 +78,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
       throw SetupError("port " + std::to_string(p.id) + ": cannot configure and start it: " + rte_strerror(-rc));
     started_.push_back(pid);
     rte_eth_promiscuous_enable(pid);
+    PRISM_LOG(INFO, "port %u: DPDK port %u (%s) started\n", p.id, pid, info.driver_name ? info.driver_name : "?");
   }
 
   // 3. Rings: a VOQ per (input port, shard), a TX ring per port (RX NACKs and every shard feed it).
@@ -198,8 +207,10 @@ int Runtime::run() {
     if (lcores_[i].stages.empty()) continue;
     rte_eal_remote_launch(&Runtime::lcore_main, &lcores_[i], lcores_[i].id);
   }
+  for (const auto& l : lcores_) PRISM_LOG(DEBUG, "lcore %u runs %zu stages\n", l.id, l.stages.size());
   loop(lcores_[0], true);
   rte_eal_mp_wait_lcore();
+  PRISM_LOG(INFO, "stopping: %s\n", opt_.exit_when_idle_ms ? "idle, or a signal" : "signal");
   // Let the ports send what is queued.
   for (int k = 0; k < 100; ++k) {
     bool busy = false;

@@ -3,6 +3,7 @@
 // sequence; every DPDK resource is owned here and released in the destructor.
 #pragma once
 
+#include <rte_log.h>
 #include <rte_mempool.h>
 #include <rte_ring.h>
 
@@ -16,6 +17,10 @@
 #include "switch/directory.hpp"
 
 namespace prism::pipe {
+
+// PRISM's rte_log type ("prism"; --log-level=prism:debug shows more).
+int logtype();
+#define PRISM_LOG(level, ...) rte_log(RTE_LOG_##level, ::prism::pipe::logtype(), "PRISM: " __VA_ARGS__)
 
 struct RunOptions {
   uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
