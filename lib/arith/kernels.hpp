@@ -50,4 +50,16 @@ const Kernels& best_kernels();
 const float* fp8_table(Format f);
 float fp16_to_float(uint16_t h);
 
+// Calls fn<F>(args...) for the float format f (kernel implementations only).
+#define PRISM_FLOAT_DISPATCH(fn, f, ...)                             \
+  switch (f) {                                                       \
+    case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);         \
+    case Format::FP16: return fn<Format::FP16>(__VA_ARGS__);         \
+    case Format::BF16: return fn<Format::BF16>(__VA_ARGS__);         \
+    case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__);     \
+    case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
+    case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);         \
+    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);               \
+  }
+
 }  // namespace prism

@@ -31,8 +31,8 @@ inline __m256 load8(const uint8_t* e, uint32_t i, const float* table) {
     constexpr int kMbits = info(F).mbits, kBias = info(F).bias;
     const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
     const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F)), 23 - kMbits);
-    const __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F & ~((1 << kMbits) - 1))),
-                                           _mm256_setzero_si256());
+    const __m256i sub =
+        _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x7F & ~((1 << kMbits) - 1))), _mm256_setzero_si256());
     const __m256i bits = _mm256_add_epi32(_mm256_add_epi32(mag, _mm256_set1_epi32((127 - kBias) << 23)),
                                           _mm256_and_si256(sub, _mm256_set1_epi32(1 << 23)));
     const __m256 fix = _mm256_and_ps(_mm256_castsi256_ps(sub), _mm256_set1_ps(__builtin_ldexpf(1.0f, 1 - kBias)));
@@ -144,15 +144,21 @@ uint32_t add_f64_checked_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* 
 // Specials by exponent pattern: (x & mask) == mask, or x == value for FNUZ.
 template <int Bits>
 inline __m256i cmpeq(__m256i a, __m256i b) {
-  if constexpr (Bits == 8) return _mm256_cmpeq_epi8(a, b);
-  else if constexpr (Bits == 16) return _mm256_cmpeq_epi16(a, b);
-  else return _mm256_cmpeq_epi32(a, b);
+  if constexpr (Bits == 8)
+    return _mm256_cmpeq_epi8(a, b);
+  else if constexpr (Bits == 16)
+    return _mm256_cmpeq_epi16(a, b);
+  else
+    return _mm256_cmpeq_epi32(a, b);
 }
 template <int Bits>
 inline __m256i splat(uint32_t v) {
-  if constexpr (Bits == 8) return _mm256_set1_epi8(char(v));
-  else if constexpr (Bits == 16) return _mm256_set1_epi16(short(v));
-  else return _mm256_set1_epi32(int(v));
+  if constexpr (Bits == 8)
+    return _mm256_set1_epi8(char(v));
+  else if constexpr (Bits == 16)
+    return _mm256_set1_epi16(short(v));
+  else
+    return _mm256_set1_epi32(int(v));
 }
 template <int Bits>
 bool any_masked(const uint8_t* e, uint32_t nbytes, uint32_t mask, uint32_t value, uint32_t& done) {
@@ -195,7 +201,8 @@ void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t*
   __m256i vlo = _mm256_set1_epi8(char(0xFF)), vhi = zero;
   uint32_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    const __m256i x = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i * (Bits / 8))), magmask);
+    const __m256i x =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i * (Bits / 8))), magmask);
     const __m256i z = cmpeq<Bits>(x, zero);
     if constexpr (Bits == 16) {
       const __m256i ex = _mm256_srl_epi16(x, shift);
@@ -253,23 +260,12 @@ void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
   if (i < n) P().add_i64(f, acc + i, e + i * info(f).bytes, n - i);
 }
 
-#define PRISM_FLOAT_DISPATCH(fn, f, ...)                         \
-  switch (f) {                                                   \
-    case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);     \
-    case Format::FP16: return fn<Format::FP16>(__VA_ARGS__);     \
-    case Format::BF16: return fn<Format::BF16>(__VA_ARGS__);     \
-    case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__); \
-    case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
-    case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);     \
-    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);           \
-  }
-
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
-void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
-uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
-}
-uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+void add_f64(Format f, double* acc, const uint8_t* e,
+             uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
+    add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n,
+                    uint32_t* left){PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)} uint32_t
+    add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
 }
 

@@ -38,17 +38,6 @@ inline float elem_float(const uint8_t* e, uint32_t i, const float* table) {
   }
 }
 
-#define PRISM_FLOAT_DISPATCH(fn, f, ...)                             \
-  switch (f) {                                                       \
-    case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);         \
-    case Format::FP16: return fn<Format::FP16>(__VA_ARGS__);         \
-    case Format::BF16: return fn<Format::BF16>(__VA_ARGS__);         \
-    case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__);     \
-    case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
-    case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);         \
-    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);               \
-  }
-
 inline const float* table_for(Format f) { return info(f).bytes == 1 ? fp8_table(f) : nullptr; }
 
 template <Format F>
@@ -68,8 +57,10 @@ uint32_t add_f64_checked_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* 
   for (uint32_t i = 0; i < n; ++i) {
     const double a = acc[i], b = double(elem_float<F>(e, i, t));
     const double s = a + b;
-    if (s - a == b && s - b == a) acc[i] = s;
-    else left[k++] = i;
+    if (s - a == b && s - b == a)
+      acc[i] = s;
+    else
+      left[k++] = i;
   }
   return k;
 }
@@ -80,8 +71,10 @@ uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* l
   for (uint32_t i = 0; i < n; ++i) {
     const float a = acc[i], b = elem_float<F>(e, i, t);
     const float s = a + b;
-    if (s - a == b && s - b == a) acc[i] = s;
-    else left[k++] = i;
+    if (s - a == b && s - b == a)
+      acc[i] = s;
+    else
+      left[k++] = i;
   }
   return k;
 }
@@ -89,8 +82,9 @@ uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uin
   PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
 }
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
-void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
-uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+void add_f64(Format f, double* acc, const uint8_t* e,
+             uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
+    add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
 }
 
@@ -167,7 +161,8 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32, add_f64, add_f64_checked, add_f32_checked, exp_range, add_i64};
+  static const Kernels k{"portable",      any_special,     add_f32,   add_f64,
+                         add_f64_checked, add_f32_checked, exp_range, add_i64};
   return k;
 }
 

@@ -301,34 +301,11 @@ size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoi
 
 size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
              std::span<const uint8_t> body, uint16_t ip_id) {
-  const size_t udp_len = kUdpSize + kHeaderSize + body.size();
-  const size_t ip_len = kIpv4MinSize + udp_len;
-  const size_t len = kEthSize + ip_len;
-  if (len > cap || ip_len > 0xFFFF) return 0;
-  std::memcpy(buf, dst.mac.data(), 6);
-  std::memcpy(buf + 6, src.mac.data(), 6);
-  put16(buf + 12, 0x0800);
-  uint8_t* ip = buf + kEthSize;
-  ip[0] = 0x45;
-  ip[1] = 0;
-  put16(ip + 2, uint16_t(ip_len));
-  put16(ip + 4, ip_id);
-  put16(ip + 6, 0x4000);  // don't fragment
-  ip[8] = 64;
-  ip[9] = 17;
-  put16(ip + 10, 0);
-  put32(ip + 12, src.ip);
-  put32(ip + 16, dst.ip);
-  put16(ip + 10, ipv4_checksum(ip, kIpv4MinSize));
-  uint8_t* udp = ip + kIpv4MinSize;
-  put16(udp, src.port);
-  put16(udp + 2, dst.port);
-  put16(udp + 4, uint16_t(udp_len));
-  put16(udp + 6, 0);
-  put_header(h, udp + kUdpSize);
-  if (!body.empty()) std::memcpy(udp + kUdpSize + kHeaderSize, body.data(), body.size());
-  put16(udp + 6, udp_checksum(src.ip, dst.ip, udp, udp_len));
-  return len;
+  if (kFrameOverhead + body.size() > cap) return 0;
+  const size_t n = build_headers(buf, cap, src, dst, h, body.size(), body_sum16(body), ip_id);
+  if (n == 0) return 0;
+  if (!body.empty()) std::memcpy(buf + n, body.data(), body.size());
+  return n + body.size();
 }
 
 }  // namespace prism::wire

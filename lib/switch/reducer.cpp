@@ -240,16 +240,7 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
 void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const wire::Header& h = p.h;
   const Member& m = *v.member;
-  if (s.state == State::DONE) {
-    if (h.flags & wire::hflag::RETRANSMIT) {  // the rank lost its RESULT: send it again, to it only
-      send_result(s, &m, true, out);
-      ++stats_.resent;
-    } else {
-      drop(Drop::DUPLICATE);
-    }
-    return;
-  }
-  if (s.state == State::WAIT_PARENT) return drop(Drop::DUPLICATE);
+  if (s.state != State::OPEN) return repeat(s, p, m, out);
   if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes) {
     drop(Drop::DESCRIPTOR_MISMATCH);
     return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, m.port, out);
@@ -263,16 +254,7 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
 void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const wire::Header& h = p.h;
   const Member& c = *v.member;
-  if (s.state == State::DONE) {
-    if (h.flags & wire::hflag::RETRANSMIT) {
-      send_result(s, &c, true, out);
-      ++stats_.resent;
-    } else {
-      drop(Drop::DUPLICATE);
-    }
-    return;
-  }
-  if (s.state == State::WAIT_PARENT) return drop(Drop::DUPLICATE);
+  if (s.state != State::OPEN) return repeat(s, p, c, out);
   if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes || h.terms != c.terms) {
     drop(Drop::DESCRIPTOR_MISMATCH);
     return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, c.port, out);
@@ -320,6 +302,18 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   stats_.elements += uint64_t(s.lanes) * c.terms;
   s.terms += c.terms;
   if (s.terms == s.expected) complete(s, now_ns, out);
+}
+
+// A packet for an op that is no longer open: a RETRANSMIT for a completed op
+// means its sender lost the RESULT (send it again, to it only); anything else
+// is a repeat.
+void Reducer::repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out) {
+  if (s.state == State::DONE && (p.h.flags & wire::hflag::RETRANSMIT)) {
+    send_result(s, &from, true, out);
+    ++stats_.resent;
+    return;
+  }
+  drop(Drop::DUPLICATE);
 }
 
 void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {

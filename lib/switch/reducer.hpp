@@ -104,6 +104,7 @@ class Reducer {
   Slot* open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out);
   void complete(Slot& s, uint64_t now_ns, Sink& out);
   void send_result(Slot& s, const Member* only, bool retransmit, Sink& out);
   void send_partial(Slot& s, bool retransmit, Sink& out);
