@@ -13,6 +13,15 @@
 
 namespace prism::pipe {
 
+bool LinkWatch::up(uint16_t dpdk_port, uint64_t now_tsc) {
+  if (now_tsc >= next_) {
+    rte_eth_link link{};
+    up_ = rte_eth_link_get_nowait(dpdk_port, &link) != 0 || link.link_status == RTE_ETH_LINK_UP;
+    next_ = now_tsc + rte_get_tsc_hz() / 1000;
+  }
+  return up_;
+}
+
 // --- RX ---------------------------------------------------------------------
 
 RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, std::vector<rte_ring*> voq,
@@ -67,6 +76,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
   }
   pending_n_ = pending_at_ = 0;
 
+  if (!link_.up(dpdk_port_, now_tsc)) return 0;
   rte_mbuf* burst[kBurst];
   const uint16_t n = rte_eth_rx_burst(dpdk_port_, 0, burst, kBurst);
   if (n == 0) return 0;
@@ -298,7 +308,8 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
 
 // --- TX ---------------------------------------------------------------------
 
-unsigned TxStage::poll(uint64_t) {
+unsigned TxStage::poll(uint64_t now_tsc) {
+  if (!link_.up(dpdk_port_, now_tsc)) return 0;
   if (pending_at_ == pending_n_) {
     pending_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(pending_), kBurst, nullptr));
     pending_at_ = 0;

@@ -44,6 +44,18 @@ struct Counter {
   uint64_t get() const { return v.load(std::memory_order_relaxed); }
 };
 
+// Polls a port's link state every millisecond: a port whose link is down is
+// not polled (a memif peer that went away unmaps the shared rings).
+class LinkWatch {
+ public:
+  bool up(uint16_t dpdk_port, uint64_t now_tsc);
+  bool last() const { return up_; }
+
+ private:
+  uint64_t next_ = 0;
+  bool up_ = true;
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -83,6 +95,7 @@ class RxStage final : public Stage {
   uint16_t pending_n_ = 0, pending_at_ = 0;
   RxCounters c_;
   std::atomic<uint64_t> last_rx_{0};
+  LinkWatch link_;
 };
 
 // Turns what a reducer emits into mbufs: one payload mbuf per body, shared
@@ -165,7 +178,8 @@ class TxStage final : public Stage {
       : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring), linearize_(linearize) {}
   const char* kind() const override { return "tx"; }
   unsigned poll(uint64_t now_tsc) override;
-  bool drained() const override { return pending_n_ == 0 && rte_ring_empty(ring_); }
+  // Nothing left to send, or nowhere to send it (the link is down).
+  bool drained() const override { return (pending_n_ == 0 && rte_ring_empty(ring_)) || !link_.last(); }
   const TxCounters& counters() const { return c_; }
   uint16_t port() const { return cfg_port_; }
 
@@ -176,6 +190,7 @@ class TxStage final : public Stage {
   rte_mbuf* pending_[kBurst];
   uint16_t pending_n_ = 0, pending_at_ = 0;
   TxCounters c_;
+  LinkWatch link_;
 };
 
 }  // namespace prism::pipe
