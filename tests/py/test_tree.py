@@ -1,4 +1,5 @@
-"""Two prism-switch processes, a leaf and a root, joined by net_memif.
+"""Two prism-switch processes, a leaf and a root, joined by a veth pair driven
+by net_af_packet.
 
 The leaf reduces ranks 0-1 and sends PARTIALs to the root over memif; the
 root adds ranks 2-3 and the leaf's partial, and sends the RESULT to its ranks
@@ -27,7 +28,7 @@ LEAF = """
 switch: {{id: 2, role: leaf, parent: {{port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}}}
 ports:
   - {{id: 0, device: "net_pcap0,rx_pcap={d}/p/sw2.port0.pcap,tx_pcap={d}/leaf_out.pcap", mac: "02:00:00:00:f2:00", ip: 10.2.0.254}}
-  - {{id: 1, device: "net_memif0,role=client,socket={d}/memif.sock,id=0", mac: "02:00:00:00:f2:01", ip: 10.9.0.2}}
+  - {{id: 1, device: "{leaf_dev}", mac: "02:00:00:00:f2:01", ip: 10.9.0.2}}
 jobs:
   - id: 7
     group: 4
@@ -39,7 +40,7 @@ ROOT = """
 switch: {{id: 1, role: root}}
 ports:
   - {{id: 0, device: "net_pcap0,rx_pcap={d}/p/sw1.port0.pcap,tx_pcap={d}/root_out.pcap", mac: "02:00:00:00:f1:00", ip: 10.1.0.254}}
-  - {{id: 1, device: "net_memif0,role=server,socket={d}/memif.sock,id=0", mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+  - {{id: 1, device: "{root_dev}", mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
 jobs:
   - id: 7
     group: 4
@@ -61,14 +62,47 @@ def need_binaries():
 
 def switch_cmd(cfg: Path, prefix: str) -> list[str]:
     return [str(SWITCH), '--no-huge', '-m', '256', '--no-pci', '--file-prefix', prefix, '-l', '0',
-            '--log-level=lib.eal:error', '--log-level=pmd.net.memif:error', '--', '--config', str(cfg),
+            '--log-level=lib.eal:error', '--log-level=pmd.net.memif:error', '--log-level=pmd.net.af_packet:error', '--', '--config', str(cfg),
             '--exit-when-idle', '1500']
 
 
-def run_tree(d: Path, dtype: str, transport: str, tag: str) -> dict:
+class Veth:
+    """A veth pair for the inter-switch link (needs root; the test skips without it)."""
+
+    def __init__(self, tag: str):
+        self.a, self.b = f'pr{tag}a', f'pr{tag}b'
+        r = subprocess.run(['ip', 'link', 'add', self.a, 'type', 'veth', 'peer', 'name', self.b],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f'cannot create a veth pair: {r.stderr.strip()}')
+        for n in (self.a, self.b):
+            subprocess.run(['sysctl', '-qw', f'net.ipv6.conf.{n}.disable_ipv6=1'], capture_output=True)
+            subprocess.run(['ip', 'link', 'set', n, 'up'], check=True)
+
+    def close(self):
+        subprocess.run(['ip', 'link', 'del', self.a], capture_output=True)
+
+
+def run_tree(d: Path, dtype: str, transport: str, tag: str, link: str = 'veth') -> dict:
     d.mkdir(parents=True, exist_ok=True)
-    (d / 'leaf.yaml').write_text(LEAF.format(d=d))
-    (d / 'root.yaml').write_text(ROOT.format(d=d))
+    if link == 'veth':
+        veth = Veth(f'{os.getpid() % 10000}{tag}'[:10])
+        leaf_dev = f'net_af_packet0,iface={veth.a}'
+        root_dev = f'net_af_packet0,iface={veth.b}'
+    else:
+        veth = None
+        leaf_dev = f'net_memif0,role=client,socket={d}/memif.sock,id=0'
+        root_dev = f'net_memif0,role=server,socket={d}/memif.sock,id=0'
+    try:
+        return run_tree_on(d, dtype, transport, tag, leaf_dev, root_dev)
+    finally:
+        if veth:
+            veth.close()
+
+
+def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, root_dev: str) -> dict:
+    (d / 'leaf.yaml').write_text(LEAF.format(d=d, leaf_dev=leaf_dev))
+    (d / 'root.yaml').write_text(ROOT.format(d=d, root_dev=root_dev))
     subprocess.run([str(GEN), 'write', '--config', str(d / 'leaf.yaml'), '--config', str(d / 'root.yaml'),
                     '--job', '7', '--dtype', dtype, '--policy', 'kulisch', '--transport', transport,
                     '--elements', '1000', '--ops', '2', '--pcap-dir', str(d / 'p'), '--expected', str(d / 'exp')],
@@ -92,10 +126,13 @@ def run_tree(d: Path, dtype: str, transport: str, tag: str) -> dict:
     return res
 
 
-@pytest.mark.parametrize('transport', ['kulisch', 'auto'])
-def test_leaf_and_root_equal_one_switch(tmp_path, transport):
+# net_memif works too (run_tree(..., link='memif')) but is left out of the
+# suite: DPDK 22.11's memif can fault when its peer leaves mid-poll, which
+# makes a test of two processes that each exit on their own flaky.
+@pytest.mark.parametrize('transport,link', [('kulisch', 'veth'), ('auto', 'veth')])
+def test_leaf_and_root_equal_one_switch(tmp_path, transport, link):
     need_binaries()
-    r = run_tree(tmp_path, 'fp32', transport, transport)
+    r = run_tree(tmp_path, 'fp32', transport, transport[0] + link[0], link)
     chunks = json.loads((tmp_path / 'exp/manifest.json').read_text())['chunks']
     assert r['results'] == 4 * 2 * chunks, r  # 4 ranks x 2 ops x chunks
     assert r['missing'] == 0 and r['duplicates'] == 0 and r['inconsistent'] == 0, r
