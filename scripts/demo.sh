@@ -14,7 +14,8 @@ SWITCH="$BUILD/app/prism-switch"
 GEN="$BUILD/app/prism-gen"
 PY=/usr/bin/python3
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+PREFIX="prism-demo-$$"
+trap 'rm -rf "$TMP" "/var/run/dpdk/$PREFIX"' EXIT
 
 arbiters=("round_robin 1" "reverse 1" "random 1" "random 2" "random 3" "random 4")
 status=0
@@ -28,7 +29,7 @@ for policy in kulisch fp32_arrival; do
     mkdir -p "$out"
     sed -e "s|@IN@|pcaps/demo/$policy|g" -e "s|@OUT@|$out|g" -e "s|@MODE@|$1|" -e "s|@SEED@|$2|" \
       configs/demo.yaml >"$out/switch.yaml"
-    "$SWITCH" -l 0 --no-huge -m 512 --no-pci --file-prefix "prism-demo-$$" --log-level=lib.eal:error \
+    "$SWITCH" -l 0 --no-huge -m 512 --no-pci --file-prefix "$PREFIX" --log-level=lib.eal:error \
       --log-level=pmd.net.pcap:error -- --config "$out/switch.yaml" --exit-when-idle 200 --quiet \
       >"$out/switch.log" 2>&1 || { cat "$out/switch.log"; echo "prism-switch failed"; exit 1; }
     if [ $first = 1 ]; then

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -113,6 +114,8 @@ def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, ro
     leaf = subprocess.run(switch_cmd(d / 'leaf.yaml', f'tree-leaf-{tag}-{os.getpid()}'), capture_output=True,
                           text=True, timeout=120)
     root_out = root.communicate(timeout=120)[0]
+    for who in ('root', 'leaf'):  # DPDK leaves its runtime directory behind
+        shutil.rmtree(f'/var/run/dpdk/tree-{who}-{tag}-{os.getpid()}', ignore_errors=True)
     assert leaf.returncode == 0, leaf.stdout + leaf.stderr
     assert root.returncode == 0, root_out
     check = subprocess.run(['/usr/bin/python3', str(REPO / 'tools/replay_check.py'), str(GEN), str(d / 'exp'),
