@@ -340,6 +340,12 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
   s.result_h.status = status;
   s.result_h.flags = uint8_t((s.desc.flags & wire::hflag::LAST_CHUNK) | (status ? wire::hflag::SIDEBAND : 0));
   s.result_body = std::move(body);
+  deliver(s, now_ns, out);
+}
+
+// The op has its RESULT: retain it for retransmissions and send it to every
+// member and child of the job.
+void Reducer::deliver(Slot& s, uint64_t now_ns, Sink& out) {
   s.state = State::DONE;
   s.t_done = now_ns;
   done_fifo_.emplace_back(now_ns, s.self);
@@ -426,13 +432,7 @@ void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now
   s.result_h.sender = dir_.config().id;
   s.result_h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
   s.result_body = std::move(body);
-  s.state = State::DONE;
-  s.t_done = now_ns;
-  done_fifo_.emplace_back(now_ns, s.self);
-  JobStats& js = jobs_[s.key.job];
-  ++js.completed;
-  --js.in_flight;
-  send_result(s, nullptr, false, out);
+  deliver(s, now_ns, out);
 }
 
 void Reducer::release(Slot& s, bool tombstone) {

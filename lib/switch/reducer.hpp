@@ -106,6 +106,7 @@ class Reducer {
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out);
   void complete(Slot& s, uint64_t now_ns, Sink& out);
+  void deliver(Slot& s, uint64_t now_ns, Sink& out);
   void send_result(Slot& s, const Member* only, bool retransmit, Sink& out);
   void send_partial(Slot& s, bool retransmit, Sink& out);
   void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
