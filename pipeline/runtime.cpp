@@ -38,6 +38,7 @@ std::string port_name(const std::string& device) { return device.substr(0, devic
 
 Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt), dir_(cfg) {
   tsc_hz_ = rte_get_tsc_hz();
+  stop_.store(false);
   if (cfg.ports.empty()) throw SetupError(cfg.path + ": no ports configured: list the switch's ports under ports:");
 
   // 1. Buffers: one pool; the private area carries what RX parsed.
@@ -58,6 +59,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
         if (rte_dev_probe(p.device.c_str()) != 0 || rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0)
           throw SetupError(cfg.path + ": port " + std::to_string(p.id) + ": cannot create device '" + p.device +
                            "' (check the vdev name and its arguments)");
+        probed_.push_back(name);
       }
     } else if (!rte_eth_dev_is_valid_port(p.id)) {
       throw SetupError(cfg.path + ": port " + std::to_string(p.id) + " has no device and DPDK has no port " +
@@ -110,7 +112,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
     std::vector<rte_ring*> in;
     for (auto& v : voq) in.push_back(v[s]);
     red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, pool_, mode, cfg.arbiter_seed,
-                                                 cfg.slots_per_shard, tsc_hz_));
+                                                 cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
   for (const auto& p : cfg.ports) {
     rte_eth_dev_info info{};
@@ -151,6 +153,7 @@ Runtime::~Runtime() {
     rte_eth_dev_stop(pid);
     rte_eth_dev_close(pid);
   }
+  for (const std::string& name : probed_) rte_eal_hotplug_remove("vdev", name.c_str());
   rx_.clear();
   red_.clear();
   tx_.clear();
@@ -174,11 +177,22 @@ int Runtime::lcore_main(void* arg) {
   return 0;
 }
 
+std::vector<Runtime::LcoreStages> Runtime::lcore_map() const {
+  std::vector<LcoreStages> v;
+  for (const auto& l : lcores_) v.push_back({l.id, {l.stages.begin(), l.stages.end()}});
+  return v;
+}
+
 void Runtime::loop(Lcore& l, bool main) {
   uint64_t next_check = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
-    const uint64_t now = rte_get_tsc_cycles();
-    for (Stage* s : l.stages) s->poll(now);
+    uint64_t now = rte_rdtsc();
+    for (Stage* s : l.stages) {  // each stage's busy time: one TSC read per stage and pass
+      const unsigned moved = s->poll(now);
+      const uint64_t t = rte_rdtsc();
+      if (moved) s->busy_tsc.add(t - now);
+      now = t;
+    }
     if (main && now >= next_check) {
       next_check = now + tsc_hz_ / 100;  // every 10 ms
       if (opt_.exit_when_idle_ms && idle(now)) stop_.store(true);

@@ -25,6 +25,7 @@ int logtype();
 struct RunOptions {
   uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
   bool quiet = false;
+  bool forward_only = false;  // baseline for benchmarks: parse, admit and send back out, no arithmetic
 };
 
 struct SetupError : std::runtime_error {
@@ -50,6 +51,15 @@ class Runtime {
   const std::vector<std::unique_ptr<TxStage>>& tx() const { return tx_; }
   const SwitchConfig& config() const { return cfg_; }
   std::vector<std::pair<std::string, unsigned>> ring_fill() const;
+  // The DPDK port behind a configured port.
+  uint16_t dpdk_port(uint16_t cfg_port) const { return dpdk_port_.at(cfg_port); }
+  // Which lcore runs which stages.
+  struct LcoreStages {
+    unsigned id;
+    std::vector<const Stage*> stages;
+  };
+  std::vector<LcoreStages> lcore_map() const;
+  uint64_t tsc_hz() const { return tsc_hz_; }
 
  private:
   struct Lcore {
@@ -68,6 +78,7 @@ class Runtime {
   rte_mempool* pool_ = nullptr;
   std::vector<uint16_t> dpdk_port_;  // by config port index
   std::vector<uint16_t> started_;
+  std::vector<std::string> probed_;  // devices this runtime created (removed again on destruction)
   std::vector<rte_ring*> rings_;  // every ring, for cleanup and telemetry
   std::vector<std::string> ring_names_;
   std::vector<std::unique_ptr<RxStage>> rx_;

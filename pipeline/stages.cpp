@@ -235,12 +235,13 @@ class RteHashIndex final : public sw::SlotIndex {
 
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
                          std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed,
-                         uint32_t slots, uint64_t tsc_hz)
+                         uint32_t slots, uint64_t tsc_hz, bool forward_only)
     : shard_(shard),
       in_(std::move(inputs)),
       emitter_(std::move(tx_by_port), pool),
       red_(dir, slots, std::make_unique<RteHashIndex>(shard, slots)),
       mode_(mode),
+      forward_only_(forward_only),
       rng_(seed + shard),
       tsc_hz_(tsc_hz) {
   served_ = std::make_unique<Counter[]>(in_.size());
@@ -294,10 +295,14 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     c_.bursts.add();
     c_.dequeued.add(n);
     served_[i].add(n);
-    for (unsigned j = 0; j < n; ++j) {
-      Meta* mt = meta(burst[j]);
-      red_.on_packet(mt->p, mt->v, now_ns, emitter_);
-      rte_pktmbuf_free(burst[j]);
+    if (forward_only_) {
+      for (unsigned j = 0; j < n; ++j) emitter_.forward(meta(burst[j])->in_port, burst[j]);
+    } else {
+      for (unsigned j = 0; j < n; ++j) {
+        Meta* mt = meta(burst[j]);
+        red_.on_packet(mt->p, mt->v, now_ns, emitter_);
+        rte_pktmbuf_free(burst[j]);
+      }
     }
     moved += n;
     emitter_.flush();

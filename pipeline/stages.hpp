@@ -59,6 +59,8 @@ class LinkWatch {
 class Stage {
  public:
   virtual ~Stage() = default;
+  // TSC cycles spent in polls that moved packets (the lcore loop measures them).
+  Counter busy_tsc;
   virtual const char* kind() const = 0;
   // One pass; returns the packets it moved (0 when idle).
   virtual unsigned poll(uint64_t now_tsc) = 0;
@@ -105,6 +107,11 @@ class Emitter final : public sw::Sink {
  public:
   Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool) : tx_(std::move(tx_by_port)), pool_(pool) {}
   void send(sw::Out&& o) override;
+  // Queues an mbuf unchanged for `port` (forward-only mode).
+  void forward(uint16_t port, rte_mbuf* m) {
+    pending_.emplace_back(port, m);
+    frames.add();
+  }
   // Queues what is pending; false while some is still waiting for ring space.
   bool flush();
   bool drained() const { return pending_.empty(); }
@@ -132,9 +139,11 @@ struct ReduceCounters {
 // the shard's slots.
 class ReduceStage final : public Stage {
  public:
+  // `forward_only`: a baseline, not a switch: every admitted packet goes back
+  // out of its input port unchanged, with no slot and no arithmetic.
   ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
               std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots,
-              uint64_t tsc_hz);
+              uint64_t tsc_hz, bool forward_only = false);
   const char* kind() const override { return "reduce"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return emitter_.drained(); }
@@ -154,6 +163,7 @@ class ReduceStage final : public Stage {
   Emitter emitter_;
   sw::Reducer red_;
   Arbiter mode_;
+  bool forward_only_;
   std::mt19937_64 rng_;
   std::vector<uint32_t> order_;
   uint32_t next_ = 0;

@@ -1,5 +1,6 @@
 #include "proto/packet.hpp"
 
+#include <bit>
 #include <cstring>
 
 #include "arith/partial.hpp"
@@ -22,17 +23,46 @@ inline void put32(uint8_t* p, uint32_t v) {
   p[3] = uint8_t(v);
 }
 
-uint32_t sum16(const uint8_t* p, size_t len, uint32_t acc) {
-  for (size_t i = 0; i + 1 < len; i += 2) acc += be16(p + i);
-  if (len & 1) acc += uint32_t(p[len - 1]) << 8;
-  return acc;
-}
 uint16_t fold(uint32_t acc) {
   while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
   return uint16_t(acc);
 }
+// `acc` plus the big-endian 16-bit words of p[0, len) (RFC 1071), unfolded.
+uint32_t sum16(const uint8_t* p, size_t len, uint32_t acc) { return acc + ones_sum(p, len); }
 
 }  // namespace
+
+uint16_t ones_sum(const uint8_t* p, size_t len) {
+  static_assert(std::endian::native == std::endian::little, "ones_sum reads little-endian words");
+  // The one's-complement sum does not depend on the order of its words and
+  // commutes with swapping bytes (RFC 1071 2.B): add 32-bit native words
+  // into 64 bits (no carry is lost below 2^32 words), fold, swap once.
+  uint64_t s0 = 0, s1 = 0;
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint32_t a, b;
+    std::memcpy(&a, p + i, 4);
+    std::memcpy(&b, p + i + 4, 4);
+    s0 += a;
+    s1 += b;
+  }
+  uint64_t s = s0 + s1;
+  if (i + 4 <= len) {
+    uint32_t a;
+    std::memcpy(&a, p + i, 4);
+    s += a;
+    i += 4;
+  }
+  if (i + 2 <= len) {
+    uint16_t a;
+    std::memcpy(&a, p + i, 2);
+    s += a;
+    i += 2;
+  }
+  if (i < len) s += p[i];  // the odd last byte is the high byte of a zero-padded word
+  while (s >> 16) s = (s & 0xFFFF) + (s >> 16);
+  return uint16_t(uint16_t(s) << 8 | uint16_t(s) >> 8);
+}
 
 const char* name(Kind k) {
   switch (k) {

@@ -93,6 +93,9 @@ size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst,
 // one's-complement sum is `body_sum` (body_sum16()), so each copy's UDP
 // checksum costs 42 bytes of summing instead of the whole body.
 uint32_t body_sum16(std::span<const uint8_t> body);
+// The folded one's-complement sum of the big-endian 16-bit words of p[0, len)
+// (an odd last byte is padded with zero), as IPv4 and UDP checksums use it.
+uint16_t ones_sum(const uint8_t* p, size_t len);
 size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
                      size_t body_len, uint32_t body_sum, uint16_t ip_id = 0);
 

@@ -399,6 +399,22 @@ TEST(Checksum, MatchesRfc1071) {
   EXPECT_EQ(ipv4_checksum(z.data(), z.size()), 0x25a2);
 }
 
+// The word-at-a-time sum gives RFC 1071's byte-pair sum at every alignment and
+// length (frames sit at any offset in a buffer).
+TEST(Checksum, OnesSumAtEveryAlignment) {
+  std::mt19937_64 rng(3);
+  Bytes buf(9300);
+  for (auto& x : buf) x = uint8_t(rng());
+  for (size_t off = 0; off < 8; ++off)
+    for (size_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 1024, 1031, 4099, 9216}) {
+      const Bytes d(buf.begin() + long(off), buf.begin() + long(off + n));
+      ASSERT_EQ(uint16_t(~ones_sum(buf.data() + off, n)), rfc1071(d)) << "offset " << off << " length " << n;
+    }
+  // All-ones words: the 64-bit sum must fold its carries back in.
+  const Bytes ones(9000, 0xFF);
+  EXPECT_EQ(ones_sum(ones.data(), ones.size()), 0xFFFF);
+}
+
 // A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
 TEST(Checksum, ZeroIsSentAsFfffAndAccepted) {
   Built b;
