@@ -1,0 +1,976 @@
+// prism-bench pipeline: what the switch's real pipeline sustains per core,
+// against forwarding the same packets, in one run.
+//
+// Each measurement builds a switch (pipe::Runtime: the same stages, rings and
+// lcore loop as prism-switch) whose ports are net_pcap devices in infinite_rx
+// mode: the pre-built contributions are read from a capture once, at setup,
+// and replayed from memory for as long as the measurement lasts (each RX
+// copies the frame into a fresh mbuf, as a NIC's DMA would write it). What
+// the switch sends is counted and freed (net_pcap's TX drop). An RX callback
+// gives each replayed round of ops fresh op ids (the switch would take a
+// repeated id for a retransmission); a TX callback counts RESULTs and checks
+// them against the reference computed here before any figure is reported.
+//
+// Baselines, on the same devices and the same captures:
+//   forward  the same pipeline with the reducers replaced by a forwarder:
+//            parse + admit + VOQ ring + TX ring + TX, no slot, no arithmetic
+//   testpmd  dpdk-testpmd in io forwarding mode, one forwarding lcore
+//
+// Output: a table, JSON (--json) and a gnuplot PNG (--plot). Targets are
+// reported, never enforced: timings on a shared machine drift, so compare
+// the ratios measured in one run.
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "arith/accumulator.hpp"
+#include "bench_data.hpp"
+#include "cli.hpp"
+#include "config/config.hpp"
+#include "pcap_io.hpp"
+#include "proto/packet.hpp"
+#include "runtime.hpp"
+#include "switch/directory.hpp"
+
+namespace prism::bench {
+namespace {
+
+using cli::fail;
+
+const char* kPipelineUsage =
+    "usage: prism-bench pipeline [options]\n"
+    "Drives the switch pipeline (RX, parse, admit, VOQ rings, arbiter, reducers, TX) at full speed\n"
+    "from contributions replayed from memory, and measures it against forward-only and dpdk-testpmd\n"
+    "io forwarding on the same devices and packets. Every run's RESULTs are checked against the\n"
+    "reference before a figure is reported.\n"
+    "\n"
+    "  --policies LIST  forward fp32_arrival kulisch fp32_binomial (default forward,fp32_arrival,kulisch)\n"
+    "  --dtypes LIST    fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32 (default fp32)\n"
+    "  --payloads LIST  bytes of elements per contribution, 64..8192 (default 1024)\n"
+    "  --ranks LIST     R, contributions per op, 1..1024 (default 8)\n"
+    "  --lcores LIST    lcores running the stages: 1 = one lcore runs them all; N = RX and TX on the\n"
+    "                   main lcore and N-1 reducer lcores (default 2)\n"
+    "                   Without any of these five, the standard sweep runs: payload 256..8192 B,\n"
+    "                   formats, R in {2,8,32,128} and 1 vs 2 lcores around the headline case\n"
+    "                   (1 KiB fp32, R = 8, one reducer lcore).\n"
+    "  --ports N        switch ports the ranks are spread over (default 2)\n"
+    "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
+    "  --repeat N       runs per case, interleaved; the median is reported (default 3)\n"
+    "  --testpmd PATH   dpdk-testpmd to compare with (default: dpdk-testpmd on PATH)\n"
+    "  --no-testpmd     skip the testpmd baseline\n"
+    "  --json FILE      one JSON object per measurement (an array)\n"
+    "  --plot FILE.png  Gbit/s against payload size per policy, with the baselines (needs gnuplot)\n"
+    "  --work-dir DIR   where the captures are written (default a fresh folder in /tmp, removed after)\n"
+    "  --eal ARGS       extra EAL arguments (default: --no-huge -m 1024 --no-pci)\n"
+    "  --quick          a smoke test: 2 payloads, 2 formats, short windows (figures not meaningful)\n"
+    "Exit status: 0 when every RESULT checked out and nothing was dropped; 3 when a check failed;\n"
+    "2 for a usage error.\n";
+
+constexpr int kCheckFailed = 3;
+constexpr uint32_t kJob = 7;
+constexpr size_t kOpOffset = 14 + 20 + 8 + 8;  // the header's op field in a frame without VLAN
+constexpr size_t kUdpSumOffset = 14 + 20 + 6;
+constexpr size_t kKindOffset = 14 + 20 + 8 + 3;
+
+// --- what is measured ---------------------------------------------------------
+
+enum class Mode : uint8_t { FORWARD, ARRIVAL, KULISCH, BINOMIAL, TESTPMD };
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::FORWARD: return "forward";
+    case Mode::ARRIVAL: return "fp32_arrival";
+    case Mode::KULISCH: return "kulisch";
+    case Mode::BINOMIAL: return "fp32_binomial";
+    case Mode::TESTPMD: return "testpmd";
+  }
+  return "?";
+}
+Policy policy_of(Mode m) {
+  return m == Mode::KULISCH ? Policy::KULISCH_FIXED : m == Mode::BINOMIAL ? Policy::FP32_BINOMIAL : Policy::FP32_ARRIVAL;
+}
+
+// The packets a case runs on: forward, the policies and testpmd on the same
+// (dtype, payload, ranks) share them but for the header's policy byte.
+struct Shape {
+  Format dtype;
+  uint32_t payload, ranks, lcores;
+  bool operator<(const Shape& o) const {
+    return std::tie(dtype, payload, ranks, lcores) < std::tie(o.dtype, o.payload, o.ranks, o.lcores);
+  }
+};
+
+struct Case {
+  Mode mode;
+  Shape s;
+  std::string section;
+};
+
+struct Args {
+  std::vector<Case> cases;
+  uint32_t ports = 2, repeat = 3;
+  double time_s = 1.0, warmup_s = 0.3;
+  std::string testpmd, json, plot, work_dir, eal;
+  bool use_testpmd = true, quick = false;
+  uint32_t max_lcores = 1;
+};
+
+template <class T, class F>
+std::vector<T> parse_list(const cli::Args& a, const std::string& key, F conv, std::vector<T> def) {
+  if (!a.has(key)) return def;
+  std::vector<T> v;
+  std::stringstream ss(a.str(key));
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    v.push_back(conv(item));
+  }
+  if (v.empty()) fail(key + " needs at least one value");
+  return v;
+}
+
+uint32_t to_uint(const std::string& key, const std::string& s, uint32_t lo, uint32_t hi) {
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(s.c_str(), &end, 10);
+  if (s.empty() || *end || s[0] == '-' || v < lo || v > hi)
+    fail("bad " + key + " value '" + s + "': give a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return uint32_t(v);
+}
+
+Args parse_args(int argc, char** argv) {
+  const cli::Args a(argc, argv, 0,
+                    {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
+                     "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal"},
+                    {"--no-testpmd", "--quick", "--help", "-h"});
+  if (a.has("--help") || a.has("-h")) {
+    std::fputs(kPipelineUsage, stdout);
+    std::exit(0);
+  }
+  if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see prism-bench pipeline --help)");
+  Args r;
+  r.quick = a.has("--quick");
+  r.ports = uint32_t(a.num("--ports", 1, 16, 2));
+  r.repeat = uint32_t(a.num("--repeat", 1, 50, r.quick ? 1 : 3));
+  r.time_s = a.real("--time", 0.01, 60, r.quick ? 0.15 : 1.0);
+  r.warmup_s = a.real("--warmup", 0, 60, r.quick ? 0.05 : 0.3);
+  r.json = a.str("--json");
+  r.plot = a.str("--plot");
+  r.work_dir = a.str("--work-dir");
+  r.eal = a.str("--eal");
+  r.use_testpmd = !a.has("--no-testpmd");
+  r.testpmd = a.str("--testpmd", "dpdk-testpmd");
+  if (!r.plot.empty() && r.plot.size() < 5) fail("--plot wants a file name ending in .png");
+  if (!r.plot.empty() && r.plot.substr(r.plot.size() - 4) != ".png")
+    fail("--plot '" + r.plot + "': give a file name ending in .png");
+
+  auto mode = [](const std::string& s) {
+    for (Mode m : {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL})
+      if (s == mode_name(m)) return m;
+    fail("unknown policy '" + s + "': use forward, fp32_arrival, kulisch or fp32_binomial");
+  };
+  auto dtype = [](const std::string& s) {
+    auto f = format_from_name(s);
+    if (!f) fail("unknown dtype '" + s + "': use fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32");
+    return *f;
+  };
+  auto payload = [](const std::string& s) { return to_uint("--payloads", s, 64, 8192); };
+  auto ranks = [](const std::string& s) { return to_uint("--ranks", s, 1, 1024); };
+  auto lcores = [](const std::string& s) { return to_uint("--lcores", s, 1, 64); };
+
+  const bool custom =
+      a.has("--policies") || a.has("--dtypes") || a.has("--payloads") || a.has("--ranks") || a.has("--lcores");
+  const auto modes = parse_list<Mode>(a, "--policies", mode, {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH});
+  auto add = [&](const std::string& section, std::vector<Mode> ms, std::vector<Format> ds, std::vector<uint32_t> ps,
+                 std::vector<uint32_t> rs, std::vector<uint32_t> ls) {
+    for (uint32_t l : ls)
+      for (Format d : ds)
+        for (uint32_t p : ps)
+          for (uint32_t rk : rs)
+            for (Mode m : ms) {
+              if (m != Mode::FORWARD && !is_float(d) && m != Mode::KULISCH) continue;  // integers: exact sums only
+              r.cases.push_back({m, {d, p, rk, l}, section});
+            }
+  };
+  if (custom) {
+    add("custom", modes, parse_list<Format>(a, "--dtypes", dtype, {Format::FP32}),
+        parse_list<uint32_t>(a, "--payloads", payload, {1024}), parse_list<uint32_t>(a, "--ranks", ranks, {8}),
+        parse_list<uint32_t>(a, "--lcores", lcores, {2}));
+  } else if (r.quick) {
+    add("quick", modes, {Format::FP32, Format::FP16}, {256, 1024}, {8}, {2});
+  } else {
+    const std::vector<Mode> m3 = {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH};
+    add("payload", {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL}, {Format::FP32},
+        {256, 512, 1024, 2048, 4096, 8192}, {8}, {2});
+    add("format", m3, {Format::FP16, Format::BF16, Format::E4M3FN, Format::E5M2, Format::INT32}, {1024}, {8}, {2});
+    add("ranks", m3, {Format::FP32}, {1024}, {2, 32, 128}, {2});
+    add("lcores", m3, {Format::FP32}, {1024}, {8}, {1});
+  }
+  // Every policy case is paired with forward-only on its shape.
+  std::vector<Case> all;
+  for (const Case& c : r.cases) {
+    const bool have = std::any_of(all.begin(), all.end(), [&](const Case& x) {
+      return x.mode == Mode::FORWARD && !(x.s < c.s) && !(c.s < x.s);
+    });
+    if (!have) all.push_back({Mode::FORWARD, c.s, c.section});
+    if (c.mode != Mode::FORWARD) all.push_back(c);
+  }
+  r.cases = all;
+  for (const Case& c : r.cases) r.max_lcores = std::max(r.max_lcores, c.s.lcores);
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus && r.max_lcores > cpus)
+    fail("--lcores " + std::to_string(r.max_lcores) + ": this machine has " + std::to_string(cpus) +
+         " CPUs; polling lcores must not share one");
+  return r;
+}
+
+// --- the packets and the reference ------------------------------------------
+
+uint32_t elements_of(const Shape& s) { return std::max<uint32_t>(1, s.payload / info(s.dtype).bytes); }
+Format out_of(Format d) { return d == Format::INT8 ? Format::INT32 : d; }
+
+// Ops per replayed round: enough that the captures hold about 2048 frames.
+uint32_t ops_of(const Shape& s) { return std::clamp<uint32_t>(2048 / s.ranks, 4, 256); }
+
+std::string ip_str(uint32_t ip) { return format_ipv4(ip); }
+uint32_t rank_ip(uint32_t r) { return (10u << 24) | (1u << 16) | (r + 1); }
+std::string rank_mac(uint32_t r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "02:00:00:01:%02x:%02x", (r + 1) >> 8 & 0xFF, (r + 1) & 0xFF);
+  return b;
+}
+
+// The switch's configuration for one run: its ports replay `pcap[p]`.
+std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
+                        uint32_t reducers) {
+  std::ostringstream y;
+  y << "switch: {id: 1, role: root}\nports:\n";
+  for (uint32_t p = 0; p < ports; ++p) {
+    char mac[32];
+    std::snprintf(mac, sizeof mac, "02:00:00:00:ff:%02x", p);
+    y << "  - {id: " << p << ", device: \"net_pcap_b" << run << "_" << p << ",rx_pcap=" << pcap[p]
+      << ",infinite_rx=1\", mac: \"" << mac << "\", ip: 10.0." << p << ".254}\n";
+  }
+  y << "jobs:\n  - id: " << kJob << "\n    group: " << s.ranks << "\n    members:\n";
+  for (uint32_t r = 0; r < s.ranks; ++r)
+    y << "      - {rank: " << r << ", port: " << r % ports << ", mac: \"" << rank_mac(r) << "\", ip: " << ip_str(rank_ip(r))
+      << "}\n";
+  // Retention is kept short so the slot table (reported) is not the limit at millions of ops a second.
+  y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\nlcores: [";
+  for (uint32_t l = 0; l < s.lcores; ++l) y << (l ? ", " : "") << l;
+  y << "]\n";
+  return y.str();
+}
+
+// What a RESULT must carry for one op.
+struct Expected {
+  std::vector<uint8_t> out;    // the elements (exact policies)
+  std::vector<uint8_t> flags;  // per element; empty when no element has one
+  std::vector<double> sum, tol;  // FP32_ARRIVAL: the exact sum and the order-independent error bound
+};
+
+struct Workload {
+  Shape s;
+  Mode mode;  // the policy in the headers (forward and testpmd run on FP32_ARRIVAL's packets)
+  uint32_t elements = 0, ops = 0, ports = 0, frame_bytes = 0;
+  std::vector<std::string> pcap;
+  std::vector<uint32_t> per_round;  // frames per replayed round, per port
+  std::vector<Expected> expect;     // per op of a round
+};
+
+// Error bound of a recursive FP32 sum of R terms (Higham, Thm 4.4), plus
+// the final rounding into a narrower output format.
+double arrival_tol(Format out, uint32_t ranks, double abs_sum, double sum) {
+  const FormatInfo& fi = info(out);
+  double t = double(ranks) * std::ldexp(abs_sum, -24) * 1.01 + std::ldexp(abs_sum, -50);
+  if (out != Format::FP32) t += std::ldexp(std::fabs(sum) + t, -fi.mbits) + std::ldexp(1.0, fi.emin - fi.mbits);
+  return t;
+}
+
+Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::string& dir, uint32_t id) {
+  Workload w;
+  w.s = s;
+  w.mode = mode;
+  w.ports = ports;
+  w.elements = elements_of(s);
+  w.ops = ops_of(s);
+  const Format out = out_of(s.dtype);
+  const uint32_t esz = info(s.dtype).bytes;
+  for (uint32_t p = 0; p < ports; ++p) w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
+  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1), "bench");
+  const sw::Directory dir_(cfg);
+  std::vector<std::unique_ptr<PcapWriter>> pw;
+  for (uint32_t p = 0; p < ports; ++p) pw.push_back(std::make_unique<PcapWriter>(w.pcap[p]));
+  w.per_round.assign(ports, 0);
+  OpDesc d;
+  d.dtype = s.dtype;
+  d.out = out;
+  d.policy = policy_of(mode);
+  d.group = s.ranks;
+  d.lanes = w.elements;
+  auto acc = make_accumulator(d);
+  std::vector<uint8_t> frame(wire::kFrameOverhead + size_t(w.elements) * esz);
+  uint64_t usec = 0;
+  for (uint32_t op = 0; op < w.ops; ++op) {
+    const std::vector<uint8_t> vals = make_packets(s.dtype, s.ranks, w.elements, 1000 + op, -1);
+    Expected e;
+    acc->reset();
+    if (mode == Mode::ARRIVAL) {
+      e.sum.assign(w.elements, 0);
+      e.tol.assign(w.elements, 0);
+      std::vector<double> abs(w.elements, 0);
+      for (uint32_t r = 0; r < s.ranks; ++r)
+        for (uint32_t i = 0; i < w.elements; ++i) {
+          const double v = to_float(s.dtype, load_bits(s.dtype, vals.data() + (size_t(r) * w.elements + i) * esz));
+          e.sum[i] += v;
+          abs[i] += std::fabs(v);
+        }
+      for (uint32_t i = 0; i < w.elements; ++i) e.tol[i] = arrival_tol(out, s.ranks, abs[i], e.sum[i]);
+    } else {
+      for (uint32_t r = 0; r < s.ranks; ++r) acc->add(vals.data() + size_t(r) * w.elements * esz, r);
+      e.out.resize(size_t(w.elements) * info(out).bytes);
+      e.flags.resize(w.elements);
+      acc->finalize(e.out.data(), e.flags.data());
+      if (std::all_of(e.flags.begin(), e.flags.end(), [](uint8_t f) { return f == 0; })) e.flags.clear();
+    }
+    w.expect.push_back(std::move(e));
+    for (uint32_t r = 0; r < s.ranks; ++r) {
+      const uint32_t port = r % ports;
+      wire::Header h;
+      h.kind = wire::Kind::CONTRIB;
+      h.job = kJob;
+      h.op = op;
+      h.chunk = 0;
+      h.sender = uint16_t(r);
+      h.group = uint16_t(s.ranks);
+      h.terms = 1;
+      h.count = uint16_t(w.elements);
+      h.dtype = s.dtype;
+      h.out_dtype = out;
+      h.policy = policy_of(mode);
+      h.flags = wire::hflag::LAST_CHUNK;
+      const std::span<const uint8_t> body(vals.data() + size_t(r) * w.elements * esz, size_t(w.elements) * esz);
+      const size_t n = wire::build(frame.data(), frame.size(), cfg.jobs[0].members[r].addr, dir_.self(uint16_t(port)), h,
+                                   body);
+      if (!n) throw std::logic_error("internal: a contribution did not fit its frame");
+      pw[port]->write({frame.data(), n}, usec++);
+      ++w.per_round[port];
+      w.frame_bytes = uint32_t(n);
+    }
+  }
+  return w;
+}
+
+// --- the callbacks on the switch's ports ------------------------------------
+
+// Gives each replayed round of a port's capture fresh op ids: op + round * ops.
+struct Rewriter {
+  uint64_t seen = 0;
+  uint32_t per_round = 1, ops = 1;
+};
+
+inline uint16_t ld16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+inline void st16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+
+uint16_t rx_rewrite(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t, void* arg) {
+  auto* rw = static_cast<Rewriter*>(arg);
+  for (uint16_t i = 0; i < n; ++i) {
+    const uint64_t round = rw->seen++ / rw->per_round;
+    if (!round || rte_pktmbuf_data_len(pkts[i]) < wire::kFrameOverhead) continue;
+    uint8_t* f = rte_pktmbuf_mtod(pkts[i], uint8_t*);
+    const uint16_t o_hi = ld16(f + kOpOffset), o_lo = ld16(f + kOpOffset + 2);
+    const uint32_t op = (uint32_t(o_hi) << 16 | o_lo) + uint32_t(round * rw->ops);
+    const uint16_t n_hi = uint16_t(op >> 16), n_lo = uint16_t(op);
+    st16(f + kOpOffset, n_hi);
+    st16(f + kOpOffset + 2, n_lo);
+    const uint16_t hc = ld16(f + kUdpSumOffset);
+    if (hc) {  // RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')
+      uint32_t sum = uint16_t(~hc) + uint16_t(~o_hi) + uint16_t(~o_lo) + n_hi + n_lo;
+      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+      const uint16_t c = uint16_t(~sum);
+      st16(f + kUdpSumOffset, c ? c : 0xFFFF);
+    }
+  }
+  return n;
+}
+
+// Counts what the switch sends; checks RESULTs against the reference: all of
+// them for the first rounds, then one in 64 (the check costs TX time).
+struct Verifier {
+  const Workload* w = nullptr;
+  uint16_t udp_port = wire::kDefaultPort;
+  bool forward = false;
+  uint64_t frames = 0, results = 0, checked = 0, bad = 0, full_until = 0;
+  std::string first_bad;
+  std::vector<uint8_t> scratch;
+
+  void mismatch(const std::string& what) {
+    ++bad;
+    if (first_bad.empty()) first_bad = what;
+  }
+  void check(const rte_mbuf* m) {
+    const uint32_t len = rte_pktmbuf_pkt_len(m);
+    scratch.resize(len);
+    const auto* f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch.data()));
+    wire::Parsed p;
+    const wire::Refusal r = wire::parse({f, len}, udp_port, &p);
+    ++checked;
+    if (r != wire::Refusal::OK) return mismatch(std::string("a frame the switch sent does not parse: ") + wire::name(r));
+    if (forward) return;  // the contribution itself, unchanged
+    const Workload& wl = *w;
+    const uint32_t op = p.h.op % wl.ops;
+    const Expected& e = wl.expect[op];
+    const Format out = out_of(wl.s.dtype);
+    const size_t osz = info(out).bytes;
+    if (p.h.kind != wire::Kind::RESULT || p.h.count != wl.elements || p.payload_len != wl.elements * osz)
+      return mismatch("op " + std::to_string(p.h.op) + ": not a whole RESULT");
+    if (wl.mode != Mode::ARRIVAL) {
+      if (std::memcmp(p.payload, e.out.data(), e.out.size()) != 0)
+        return mismatch("op " + std::to_string(p.h.op) + ": RESULT differs from the exact reference");
+      const bool side = p.h.flags & wire::hflag::SIDEBAND;
+      if (side != !e.flags.empty() || (side && std::memcmp(p.sideband, e.flags.data(), e.flags.size()) != 0))
+        return mismatch("op " + std::to_string(p.h.op) + ": RESULT flags differ from the reference");
+      return;
+    }
+    for (uint32_t i = 0; i < wl.elements; ++i) {
+      const double lim = double(to_float(out, info(out).max_finite));
+      if (std::fabs(e.sum[i]) + e.tol[i] >= lim) continue;  // may overflow in some order: not checkable here
+      const double v = to_float(out, load_bits(out, p.payload + i * osz));
+      if (!(std::fabs(v - e.sum[i]) <= e.tol[i]))
+        return mismatch("op " + std::to_string(p.h.op) + " element " + std::to_string(i) + ": " + std::to_string(v) +
+                        " is farther than the FP32 error bound from the exact sum " + std::to_string(e.sum[i]));
+    }
+  }
+};
+
+uint16_t tx_verify(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, void* arg) {
+  auto* v = static_cast<Verifier*>(arg);
+  for (uint16_t i = 0; i < n; ++i) {
+    const rte_mbuf* m = pkts[i];
+    ++v->frames;
+    if (rte_pktmbuf_data_len(m) <= kKindOffset) continue;
+    const uint8_t kind = rte_pktmbuf_mtod(m, const uint8_t*)[kKindOffset];
+    if (v->forward) {
+      if ((v->frames & 63) == 0) v->check(m);
+      continue;
+    }
+    if (kind != uint8_t(wire::Kind::RESULT)) continue;
+    ++v->results;
+    if (v->results <= v->full_until || (v->results & 63) == 0) v->check(m);
+  }
+  return n;
+}
+
+// --- one measurement ---------------------------------------------------------
+
+struct Snap {
+  uint64_t tsc = 0, rx = 0, tx = 0, drops = 0, elements = 0, ops = 0;
+  std::vector<uint64_t> busy;  // per stage: rx..., reducers..., tx...
+};
+
+Snap take(const pipe::Runtime& rt) {
+  Snap s;
+  s.tsc = rte_rdtsc();
+  for (const auto& r : rt.rx()) {
+    const auto& c = r->counters();
+    s.rx += c.packets.get();
+    for (size_t i = 1; i < size_t(wire::Refusal::kCount); ++i) s.drops += c.refused[i].get();
+    for (size_t i = 0; i < size_t(sw::Drop::kCount); ++i) s.drops += c.dropped[i].get();
+    s.busy.push_back(r->busy_tsc.get());
+  }
+  for (const auto& r : rt.reducers()) {
+    std::vector<std::pair<uint32_t, sw::JobStats>> jobs;
+    const sw::ReducerStats st = r->snapshot(&jobs);
+    for (uint64_t d : st.drops) s.drops += d;
+    s.drops += r->emitter().alloc_failures.get();
+    s.elements += st.elements;
+    for (const auto& [id, js] : jobs) s.ops += js.completed;
+    s.busy.push_back(r->busy_tsc.get());
+  }
+  for (const auto& t : rt.tx()) {
+    s.tx += t->counters().packets.get();
+    s.busy.push_back(t->busy_tsc.get());
+  }
+  return s;
+}
+
+struct Result {
+  Case c;
+  double mpps = 0, gbps = 0, ns_per_elem = 0;
+  double rx_share = 0, reduce_share = 0, tx_share = 0;  // of one lcore's time
+  double main_ns_pkt = 0, reduce_ns_pkt = 0;            // busy lcore-ns per contribution
+  uint64_t packets = 0, drops = 0, results = 0, checked = 0, bad = 0, slots_high = 0;
+  size_t slot_bytes = 0;
+  uint32_t frame_bytes = 0, elements = 0;
+  std::string error;
+};
+
+Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run) {
+  Result res;
+  res.c = c;
+  res.frame_bytes = w.frame_bytes;
+  res.elements = w.elements;
+  const uint32_t reducers = std::max<uint32_t>(1, c.s.lcores - 1);
+  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers), "bench");
+  pipe::RunOptions opt;
+  opt.quiet = true;
+  opt.forward_only = c.mode == Mode::FORWARD;
+  pipe::Runtime rt(cfg, opt);
+  std::vector<Rewriter> rw(w.ports);
+  Verifier v;
+  v.w = &w;
+  v.forward = opt.forward_only;
+  v.full_until = uint64_t(w.ops) * c.s.ranks * 2;  // two rounds of RESULTs (R copies each)
+  // Callbacks outlive a port's close: they are removed below, before rw and v go.
+  std::vector<std::pair<const rte_eth_rxtx_callback*, const rte_eth_rxtx_callback*>> cbs;
+  auto remove_callbacks = [&] {
+    for (uint32_t p = 0; p < cbs.size(); ++p) {
+      const uint16_t pid = rt.dpdk_port(uint16_t(p));
+      if (cbs[p].first) rte_eth_remove_rx_callback(pid, 0, cbs[p].first);
+      if (cbs[p].second) rte_eth_remove_tx_callback(pid, 0, cbs[p].second);
+    }
+    cbs.clear();
+  };
+  for (uint32_t p = 0; p < w.ports; ++p) {
+    rw[p].per_round = w.per_round[p];
+    rw[p].ops = w.ops;
+    const uint16_t pid = rt.dpdk_port(uint16_t(p));
+    cbs.emplace_back(rte_eth_add_rx_callback(pid, 0, rx_rewrite, &rw[p]), rte_eth_add_tx_callback(pid, 0, tx_verify, &v));
+    if (!cbs.back().first || !cbs.back().second) {
+      remove_callbacks();
+      throw std::runtime_error("cannot install the bench's RX/TX callbacks (DPDK built without RTE_ETHDEV_RXTX_CALLBACKS?)");
+    }
+  }
+  Snap s0, s1;
+  std::thread ctl([&] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.warmup_s));
+    s0 = take(rt);
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.time_s));
+    s1 = take(rt);
+    pipe::Runtime::request_stop();
+  });
+  rt.run();
+  ctl.join();
+  remove_callbacks();
+  const double secs = double(s1.tsc - s0.tsc) / double(rt.tsc_hz());
+  res.packets = s1.rx - s0.rx;
+  res.drops = s1.drops;  // over the whole run, warm-up included
+  const double pps = double(res.packets) / secs;
+  res.mpps = pps / 1e6;
+  res.gbps = pps * double(w.elements * info(c.s.dtype).bytes) * 8 / 1e9;
+  res.ns_per_elem = pps > 0 ? 1e9 / (pps * w.elements) : 0;
+  const double dt = double(s1.tsc - s0.tsc);
+  const size_t nrx = rt.rx().size(), nred = rt.reducers().size();
+  double rx_b = 0, red_b = 0, tx_b = 0;
+  for (size_t i = 0; i < s1.busy.size(); ++i) {
+    const double b = double(s1.busy[i] - s0.busy[i]);
+    (i < nrx ? rx_b : i < nrx + nred ? red_b : tx_b) += b;
+  }
+  // Shares are of one lcore's time; with several reducer lcores theirs is the mean.
+  res.rx_share = rx_b / dt;
+  res.reduce_share = red_b / dt / double(nred);
+  res.tx_share = tx_b / dt;
+  const double ns_per_tsc = 1e9 / double(rt.tsc_hz());
+  if (res.packets) {
+    res.main_ns_pkt = (rx_b + tx_b) * ns_per_tsc / double(res.packets);
+    res.reduce_ns_pkt = red_b * ns_per_tsc / double(res.packets);
+  }
+  res.results = v.results;
+  res.checked = v.checked;
+  res.bad = v.bad;
+  for (const auto& r : rt.reducers()) {
+    res.slots_high = std::max<uint64_t>(res.slots_high, r->snapshot().slots_high);
+    res.slot_bytes = std::max(res.slot_bytes, r->reducer().bytes_per_slot_estimate());
+  }
+  if (v.bad) res.error = v.first_bad;
+  else if (c.mode != Mode::FORWARD && v.results == 0) res.error = "no RESULT was sent";
+  else if (v.checked == 0) res.error = "nothing was checked";
+  return res;
+}
+
+// dpdk-testpmd, io forwarding, one forwarding lcore, on the same captures.
+Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
+  Result res;
+  res.c = c;
+  res.c.mode = Mode::TESTPMD;
+  res.frame_bytes = w.frame_bytes;
+  res.elements = w.elements;
+  std::ostringstream cmd;
+  cmd << "( sleep " << a.warmup_s + 0.5 << "; echo 'show port stats all'; sleep " << a.time_s
+      << "; echo 'show port stats all'; sleep 0.2; echo quit ) | " << a.testpmd
+      << " -l 0,1 --no-huge -m 1024 --no-pci --file-prefix prism-bench-tp-" << getpid()
+      << " --log-level=lib.eal:error --log-level=pmd.net.pcap:error";
+  for (uint32_t p = 0; p < w.ports; ++p) cmd << " --vdev net_pcap" << p << ",rx_pcap=" << w.pcap[p] << ",infinite_rx=1";
+  cmd << " -- -i --auto-start --forward-mode=io --port-topology=loop --nb-cores=1 --mbuf-size=9344"
+         " --total-num-mbufs=16384 2>&1";
+  FILE* f = popen(cmd.str().c_str(), "r");
+  if (!f) {
+    res.error = "cannot start " + a.testpmd;
+    return res;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  const int rc = pclose(f);
+  std::vector<double> pps;
+  for (size_t at = 0; (at = out.find("Rx-pps:", at)) != std::string::npos; at += 7)
+    pps.push_back(std::strtod(out.c_str() + at + 7, nullptr));
+  std::error_code ec;
+  std::filesystem::remove_all("/var/run/dpdk/prism-bench-tp-" + std::to_string(getpid()), ec);
+  if (pps.size() < 2 * w.ports) {
+    const std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
+    res.error = "testpmd gave no rate (exit status " + std::to_string(rc) + "): " + tail;
+    return res;
+  }
+  double total = 0;
+  for (size_t i = pps.size() - w.ports; i < pps.size(); ++i) total += pps[i];
+  res.packets = uint64_t(total * a.time_s);
+  res.mpps = total / 1e6;
+  res.gbps = total * double(w.elements * info(c.s.dtype).bytes) * 8 / 1e9;
+  res.ns_per_elem = total > 0 ? 1e9 / (total * w.elements) : 0;
+  return res;
+}
+
+// --- reporting -----------------------------------------------------------------
+
+// Lcores for a line rate from the measured busy time per contribution:
+// L = ceil(pps * main_ns) + ceil(pps * reduce_ns) (RX/TX and reducers on
+// their own lcores), at `gbit` on the wire (frame + FCS, preamble, gap).
+uint32_t lcores_for(const Result& r, double gbit) {
+  if (r.packets == 0 || r.c.mode == Mode::TESTPMD) return 0;
+  const double pps = gbit * 1e9 / (double(r.frame_bytes + 24) * 8);
+  return uint32_t(std::ceil(pps * r.main_ns_pkt * 1e-9)) +
+         (r.reduce_ns_pkt > 0 ? uint32_t(std::ceil(pps * r.reduce_ns_pkt * 1e-9)) : 0);
+}
+
+struct Row {
+  Result r;                  // the median run (by Mpps)
+  double fwd = 0, tp = 0;    // Mpps of the paired baselines (medians); 0: none
+  double vs_fwd = 0, vs_tp = 0, vs_arrival = 0;
+};
+
+std::string run_dir_default() {
+  char tmpl[] = "/tmp/prism-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error(std::string("cannot create a folder in /tmp: ") + std::strerror(errno));
+  return tmpl;
+}
+
+bool testpmd_available(const std::string& path) {
+  if (path.find('/') != std::string::npos) return access(path.c_str(), X_OK) == 0;
+  return std::system(("command -v " + path + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+void write_plot(const std::vector<Row>& rows, const std::string& png, const std::string& dir) {
+  // Gbit/s against payload, fp32, R=8, the headline layout: one series per mode.
+  std::map<std::string, std::vector<std::pair<uint32_t, double>>> series;
+  for (const Row& row : rows) {
+    const Shape& s = row.r.c.s;
+    if (s.dtype != Format::FP32 || s.ranks != 8 || s.lcores != 2 || !row.r.error.empty()) continue;
+    series[mode_name(row.r.c.mode)].emplace_back(s.payload, row.r.gbps);
+  }
+  if (series.empty()) {
+    std::printf("plot: no fp32 R=8 lcores=2 rows to plot; %s not written\n", png.c_str());
+    return;
+  }
+  const std::string dat = dir + "/pipeline.dat", gp = dir + "/pipeline.gp";
+  std::ofstream d(dat);
+  std::vector<std::string> names;
+  for (auto& [name, pts] : series) {
+    std::sort(pts.begin(), pts.end());
+    d << "# " << name << "\n";
+    for (auto [x, y] : pts) d << x << " " << y << "\n";
+    d << "\n\n";
+    names.push_back(name);
+  }
+  d.close();
+  std::ofstream g(gp);
+  g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << png << "'\n"
+    << "set title 'prism-bench pipeline: fp32, R = 8, RX/TX + 1 reducer lcore (testpmd: 1 forwarding lcore)'\n"
+    << "set xlabel 'contribution payload (bytes)'\nset ylabel 'Gbit/s of contribution payload'\n"
+    << "set logscale x 2\nset key left top\nset grid\nplot ";
+  for (size_t i = 0; i < names.size(); ++i)
+    g << (i ? ", " : "") << "'" << dat << "' index " << i << " with linespoints lw 2 title '" << names[i] << "'";
+  g << "\n";
+  g.close();
+  const int rc = std::system(("gnuplot '" + gp + "' 2>&1").c_str());
+  if (rc != 0) {
+    // pngcairo may be missing (gnuplot-nox has png via libgd): try the plain png terminal.
+    std::ifstream in(gp);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    t.replace(t.find("pngcairo"), 8, "png");
+    std::ofstream(gp) << t;
+    if (std::system(("gnuplot '" + gp + "' 2>&1").c_str()) != 0) {
+      std::printf("plot: gnuplot failed; install gnuplot-nox (the data is in %s)\n", dat.c_str());
+      return;
+    }
+  }
+  std::printf("plot: %s\n", png.c_str());
+}
+
+}  // namespace
+
+int run_pipeline(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  const bool own_dir = a.work_dir.empty();
+  const std::string dir = own_dir ? run_dir_default() : a.work_dir;
+  if (!own_dir) std::filesystem::create_directories(dir);
+  const bool tp = a.use_testpmd && testpmd_available(a.testpmd);
+  if (a.use_testpmd && !tp)
+    std::printf("note: %s not found: no testpmd baseline (install Debian's dpdk package, or --testpmd PATH)\n",
+                a.testpmd.c_str());
+
+  // EAL: lcores 0..max-1; no hugepages unless the caller says otherwise.
+  const std::string prefix = "prism-bench-" + std::to_string(getpid());
+  std::vector<std::string> eal = {"prism-bench", "--file-prefix", prefix, "-l",
+                                  a.max_lcores == 1 ? "0" : "0-" + std::to_string(a.max_lcores - 1),
+                                  "--log-level=lib.eal:error", "--log-level=pmd.net.pcap:error"};
+  {
+    std::stringstream ss(a.eal.empty() ? "--no-huge -m 1024 --no-pci" : a.eal);
+    for (std::string t; ss >> t;) eal.push_back(t);
+  }
+  std::vector<char*> eargv;
+  for (auto& s : eal) eargv.push_back(s.data());
+  if (rte_eal_init(int(eargv.size()), eargv.data()) < 0)
+    fail(std::string("EAL init failed: ") + rte_strerror(rte_errno) + " (check --eal)");
+
+  // Captures: one workload per (shape, policy in the header).
+  std::map<std::pair<Shape, Mode>, Workload> loads;
+  uint32_t wid = 0;
+  auto load_for = [&](const Case& c) -> const Workload& {
+    const Mode hm = c.mode == Mode::FORWARD ? Mode::ARRIVAL : c.mode;
+    Shape key = c.s;
+    key.lcores = 0;  // the packets do not depend on the lcores
+    auto it = loads.find({key, hm});
+    if (it == loads.end()) it = loads.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a.ports, dir, wid++)).first;
+    return it->second;
+  };
+
+  std::printf("prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; CPU %s\n",
+              a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports, cpu_model().c_str());
+  std::fflush(stdout);
+  // testpmd runs once per packet shape (its layout does not change with --lcores).
+  std::vector<Case> tp_cases;
+  if (tp)
+    for (const Case& c : a.cases) {
+      if (c.mode != Mode::FORWARD) continue;
+      Shape k = c.s;
+      k.lcores = 0;
+      const bool have = std::any_of(tp_cases.begin(), tp_cases.end(), [&](const Case& x) {
+        Shape y = x.s;
+        y.lcores = 0;
+        return !(y < k) && !(k < y);
+      });
+      if (!have) tp_cases.push_back(c);
+    }
+
+  std::vector<std::vector<Result>> runs(a.cases.size()), tp_runs(tp_cases.size());
+  uint32_t run_id = 0;
+  for (uint32_t rep = 0; rep < a.repeat; ++rep) {
+    for (size_t i = 0; i < a.cases.size(); ++i) {
+      const Case& c = a.cases[i];
+      Result r;
+      try {
+        r = run_prism(c, load_for(c), a, run_id++);
+      } catch (const std::exception& e) {
+        r.c = c;
+        r.error = e.what();
+      }
+      runs[i].push_back(r);
+    }
+    for (size_t i = 0; i < tp_cases.size(); ++i) tp_runs[i].push_back(run_testpmd(tp_cases[i], load_for(tp_cases[i]), a));
+    std::printf("  round %u of %u done\n", rep + 1, a.repeat);
+    std::fflush(stdout);
+  }
+
+  // Medians; the run reported is the one with the median Mpps.
+  auto pick = [](std::vector<Result>& v) {
+    std::vector<Result> ok;
+    for (auto& r : v)
+      if (r.error.empty()) ok.push_back(r);
+    if (ok.empty()) return v.front();
+    std::sort(ok.begin(), ok.end(), [](const Result& x, const Result& y) { return x.mpps < y.mpps; });
+    return ok[ok.size() / 2];
+  };
+  std::vector<Row> rows;
+  auto same_shape = [](const Shape& x, const Shape& y, bool lc) {
+    return x.dtype == y.dtype && x.payload == y.payload && x.ranks == y.ranks && (!lc || x.lcores == y.lcores);
+  };
+  for (size_t i = 0; i < a.cases.size(); ++i) {
+    Row row;
+    row.r = pick(runs[i]);
+    uint64_t drops = 0, bad = 0, checked = 0;
+    std::string err;
+    for (const auto& r : runs[i]) {
+      drops += r.drops;
+      bad += r.bad;
+      checked += r.checked;
+      if (err.empty() && !r.error.empty()) err = r.error;
+    }
+    row.r.drops = drops;
+    row.r.bad = bad;
+    row.r.checked = checked;
+    if (!err.empty()) row.r.error = err;
+    rows.push_back(row);
+  }
+  for (size_t i = 0; i < tp_cases.size(); ++i) {
+    Row row;
+    row.r = pick(tp_runs[i]);
+    rows.push_back(row);
+  }
+  // Pair each row with its baselines.
+  for (Row& row : rows) {
+    for (const Row& o : rows) {
+      if (o.r.c.mode == Mode::FORWARD && same_shape(o.r.c.s, row.r.c.s, true) && o.r.error.empty()) row.fwd = o.r.mpps;
+      if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) row.tp = o.r.mpps;
+    }
+    if (row.fwd > 0 && row.r.c.mode != Mode::TESTPMD) row.vs_fwd = row.r.mpps / row.fwd;
+    if (row.tp > 0 && row.r.c.mode != Mode::TESTPMD) row.vs_tp = row.r.mpps / row.tp;
+    if (row.r.c.mode == Mode::KULISCH || row.r.c.mode == Mode::BINOMIAL)
+      for (const Row& o : rows)
+        if (o.r.c.mode == Mode::ARRIVAL && same_shape(o.r.c.s, row.r.c.s, true) && o.r.mpps > 0)
+          row.vs_arrival = row.r.mpps / o.r.mpps;
+  }
+
+  // Table.
+  std::printf(
+      "\n%-14s %-7s %6s %5s %3s | %7s %8s %8s | %6s %6s %6s | %5s %5s %5s | %7s %7s | %5s %5s | %7s %6s %s\n",
+      "policy", "dtype", "bytes", "R", "lc", "Mpps", "Gbit/s", "ns/elem", "/fwd", "/tpmd", "/arr", "rx%", "red%", "tx%",
+      "main ns", "red ns", "L100", "L400", "slot B", "drops", "checked");
+  std::string last_section;
+  for (const Row& row : rows) {
+    const Result& r = row.r;
+    if (r.c.section != last_section && r.c.mode != Mode::TESTPMD) {
+      std::printf("-- %s\n", r.c.section.c_str());
+      last_section = r.c.section;
+    }
+    if (r.c.mode == Mode::TESTPMD && last_section != "testpmd") {
+      std::printf("-- testpmd io forwarding, 1 forwarding lcore\n");
+      last_section = "testpmd";
+    }
+    auto ratio = [](double x) {
+      static char b[4][16];
+      static int k = 0;
+      char* o = b[k++ % 4];
+      if (x > 0) std::snprintf(o, 16, "%.2f", x);
+      else std::snprintf(o, 16, "-");
+      return o;
+    };
+    if (!r.error.empty() && r.packets == 0) {
+      std::printf("%-14s %-7s %6u %5u %3u | FAILED: %s\n", mode_name(r.c.mode), name(r.c.s.dtype), r.c.s.payload,
+                  r.c.s.ranks, r.c.s.lcores, r.error.c_str());
+      continue;
+    }
+    const bool pm = r.c.mode == Mode::TESTPMD;
+    std::printf(
+        "%-14s %-7s %6u %5u %3s | %7.3f %8.2f %8.3f | %6s %6s %6s | %5.1f %5.1f %5.1f | %7.1f %7.1f | %5u %5u | %7zu "
+        "%6llu %llu%s\n",
+        mode_name(r.c.mode), name(r.c.s.dtype), r.c.s.payload, r.c.s.ranks, pm ? "1f" : std::to_string(r.c.s.lcores).c_str(),
+        r.mpps, r.gbps, r.ns_per_elem, ratio(row.vs_fwd), ratio(row.vs_tp), ratio(row.vs_arrival), 100 * r.rx_share,
+        100 * r.reduce_share, 100 * r.tx_share, r.main_ns_pkt, r.reduce_ns_pkt, lcores_for(r, 100), lcores_for(r, 400),
+        r.slot_bytes, (unsigned long long)r.drops, (unsigned long long)r.checked,
+        r.error.empty() ? "" : ("  CHECK FAILED: " + r.error).c_str());
+  }
+  std::printf(
+      "Mpps: contributions received per second (testpmd: packets forwarded). Gbit/s: of contribution payload.\n"
+      "ns/elem: wall ns per element-contribution. /fwd, /tpmd: Mpps over forward-only (same lcores) and testpmd\n"
+      "(same packets); /arr: over FP32_ARRIVAL. rx%%, red%%, tx%%: share of an lcore's time busy in each stage.\n"
+      "main ns, red ns: busy lcore-ns per contribution in RX+TX and in the reducers. L100, L400: lcores that\n"
+      "100 and 400 Gbit/s on the wire would need at those costs. slot B: memory per in-flight slot.\n");
+
+  // Targets (issue 5): 1 KiB fp32, R = 8, one reducer lcore.
+  int n_t = 0, n_pass = 0;
+  auto find = [&](Mode m, Format d) -> const Row* {
+    for (const Row& row : rows)
+      if (row.r.c.mode == m && row.r.c.s.dtype == d && row.r.c.s.payload == 1024 && row.r.c.s.ranks == 8 &&
+          (m == Mode::TESTPMD || row.r.c.s.lcores == 2) && row.r.error.empty())
+        return &row;
+    return nullptr;
+  };
+  auto target = [&](const char* what, const Row* row, double ratio, double goal) {
+    if (!row || ratio <= 0) return;
+    ++n_t;
+    const bool ok = ratio >= goal;
+    n_pass += ok;
+    std::printf("target %-44s %5.2f (>= %.2f) %s\n", what, ratio, goal, ok ? "PASS" : "MISS");
+  };
+  std::printf("\n");
+  if (const Row* r = find(Mode::ARRIVAL, Format::FP32)) target("fp32_arrival / forward (1 KiB fp32, R=8)", r, r->vs_fwd, 0.8);
+  if (const Row* r = find(Mode::FORWARD, Format::FP32)) target("forward / testpmd (1 KiB fp32, R=8)", r, r->vs_tp, 0.5);
+  if (const Row* r = find(Mode::KULISCH, Format::FP32)) {
+    target("kulisch / fp32_arrival, fp32", r, r->vs_arrival, 0.5);
+    target("kulisch / fp32_arrival, fp32 (stretch)", r, r->vs_arrival, 0.7);
+  }
+  for (Format f : {Format::FP16, Format::BF16, Format::E4M3FN, Format::E5M2})
+    if (const Row* r = find(Mode::KULISCH, f))
+      target((std::string("kulisch / fp32_arrival, ") + name(f)).c_str(), r, r->vs_arrival, 0.8);
+
+  uint64_t drops = 0, bad = 0, failed = 0;
+  for (const Row& row : rows) {
+    drops += row.r.drops;
+    bad += row.r.bad;
+    failed += !row.r.error.empty();
+  }
+  std::printf("summary: %d of %d targets pass; %llu drops; %llu RESULT mismatches; %llu failed measurements\n", n_t ? n_pass : 0,
+              n_t, (unsigned long long)drops, (unsigned long long)bad, (unsigned long long)failed);
+
+  if (!a.json.empty()) {
+    std::ofstream j(a.json);
+    if (!j) fail("cannot write --json " + a.json);
+    j << "[\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      const Result& r = row.r;
+      j << "  {\"policy\": \"" << mode_name(r.c.mode) << "\", \"dtype\": \"" << name(r.c.s.dtype)
+        << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
+        << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
+        << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
+        << ", \"section\": " << json_str(r.c.section) << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps
+        << ", \"ns_per_elem\": " << r.ns_per_elem << ", \"stage_share\": {\"rx\": " << r.rx_share
+        << ", \"reduce\": " << r.reduce_share << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
+        << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
+        << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
+        << ", \"slots_high\": " << r.slots_high << ", \"drops\": " << r.drops << ", \"results_checked\": " << r.checked
+        << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat << ", \"seconds\": " << a.time_s
+        << ", \"baseline\": {\"forward_mpps\": " << row.fwd << ", \"testpmd_mpps\": " << row.tp
+        << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp << ", \"vs_fp32_arrival\": " << row.vs_arrival
+        << "}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}" << (i + 1 < rows.size() ? "," : "")
+        << "\n";
+    }
+    j << "]\n";
+    std::printf("json: %s\n", a.json.c_str());
+  }
+  if (!a.plot.empty()) write_plot(rows, a.plot, dir);
+
+  loads.clear();
+  rte_eal_cleanup();
+  std::error_code ec;
+  std::filesystem::remove_all("/var/run/dpdk/" + prefix, ec);
+  if (own_dir) std::filesystem::remove_all(dir, ec);
+  return bad || failed || drops ? kCheckFailed : 0;
+}
+
+}  // namespace prism::bench
