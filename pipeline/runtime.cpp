@@ -42,7 +42,11 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   if (cfg.ports.empty()) throw SetupError(cfg.path + ": no ports configured: list the switch's ports under ports:");
 
   // 1. Buffers: one pool; the private area carries what RX parsed.
-  pool_ = rte_pktmbuf_pool_create("prism_pool", kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()));
+  // A LIFO pool ("stack") hands out the buffer freed last, still in cache: RX
+  // allocates on one lcore what reducers free on another, and a FIFO ring
+  // would cycle through every buffer of the pool, each one cold.
+  pool_ = rte_pktmbuf_pool_create_by_ops("prism_pool", kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()), "stack");
+  if (!pool_) pool_ = rte_pktmbuf_pool_create("prism_pool", kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()));
   if (!pool_)
     throw SetupError(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) +
                      " (give the EAL more memory, e.g. -m 1024)");
@@ -108,18 +112,19 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   const Arbiter mode = cfg.arbiter == ArbiterMode::RANDOM    ? Arbiter::RANDOM
                        : cfg.arbiter == ArbiterMode::REVERSE ? Arbiter::REVERSE
                                                              : Arbiter::ROUND_ROBIN;
-  for (uint32_t s = 0; s < shards; ++s) {
-    std::vector<rte_ring*> in;
-    for (auto& v : voq) in.push_back(v[s]);
-    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, pool_, mode, cfg.arbiter_seed,
-                                                 cfg.slots_per_shard, tsc_hz_, opt.forward_only));
-  }
+  std::vector<bool> chains(size_t(max_cfg_port) + 1, false);  // by config port: the device sends chained mbufs
   for (const auto& p : cfg.ports) {
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(dpdk_port_[p.id], &info);
-    const bool chains = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains));
+    chains[p.id] = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   }
+  for (uint32_t s = 0; s < shards; ++s) {
+    std::vector<rte_ring*> in;
+    for (auto& v : voq) in.push_back(v[s]);
+    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, chains, pool_, mode, cfg.arbiter_seed,
+                                                 cfg.slots_per_shard, tsc_hz_, opt.forward_only));
+  }
+  for (const auto& p : cfg.ports) tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains[p.id]));
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;

@@ -150,10 +150,32 @@ rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>
   return p;
 }
 
+uint32_t Emitter::sum_for(const std::shared_ptr<const std::vector<uint8_t>>& body) {
+  if (body != sum_body_) {
+    sum_body_ = body;
+    sum_ = wire::body_sum16(*body);
+  }
+  return sum_;
+}
+
 void Emitter::send(sw::Out&& o) {
   rte_mbuf* h = rte_pktmbuf_alloc(pool_);
   if (!h) {
     alloc_failures.add();
+    return;
+  }
+  if (o.port < chains_.size() && !chains_[o.port]) {  // the whole frame in one mbuf
+    const size_t n = wire::kFrameOverhead + o.body->size();
+    auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(h, uint16_t(n)));
+    if (!buf) {
+      rte_pktmbuf_free(h);
+      alloc_failures.add();
+      return;
+    }
+    wire::build_headers(buf, n, o.src, o.dst, o.h, o.body->size(), o.body->empty() ? 0 : sum_for(o.body), ip_id_++);
+    if (!o.body->empty()) std::memcpy(buf + wire::kFrameOverhead, o.body->data(), o.body->size());
+    pending_.emplace_back(o.port, h);
+    frames.add();
     return;
   }
   uint32_t sum = 0;
@@ -234,11 +256,11 @@ class RteHashIndex final : public sw::SlotIndex {
 }  // namespace
 
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
-                         std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed,
-                         uint32_t slots, uint64_t tsc_hz, bool forward_only)
+                         std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool,
+                         Arbiter mode, uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only)
     : shard_(shard),
       in_(std::move(inputs)),
-      emitter_(std::move(tx_by_port), pool),
+      emitter_(std::move(tx_by_port), pool, std::move(chains)),
       red_(dir, slots, std::make_unique<RteHashIndex>(shard, slots)),
       mode_(mode),
       forward_only_(forward_only),

@@ -105,7 +105,11 @@ class RxStage final : public Stage {
 // indirect clone of it), and queues them on the TX ring of their port.
 class Emitter final : public sw::Sink {
  public:
-  Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool) : tx_(std::move(tx_by_port)), pool_(pool) {}
+  // `chains[port]`: the port's device sends chained mbufs. Where it cannot,
+  // each copy is built whole (one copy of the body here rather than a clone,
+  // a chain and a linearize at TX).
+  Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool, std::vector<bool> chains)
+      : tx_(std::move(tx_by_port)), pool_(pool), chains_(std::move(chains)) {}
   void send(sw::Out&& o) override;
   // Queues an mbuf unchanged for `port` (forward-only mode).
   void forward(uint16_t port, rte_mbuf* m) {
@@ -119,8 +123,12 @@ class Emitter final : public sw::Sink {
 
  private:
   rte_mbuf* payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum);
+  uint32_t sum_for(const std::shared_ptr<const std::vector<uint8_t>>& body);
   std::vector<rte_ring*> tx_;
   rte_mempool* pool_;
+  std::vector<bool> chains_;
+  std::shared_ptr<const std::vector<uint8_t>> sum_body_;  // whose one's-complement sum sum_ is
+  uint32_t sum_ = 0;
   std::vector<std::pair<uint16_t, rte_mbuf*>> pending_;
   // Held, not just compared by address: a freed body's address may come back for another.
   std::shared_ptr<const std::vector<uint8_t>> last_body_;
@@ -142,8 +150,8 @@ class ReduceStage final : public Stage {
   // `forward_only`: a baseline, not a switch: every admitted packet goes back
   // out of its input port unchanged, with no slot and no arithmetic.
   ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
-              std::vector<rte_ring*> tx_by_port, rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots,
-              uint64_t tsc_hz, bool forward_only = false);
+              std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool, Arbiter mode,
+              uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only = false);
   const char* kind() const override { return "reduce"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return emitter_.drained(); }

@@ -519,6 +519,26 @@ uint32_t result(float a, uint8_t fl, Format out, Exceptions ex, uint8_t* rfl) {
   return en.bits;
 }
 
+// The common case of an FP32-policy result: fp32 out, no lane flagged, every
+// sum finite. Then the result is the sums as they are (little-endian on the
+// wire, as in memory here): one copy, no per-lane decisions. False when the
+// per-lane path must run.
+inline bool finalize_plain(const float* acc, const uint8_t* fl, uint32_t n, Format out, uint8_t* dst, uint8_t* flags) {
+  static_assert(std::endian::native == std::endian::little);
+  if (out != Format::FP32) return false;
+  uint8_t any = 0;
+  uint32_t all_exp = 0;  // a lane with an all-ones exponent (NaN, infinity) shows as a match below
+  for (uint32_t i = 0; i < n; ++i) {
+    any |= fl[i];
+    const uint32_t b = float_bits(acc[i]);
+    all_exp |= ((b & 0x7F800000u) == 0x7F800000u);
+  }
+  if (any | all_exp) return false;
+  std::memcpy(dst, acc, size_t(n) * 4);
+  if (flags) std::memset(flags, 0, n);
+  return true;
+}
+
 // The FP32 policies' lane state (lossless, see Fp32Arrival::state()): the
 // sideband holds the lane's flags as they are (NAN_INPUT, POS_INF/NEG_INF =
 // input infinities seen, INVALID, OVERFLOW) and the value the sum when it is
@@ -606,6 +626,7 @@ class Fp32Arrival final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    if (f32::finalize_plain(acc_.data(), fl_.data(), d_.lanes, d_.out, out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -671,6 +692,7 @@ class Fp32Binomial final : public Accumulator {
     const uint32_t osz = info(d_.out).bytes;
     if (present_ != d_.group) return finalize_incomplete(out, flags);
     const float* x = rows_.data();
+    if (f32::finalize_plain(x, fl_.data(), d_.lanes, d_.out, out, flags)) return;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t rfl = 0;
       store_bits(d_.out, out + i * osz, f32::result(x[i], fl_[i], d_.out, d_.exceptions, &rfl));

@@ -95,7 +95,10 @@ size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst,
 uint32_t body_sum16(std::span<const uint8_t> body);
 // The folded one's-complement sum of the big-endian 16-bit words of p[0, len)
 // (an odd last byte is padded with zero), as IPv4 and UDP checksums use it.
+// AVX2 where the CPU has it (see arith/kernels.hpp's dispatch); the portable
+// sum is there for tests to compare with.
 uint16_t ones_sum(const uint8_t* p, size_t len);
+uint16_t ones_sum_portable(const uint8_t* p, size_t len);
 size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
                      size_t body_len, uint32_t body_sum, uint16_t ip_id = 0);
 

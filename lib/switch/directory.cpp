@@ -51,25 +51,23 @@ wire::Endpoint Directory::self(uint16_t port) const {
 
 Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
   Verdict v;
-  v.nack = dir.registered(p.src);
-  const auto fail = [&](Drop d) {
+  // Whether a refusal may be NACKed (the sender is registered) is looked up
+  // only when there is a refusal: an admitted packet costs no such lookup.
+  const auto fail = [&](Drop d, bool may_nack = true) {
     v.why = d;
+    v.nack = may_nack && dir.registered(p.src);
     return v;
   };
-  if (p.h.kind == wire::Kind::NACK) {  // switches never take NACKs, and never answer one (no NACK loops)
-    v.nack = false;
-    return fail(Drop::WRONG_KIND);
-  }
+  if (p.h.kind == wire::Kind::NACK) return fail(Drop::WRONG_KIND, false);  // switches never take NACKs, nor answer one
   v.job = dir.job(p.h.job);
-  if (p.h.kind == wire::Kind::RESULT) {
-    v.nack = false;  // never answer a RESULT
-    if (!dir.is_parent(p.src) || dir.config().parent->addr.mac != p.src.mac) return fail(Drop::UNKNOWN_SOURCE);
-    if (!v.job) return fail(Drop::UNKNOWN_JOB);
+  if (p.h.kind == wire::Kind::RESULT) {  // never answered
+    if (!dir.is_parent(p.src) || dir.config().parent->addr.mac != p.src.mac) return fail(Drop::UNKNOWN_SOURCE, false);
+    if (!v.job) return fail(Drop::UNKNOWN_JOB, false);
     v.from_parent = true;
     v.ok = true;
     return v;
   }
-  if (!v.job) return fail(v.nack ? Drop::UNKNOWN_JOB : Drop::UNKNOWN_SOURCE);
+  if (!v.job) return dir.registered(p.src) ? fail(Drop::UNKNOWN_JOB) : fail(Drop::UNKNOWN_SOURCE, false);
   const Member* m = nullptr;
   if (p.h.kind == wire::Kind::CONTRIB) {
     if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
@@ -78,9 +76,9 @@ Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
     if (p.h.sender < v.job->child_of_id.size() && v.job->child_of_id[p.h.sender] >= 0)
       m = &v.job->children[size_t(v.job->child_of_id[p.h.sender])];
   }
-  if (!m) return fail(v.nack ? Drop::NOT_A_MEMBER : Drop::UNKNOWN_SOURCE);
+  if (!m) return dir.registered(p.src) ? fail(Drop::NOT_A_MEMBER) : fail(Drop::UNKNOWN_SOURCE, false);
   if (m->addr.ip != p.src.ip || m->addr.port != p.src.port || m->addr.mac != p.src.mac || m->port != in_port)
-    return fail(v.nack ? Drop::SPOOFED : Drop::UNKNOWN_SOURCE);
+    return dir.registered(p.src) ? fail(Drop::SPOOFED) : fail(Drop::UNKNOWN_SOURCE, false);
   v.member = m;
   v.ok = true;
   return v;

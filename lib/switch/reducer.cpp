@@ -55,6 +55,7 @@ struct Reducer::Slot {
   uint32_t terms = 0, expected = 0;
   uint64_t t_open = 0, t_done = 0, t_partial = 0;
   std::shared_ptr<std::vector<uint8_t>> result_body;
+  std::shared_ptr<std::vector<uint8_t>> spare_body;  // a released result's body, for the next op's
   wire::Header result_h;
 };
 
@@ -325,7 +326,13 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
     return;
   }
   const uint32_t osz = info(s.desc.out_dtype).bytes;
-  auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz + s.lanes);
+  // The slot's last body is reused when nothing else holds it (no queued
+  // frame, no emitter's cache): a steady stream of ops allocates nothing.
+  std::shared_ptr<std::vector<uint8_t>> body;
+  if (s.spare_body && s.spare_body.use_count() == 1) body = std::move(s.spare_body);
+  else body = std::make_shared<std::vector<uint8_t>>();
+  s.spare_body.reset();
+  body->resize(size_t(s.lanes) * osz + s.lanes);
   uint8_t* flags = body->data() + size_t(s.lanes) * osz;
   s.acc->finalize(body->data(), flags);
   uint8_t status = 0;
@@ -446,6 +453,7 @@ void Reducer::release(Slot& s, bool tombstone) {
     tomb_fifo_.push_back(s.key);
   }
   s.state = State::FREE;
+  s.spare_body = std::move(s.result_body);
   s.result_body.reset();
   free_.push_back(s.self);
   --stats_.slots_in_use;

@@ -409,10 +409,12 @@ TEST(Checksum, OnesSumAtEveryAlignment) {
     for (size_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 1024, 1031, 4099, 9216}) {
       const Bytes d(buf.begin() + long(off), buf.begin() + long(off + n));
       ASSERT_EQ(uint16_t(~ones_sum(buf.data() + off, n)), rfc1071(d)) << "offset " << off << " length " << n;
+      ASSERT_EQ(uint16_t(~ones_sum_portable(buf.data() + off, n)), rfc1071(d)) << "offset " << off << " length " << n;
     }
   // All-ones words: the 64-bit sum must fold its carries back in.
   const Bytes ones(9000, 0xFF);
   EXPECT_EQ(ones_sum(ones.data(), ones.size()), 0xFFFF);
+  EXPECT_EQ(ones_sum_portable(ones.data(), ones.size()), 0xFFFF);
 }
 
 // A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
