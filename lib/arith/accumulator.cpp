@@ -160,16 +160,22 @@ class KulischWide final : public Accumulator {
         bank_(d.lanes),
         adds_(d.lanes),
         dirty_(d.lanes) {
+    dirty_.fill(1);  // the lanes are uninitialised: clear them all once
     reset();
   }
 
+  // Cost: the fast lanes, and the banks of the lanes that used theirs (a
+  // bank and its add count change only with dirty_ set).
   void reset() override {
     certified_ = true;
     lo_ = ~0u;
     hi_ = 0;
     fast_.fill(T(-0.0));
-    for (uint32_t i = 0; i < d_.lanes; ++i) bank_[i].clear();
-    adds_.fill(0);
+    for (uint32_t i = 0; i < d_.lanes; ++i)
+      if (dirty_[i]) {
+        bank_[i].clear();
+        adds_[i] = 0;
+      }
     dirty_.fill(0);
   }
 
@@ -246,6 +252,7 @@ class KulischWide final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    if (finalize_plain(out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -266,6 +273,29 @@ class KulischWide final : public Accumulator {
   }
 
  private:
+  // FP32 out with every lane's sum in its fast lane (no bank used, no
+  // special): the correctly rounded result is the hardware's RNE conversion
+  // of each exact sum, subnormals included. A lane that overflows fp32 sends
+  // the whole op down the per-lane path (its flag and the exceptions mode).
+  bool finalize_plain(uint8_t* out, uint8_t* flags) const {
+    if (d_.out != Format::FP32) return false;
+    uint8_t dirty = 0;
+    for (uint32_t i = 0; i < d_.lanes; ++i) dirty |= dirty_[i];
+    if (dirty) return false;
+    std::vector<float>& tmp = plain_;
+    tmp.resize(d_.lanes);
+    uint32_t bad = 0;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const float x = float(fast_[i]);  // exact for float lanes
+      tmp[i] = x;
+      bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
+    }
+    if (bad) return false;
+    std::memcpy(out, tmp.data(), size_t(d_.lanes) * 4);
+    if (flags) std::memset(flags, 0, d_.lanes);
+    return true;
+  }
+
   LaneExact lane_state(uint32_t i) const {
     LaneExact l;
     const T f = fast_[i];
@@ -321,6 +351,7 @@ class KulischWide final : public Accumulator {
   uint32_t lo_, hi_;
   Lanes<T> fast_;
   Lanes<Bank> bank_;
+  mutable std::vector<float> plain_;  // finalize_plain's scratch
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
 };

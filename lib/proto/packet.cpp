@@ -201,8 +201,16 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   const size_t n = frame.size();
   // Fields are filled in as they are validated, so a refused packet still says
   // how far it got (its source, once IPv4 and UDP checked out: for a NACK).
+  // Built in place, field by field (a temporary's rep-stos and copy cost more than the rest of parse).
   Parsed& r = *out;
-  r = Parsed{};
+  r.src = Endpoint{};
+  r.dst = Endpoint{};
+  r.vlan = 0;
+  r.h = Header{};
+  r.payload = nullptr;
+  r.payload_len = 0;
+  r.sideband = nullptr;
+  r.first_lane = r.chunk_lanes = 0;
   if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
   std::memcpy(r.dst.mac.data(), f, 6);
   std::memcpy(r.src.mac.data(), f + 6, 6);
