@@ -522,6 +522,7 @@ struct Result {
   double rx_share = 0, reduce_share = 0, tx_share = 0;  // of one lcore's time
   double main_ns_pkt = 0, reduce_ns_pkt = 0;            // busy lcore-ns per contribution
   uint64_t packets = 0, drops = 0, results = 0, checked = 0, bad = 0, slots_high = 0;
+  uint64_t rx_backpressure = 0, reduce_backpressure = 0;
   size_t slot_bytes = 0;
   uint32_t frame_bytes = 0, elements = 0;
   std::string error;
@@ -574,6 +575,10 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run) 
   rt.run();
   ctl.join();
   remove_callbacks();
+  // Which stage held the others back: RX polls skipped because a VOQ ring was
+  // full (the reducers are the limit), reducer polls skipped because a TX ring was.
+  for (const auto& r : rt.rx()) res.rx_backpressure += r->counters().polls_skipped.get();
+  for (const auto& r : rt.reducers()) res.reduce_backpressure += r->counters().backpressured.get();
   const double secs = double(s1.tsc - s0.tsc) / double(rt.tsc_hz());
   res.packets = s1.rx - s0.rx;
   res.drops = s1.drops;  // over the whole run, warm-up included
@@ -953,7 +958,8 @@ int run_pipeline(int argc, char** argv) {
         << ", \"reduce\": " << r.reduce_share << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
         << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
         << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
-        << ", \"slots_high\": " << r.slots_high << ", \"drops\": " << r.drops << ", \"results_checked\": " << r.checked
+        << ", \"slots_high\": " << r.slots_high << ", \"rx_backpressure_polls\": " << r.rx_backpressure
+        << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops << ", \"results_checked\": " << r.checked
         << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat << ", \"seconds\": " << a.time_s
         << ", \"baseline\": {\"forward_mpps\": " << row.fwd << ", \"testpmd_mpps\": " << row.tp
         << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp << ", \"vs_fp32_arrival\": " << row.vs_arrival

@@ -265,7 +265,8 @@ ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<r
       mode_(mode),
       forward_only_(forward_only),
       rng_(seed + shard),
-      tsc_hz_(tsc_hz) {
+      tsc_hz_(tsc_hz),
+      ns_per_tsc_(1e9 / double(tsc_hz)) {
   served_ = std::make_unique<Counter[]>(in_.size());
   for (const auto& [job, js] : red_.job_stats()) snap_jobs_.emplace_back(job, js);
   order_.resize(in_.size());
@@ -292,7 +293,7 @@ sw::ReducerStats ReduceStage::snapshot(std::vector<std::pair<uint32_t, sw::JobSt
 // plus one ring dequeue per burst. The arbiter decides which input ring is
 // served first each pass: that is how arrival order is varied on purpose.
 unsigned ReduceStage::poll(uint64_t now_tsc) {
-  const uint64_t now_ns = uint64_t(double(now_tsc) * 1e9 / double(tsc_hz_));
+  const uint64_t now_ns = uint64_t(double(now_tsc) * ns_per_tsc_);
   if (now_tsc >= next_tick_) {
     red_.tick(now_ns, emitter_);
     next_tick_ = now_tsc + tsc_hz_ / 1000;

@@ -176,6 +176,7 @@ class ReduceStage final : public Stage {
   std::vector<uint32_t> order_;
   uint32_t next_ = 0;
   uint64_t tsc_hz_, next_tick_ = 0;
+  double ns_per_tsc_;
   ReduceCounters c_;
   std::unique_ptr<Counter[]> served_;  // packets taken from each input ring
   mutable std::atomic<uint32_t> seq_{0};
