@@ -85,6 +85,8 @@ const char* kPipelineUsage =
     "  --work-dir DIR   where the captures are written (default a fresh folder in /tmp, removed after)\n"
     "  --eal ARGS       extra EAL arguments (default: --no-huge -m 1024 --no-pci)\n"
     "  --quick          a smoke test: 2 payloads, 2 formats, short windows (figures not meaningful)\n"
+    "  --inject-fault   self-test of the checks: one contribution per round has its signs flipped, so\n"
+    "                   every policy's RESULT check must fail (exit 3)\n"
     "Exit status: 0 when every RESULT checked out and nothing was dropped; 3 when a check failed;\n"
     "2 for a usage error.\n";
 
@@ -132,7 +134,7 @@ struct Args {
   uint32_t ports = 2, repeat = 3;
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
-  bool use_testpmd = true, quick = false;
+  bool use_testpmd = true, quick = false, inject_fault = false;
   uint32_t max_lcores = 1;
 };
 
@@ -161,7 +163,7 @@ Args parse_args(int argc, char** argv) {
   const cli::Args a(argc, argv, 0,
                     {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
                      "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal"},
-                    {"--no-testpmd", "--quick", "--help", "-h"});
+                    {"--no-testpmd", "--quick", "--inject-fault", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     std::fputs(kPipelineUsage, stdout);
     std::exit(0);
@@ -169,6 +171,7 @@ Args parse_args(int argc, char** argv) {
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see prism-bench pipeline --help)");
   Args r;
   r.quick = a.has("--quick");
+  r.inject_fault = a.has("--inject-fault");
   r.ports = uint32_t(a.num("--ports", 1, 16, 2));
   r.repeat = uint32_t(a.num("--repeat", 1, 50, r.quick ? 1 : 3));
   r.time_s = a.real("--time", 0.01, 60, r.quick ? 0.15 : 1.0);
@@ -383,10 +386,25 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
 // --- the callbacks on the switch's ports ------------------------------------
 
 // Gives each replayed round of a port's capture fresh op ids: op + round * ops.
+// With `fault` (--inject-fault, a self-test of the checks) the first frame
+// of every round has every element's sign flipped, checksum fixed: its op's
+// RESULT is then wrong and the verifier must say so.
 struct Rewriter {
   uint64_t seen = 0;
-  uint32_t per_round = 1, ops = 1;
+  uint32_t per_round = 1, ops = 1, esz = 4;
+  bool fault = false;
 };
+
+void flip_signs(uint8_t* f, size_t len, uint32_t esz) {
+  constexpr size_t kIp = 14, kUdp = 14 + 20;
+  for (size_t at = wire::kFrameOverhead + esz - 1; at < len; at += esz) f[at] ^= 0x80;
+  f[kUdp + 6] = f[kUdp + 7] = 0;
+  const uint32_t src = uint32_t(f[kIp + 12]) << 24 | uint32_t(f[kIp + 13]) << 16 | uint32_t(f[kIp + 14]) << 8 | f[kIp + 15];
+  const uint32_t dst = uint32_t(f[kIp + 16]) << 24 | uint32_t(f[kIp + 17]) << 16 | uint32_t(f[kIp + 18]) << 8 | f[kIp + 19];
+  const uint16_t c = wire::udp_checksum(src, dst, f + kUdp, len - kUdp);
+  f[kUdp + 6] = uint8_t(c >> 8);
+  f[kUdp + 7] = uint8_t(c);
+}
 
 inline uint16_t ld16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
 inline void st16(uint8_t* p, uint16_t v) {
@@ -397,9 +415,11 @@ inline void st16(uint8_t* p, uint16_t v) {
 uint16_t rx_rewrite(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t, void* arg) {
   auto* rw = static_cast<Rewriter*>(arg);
   for (uint16_t i = 0; i < n; ++i) {
-    const uint64_t round = rw->seen++ / rw->per_round;
-    if (!round || rte_pktmbuf_data_len(pkts[i]) < wire::kFrameOverhead) continue;
+    const uint64_t at = rw->seen++, round = at / rw->per_round;
+    if (rte_pktmbuf_data_len(pkts[i]) < wire::kFrameOverhead) continue;
     uint8_t* f = rte_pktmbuf_mtod(pkts[i], uint8_t*);
+    if (rw->fault && at % rw->per_round == 0) flip_signs(f, rte_pktmbuf_data_len(pkts[i]), rw->esz);
+    if (!round) continue;
     const uint16_t o_hi = ld16(f + kOpOffset), o_lo = ld16(f + kOpOffset + 2);
     const uint32_t op = (uint32_t(o_hi) << 16 | o_lo) + uint32_t(round * rw->ops);
     const uint16_t n_hi = uint16_t(op >> 16), n_lo = uint16_t(op);
@@ -528,7 +548,7 @@ struct Result {
   std::string error;
 };
 
-Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run) {
+Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, rte_mempool* pool) {
   Result res;
   res.c = c;
   res.frame_bytes = w.frame_bytes;
@@ -538,6 +558,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run) 
   pipe::RunOptions opt;
   opt.quiet = true;
   opt.forward_only = c.mode == Mode::FORWARD;
+  opt.pool = pool;
   pipe::Runtime rt(cfg, opt);
   std::vector<Rewriter> rw(w.ports);
   Verifier v;
@@ -557,6 +578,8 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run) 
   for (uint32_t p = 0; p < w.ports; ++p) {
     rw[p].per_round = w.per_round[p];
     rw[p].ops = w.ops;
+    rw[p].esz = info(c.s.dtype).bytes;
+    rw[p].fault = a.inject_fault && p == 0;
     const uint16_t pid = rt.dpdk_port(uint16_t(p));
     cbs.emplace_back(rte_eth_add_rx_callback(pid, 0, rx_rewrite, &rw[p]), rte_eth_add_tx_callback(pid, 0, tx_verify, &v));
     if (!cbs.back().first || !cbs.back().second) {
@@ -752,7 +775,8 @@ int run_pipeline(int argc, char** argv) {
   const std::string prefix = "prism-bench-" + std::to_string(getpid());
   std::vector<std::string> eal = {"prism-bench", "--file-prefix", prefix, "-l",
                                   a.max_lcores == 1 ? "0" : "0-" + std::to_string(a.max_lcores - 1),
-                                  "--log-level=lib.eal:error", "--log-level=pmd.net.pcap:error"};
+                                  "--log-level=lib.eal:error", "--log-level=pmd.net.pcap:error",
+                                  "--log-level=prism:warning"};
   {
     std::stringstream ss(a.eal.empty() ? "--no-huge -m 1024 --no-pci" : a.eal);
     for (std::string t; ss >> t;) eal.push_back(t);
@@ -792,6 +816,9 @@ int run_pipeline(int argc, char** argv) {
       if (!have) tp_cases.push_back(c);
     }
 
+  // One pool for every run (creating 150 MB of buffers per run would cost seconds).
+  rte_mempool* pool = pipe::make_pool("prism_bench_pool");
+  if (!pool) fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) + " (give --eal more memory)");
   std::vector<std::vector<Result>> runs(a.cases.size()), tp_runs(tp_cases.size());
   uint32_t run_id = 0;
   for (uint32_t rep = 0; rep < a.repeat; ++rep) {
@@ -799,7 +826,7 @@ int run_pipeline(int argc, char** argv) {
       const Case& c = a.cases[i];
       Result r;
       try {
-        r = run_prism(c, load_for(c), a, run_id++);
+        r = run_prism(c, load_for(c), a, run_id++, pool);
       } catch (const std::exception& e) {
         r.c = c;
         r.error = e.what();
@@ -972,6 +999,7 @@ int run_pipeline(int argc, char** argv) {
   if (!a.plot.empty()) write_plot(rows, a.plot, dir);
 
   loads.clear();
+  rte_mempool_free(pool);
   rte_eal_cleanup();
   std::error_code ec;
   std::filesystem::remove_all("/var/run/dpdk/" + prefix, ec);

@@ -36,17 +36,27 @@ std::string port_name(const std::string& device) { return device.substr(0, devic
 
 }  // namespace
 
+rte_mempool* make_pool(const char* name) {
+  // A LIFO pool ("stack") hands out the buffer freed last, still in cache: RX
+  // allocates on one lcore what reducers free on another, and a FIFO ring
+  // would cycle through every buffer of the pool, each one cold.
+  rte_mempool* p = rte_pktmbuf_pool_create_by_ops(name, kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()), "stack");
+  if (!p) p = rte_pktmbuf_pool_create(name, kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()));
+  return p;
+}
+
 Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt), dir_(cfg) {
   tsc_hz_ = rte_get_tsc_hz();
   stop_.store(false);
   if (cfg.ports.empty()) throw SetupError(cfg.path + ": no ports configured: list the switch's ports under ports:");
 
   // 1. Buffers: one pool; the private area carries what RX parsed.
-  // A LIFO pool ("stack") hands out the buffer freed last, still in cache: RX
-  // allocates on one lcore what reducers free on another, and a FIFO ring
-  // would cycle through every buffer of the pool, each one cold.
-  pool_ = rte_pktmbuf_pool_create_by_ops("prism_pool", kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()), "stack");
-  if (!pool_) pool_ = rte_pktmbuf_pool_create("prism_pool", kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()));
+  if (opt.pool) {
+    pool_ = opt.pool;
+    own_pool_ = false;
+  } else {
+    pool_ = make_pool("prism_pool");
+  }
   if (!pool_)
     throw SetupError(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) +
                      " (give the EAL more memory, e.g. -m 1024)");
@@ -167,7 +177,7 @@ Runtime::~Runtime() {
     while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
     rte_ring_free(r);
   }
-  if (pool_) rte_mempool_free(pool_);
+  if (pool_ && own_pool_) rte_mempool_free(pool_);
 }
 
 std::vector<std::pair<std::string, unsigned>> Runtime::ring_fill() const {

@@ -26,7 +26,13 @@ struct RunOptions {
   uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
   bool quiet = false;
   bool forward_only = false;  // baseline for benchmarks: parse, admit and send back out, no arithmetic
+  // A pool to use instead of creating one (made by make_pool(); the caller
+  // frees it after the runtime): benchmarks build many runtimes in a row.
+  rte_mempool* pool = nullptr;
 };
+
+// The switch's mbuf pool: jumbo data rooms, the private area RX fills, LIFO.
+rte_mempool* make_pool(const char* name);
 
 struct SetupError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -76,6 +82,7 @@ class Runtime {
   RunOptions opt_;
   sw::Directory dir_;
   rte_mempool* pool_ = nullptr;
+  bool own_pool_ = true;
   std::vector<uint16_t> dpdk_port_;  // by config port index
   std::vector<uint16_t> started_;
   std::vector<std::string> probed_;  // devices this runtime created (removed again on destruction)

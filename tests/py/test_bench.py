@@ -1,0 +1,141 @@
+"""prism-bench pipeline: the measurement program, not its figures.
+
+No timing is asserted (timings on a shared machine drift). What is asserted:
+every RESULT the pipeline sent under load was checked against the reference
+and none differed, nothing was dropped, each policy is paired with its
+forward-only and testpmd baselines, the derived figures agree with the
+measured ones when recomputed here, the plot is a PNG, and the checks can
+fail: with --inject-fault (signs flipped in one contribution per round) every
+policy's RESULTs must be reported wrong and the exit status must say so.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get('PRISM_BUILD') or REPO / 'build')
+BENCH = BUILD / 'app' / 'prism-bench'
+TESTPMD = shutil.which('dpdk-testpmd')
+
+FIELDS = {'policy', 'dtype', 'payload_bytes', 'ranks', 'lcores', 'mpps', 'gbps', 'ns_per_elem', 'baseline',
+          'stage_share', 'lcores_100g', 'lcores_400g', 'slot_bytes', 'drops', 'results_checked', 'mismatches'}
+
+
+def require_bench():
+    if not (BENCH.is_file() and os.access(BENCH, os.X_OK)):
+        if os.environ.get('PRISM_BUILD'):
+            pytest.fail(f'prism-bench not found at {BENCH}')
+        pytest.skip(f'prism-bench not found at {BENCH} (set PRISM_BUILD)')
+
+
+def bench(*args, timeout=600):
+    return subprocess.run([str(BENCH), 'pipeline', *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope='module')
+def quick(tmp_path_factory):
+    require_bench()
+    d = tmp_path_factory.mktemp('bench')
+    args = ['--quick', '--json', str(d / 'out.json')]
+    if shutil.which('gnuplot'):
+        args += ['--plot', str(d / 'plot.png')]
+    r = bench(*args)
+    return r, d
+
+
+def test_quick_sweep_checks_every_result_and_drops_nothing(quick):
+    r, d = quick
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = json.loads((d / 'out.json').read_text())
+    assert rows, 'no measurement'
+    for row in rows:
+        assert FIELDS <= row.keys(), row
+        assert row['error'] is None, row
+        assert row['drops'] == 0 and row['mismatches'] == 0, row
+        if row['policy'] != 'testpmd':
+            assert row['results_checked'] > 0, row
+    policies = {r['policy'] for r in rows}
+    assert {'forward', 'fp32_arrival', 'kulisch'} <= policies
+    assert {r['dtype'] for r in rows} == {'fp32', 'fp16'}
+    assert 'summary:' in r.stdout and 'RESULT mismatches' in r.stdout
+
+
+def test_each_policy_is_paired_with_its_baselines(quick):
+    r, d = quick
+    rows = json.loads((d / 'out.json').read_text())
+    fwd = {(x['dtype'], x['payload_bytes'], x['ranks'], x['lcores']): x['mpps'] for x in rows if x['policy'] == 'forward'}
+    tpm = {(x['dtype'], x['payload_bytes'], x['ranks']): x['mpps'] for x in rows if x['policy'] == 'testpmd'}
+    if TESTPMD:
+        assert tpm, 'dpdk-testpmd is installed but no testpmd row was measured'
+    for x in rows:
+        if x['policy'] == 'testpmd':
+            continue
+        key = (x['dtype'], x['payload_bytes'], x['ranks'], x['lcores'])
+        assert x['baseline']['forward_mpps'] == pytest.approx(fwd[key])
+        assert x['baseline']['vs_forward'] == pytest.approx(x['mpps'] / fwd[key], rel=1e-4)
+        if TESTPMD:
+            t = tpm[key[:3]]
+            assert x['baseline']['testpmd_mpps'] == pytest.approx(t)
+            assert x['baseline']['vs_testpmd'] == pytest.approx(x['mpps'] / t, rel=1e-4)
+
+
+def test_derived_figures_agree_with_the_measured_rate(quick):
+    r, d = quick
+    for x in json.loads((d / 'out.json').read_text()):
+        if x['mpps'] == 0:
+            continue
+        # Gbit/s of contribution payload and ns per element-contribution, recomputed from Mpps.
+        assert x['gbps'] == pytest.approx(x['mpps'] * 1e6 * x['payload_bytes'] * 8 / 1e9, rel=1e-3)
+        assert x['ns_per_elem'] == pytest.approx(1e3 / (x['mpps'] * x['elements']), rel=1e-3)
+        if x['policy'] != 'testpmd':
+            # The lcores 100 Gbit/s on the wire needs (frame + 24 B of FCS, preamble and gap) at the measured costs.
+            pps = 100e9 / ((x['frame_bytes'] + 24) * 8)
+            want = math.ceil(pps * x['main_ns_per_packet'] * 1e-9)
+            if x['reduce_ns_per_packet'] > 0:
+                want += math.ceil(pps * x['reduce_ns_per_packet'] * 1e-9)
+            assert x['lcores_100g'] == want, x
+            assert 0 <= x['stage_share']['rx'] <= 1.01 and 0 <= x['stage_share']['reduce'] <= 1.01
+
+
+def test_plot_is_a_png(quick):
+    if not shutil.which('gnuplot'):
+        pytest.skip('gnuplot not installed')
+    r, d = quick
+    data = (d / 'plot.png').read_bytes()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 2000
+
+
+def test_an_injected_fault_is_caught():
+    require_bench()
+    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32', '--repeat', '1',
+              '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault')
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
+    assert 'CHECK FAILED' in r.stdout
+    for line in r.stdout.splitlines():
+        if line.startswith(('fp32_arrival', 'kulisch')):
+            assert 'CHECK FAILED' in line, line
+
+
+@pytest.mark.parametrize('args,msg', [
+    (['--policies', 'fastest'], "unknown policy 'fastest'"),
+    (['--dtypes', 'fp64'], "unknown dtype 'fp64'"),
+    (['--payloads', '16'], 'bad --payloads value'),
+    (['--ranks', '0'], 'bad --ranks value'),
+    (['--lcores', '99'], '--lcores'),
+    (['--plot', 'out.svg'], '.png'),
+    (['--frobnicate'], 'unknown option --frobnicate'),
+    (['extra'], "unexpected argument 'extra'"),
+])
+def test_usage_errors_exit_2_with_a_reason(args, msg):
+    require_bench()
+    r = bench(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert msg in r.stderr, r.stderr
