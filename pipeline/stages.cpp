@@ -5,6 +5,7 @@
 #include <rte_ethdev.h>
 #include <rte_hash.h>
 #include <rte_jhash.h>
+#include <rte_prefetch.h>
 
 #include <algorithm>
 #include <cstring>
@@ -321,7 +322,19 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     if (forward_only_) {
       for (unsigned j = 0; j < n; ++j) emitter_.forward(meta(burst[j])->in_port, burst[j]);
     } else {
+      // The packets were written on the RX lcore: fetch the next ones' metadata
+      // and elements while this one is added (hides the cross-core misses).
+      auto prefetch = [&](unsigned k) {
+        if (k >= n) return;
+        const Meta* m = meta(burst[k]);
+        rte_prefetch0(m);
+        const auto* p = m->p.payload;
+        for (size_t off = 0; off < m->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
+      };
+      for (unsigned k = 0; k < n; ++k) rte_prefetch0(meta(burst[k]));
+      prefetch(0);
       for (unsigned j = 0; j < n; ++j) {
+        prefetch(j + 1);
         Meta* mt = meta(burst[j]);
         red_.on_packet(mt->p, mt->v, now_ns, emitter_);
         rte_pktmbuf_free(burst[j]);
