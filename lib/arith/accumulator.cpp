@@ -261,9 +261,13 @@ class KulischWide final : public Accumulator {
       if (std::isnan(f)) {
         special_result(LB::side_of(f), d_.out, d_.exceptions, &bits, &fl);
       } else if (!dirty_[i]) {  // every addition was exact: the fast lane is the sum
-        const Encoded en = encode_double(d_.out, d_.exceptions, double(f));
-        bits = en.bits;
-        if (en.overflow) fl |= flag::OVERFLOW;
+        const double v = double(f);
+        const float fv = float(v);
+        if (d_.out == Format::FP32 || double(fv) != v || !round_float_to(d_.out, fv, &bits)) {
+          const Encoded en = encode_double(d_.out, d_.exceptions, v);
+          bits = en.bits;
+          if (en.overflow) fl |= flag::OVERFLOW;
+        }
       } else {
         bits = round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl);
       }
@@ -550,13 +554,14 @@ uint32_t result(float a, uint8_t fl, Format out, Exceptions ex, uint8_t* rfl) {
   return en.bits;
 }
 
-// The common case of an FP32-policy result: fp32 out, no lane flagged, every
-// sum finite. Then the result is the sums as they are (little-endian on the
-// wire, as in memory here): one copy, no per-lane decisions. False when the
+// The common case of an FP32-policy result: no lane flagged, every sum
+// finite and in the output's range. Then each result is the sum as it is
+// (fp32 out: one copy; little-endian on the wire as in memory here) or its
+// rounding by round_float_to(): no per-lane decisions. False when the
 // per-lane path must run.
 inline bool finalize_plain(const float* acc, const uint8_t* fl, uint32_t n, Format out, uint8_t* dst, uint8_t* flags) {
   static_assert(std::endian::native == std::endian::little);
-  if (out != Format::FP32) return false;
+  if (!is_float(out)) return false;
   uint8_t any = 0;
   uint32_t all_exp = 0;  // a lane with an all-ones exponent (NaN, infinity) shows as a match below
   for (uint32_t i = 0; i < n; ++i) {
@@ -565,7 +570,16 @@ inline bool finalize_plain(const float* acc, const uint8_t* fl, uint32_t n, Form
     all_exp |= ((b & 0x7F800000u) == 0x7F800000u);
   }
   if (any | all_exp) return false;
-  std::memcpy(dst, acc, size_t(n) * 4);
+  if (out == Format::FP32) {
+    std::memcpy(dst, acc, size_t(n) * 4);
+  } else {
+    const uint32_t osz = info(out).bytes;
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      if (!round_float_to(out, acc[i], &bits)) return false;  // overflow: the per-lane path flags it
+      store_bits(out, dst + i * osz, bits);
+    }
+  }
   if (flags) std::memset(flags, 0, n);
   return true;
 }

@@ -1,5 +1,7 @@
 #include "format/format.hpp"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 
@@ -52,6 +54,45 @@ Decoded decode(Format f, uint32_t bits) {
 bool is_special(Format f, uint32_t bits) {
   const FpClass c = decode(f, bits).cls;
   return c == FpClass::NaN || c == FpClass::Inf;
+}
+
+bool round_float_to(Format f, float a, uint32_t* bits) {
+  const FormatInfo& fi = info(f);
+  const uint32_t ab = float_bits(a);
+  const bool neg = ab >> 31;
+  if (f == Format::BF16) {  // fp32's exponent range: RNE on the bits, subnormals included
+    const uint32_t r = (ab + 0x7FFFu + ((ab >> 16) & 1u)) >> 16;
+    if ((r & 0x7F80u) == 0x7F80u) return false;  // overflowed to the infinity
+    *bits = r;
+    return true;
+  }
+  static const auto kMax = [] {
+    std::array<float, 16> m{};
+    for (uint8_t c = 1; c <= 9; ++c)
+      if (const auto g = format_from_code(c); g && info(*g).is_float) m[c] = to_float(*g, info(*g).max_finite);
+    return m;
+  }();
+  const int m = fi.mbits;
+  const int e = int((ab >> 23) & 0xFF) - 127;   // fp32 subnormals read as -127: below every format's emin
+  const int qe = std::max(e, fi.emin) - m;      // the format's quantum at a
+  if (qe + 23 + 127 > 254) return false;        // far beyond every narrow format's range
+  const float s = bits_float(uint32_t(qe + 23 + 127) << 23 | 0x400000u);  // 1.5 * 2^(qe+23): ulp 2^qe
+  const float r = (a + s) - s;                  // a rounded to a multiple of 2^qe, ties to even
+  if (r == 0) {
+    *bits = zero_bits(f, neg);
+    return true;
+  }
+  if (std::fabs(r) > kMax[uint8_t(f)]) return false;
+  const uint32_t rb = float_bits(r);
+  const int er = int((rb >> 23) & 0xFF) - 127;
+  const uint32_t sign = neg ? fi.sign_bit : 0;
+  if (er >= fi.emin) {
+    *bits = sign | uint32_t(er + fi.bias) << m | ((rb >> (23 - m)) & ((1u << m) - 1));
+  } else {
+    const int shift = 23 - m + (fi.emin - er);
+    *bits = sign | ((0x800000u | (rb & 0x7FFFFFu)) >> shift);
+  }
+  return true;
 }
 
 uint32_t zero_bits(Format f, bool neg) {

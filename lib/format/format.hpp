@@ -137,6 +137,13 @@ uint32_t overflow_bits(Format f, bool neg, Exceptions ex);
 // Signed zero of `f` (+0 when the format has no -0).
 uint32_t zero_bits(Format f, bool neg);
 
+// Round to nearest even of a finite fp32 value into the float format `f`
+// narrower than fp32, by the hardware's own rounding (one add and one
+// subtract at the format's quantum) and bit moves: the reducers' fast path
+// to a result. False when the rounded value overflows `f`: the general path
+// (encode_float) then applies the exceptions mode and raises the flag.
+bool round_float_to(Format f, float a, uint32_t* bits);
+
 // Exact conversions used by the reducers' fast paths.
 float to_float(Format f, uint32_t bits);  // every float format converts to fp32 exactly
 inline uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -519,6 +520,60 @@ TEST(Encode, RandomExactValuesMatchReferences) {
       check_encode(f, table.get(), neg, mag, exp, sticky);
       if (::testing::Test::HasFatalFailure()) return;
     }
+  }
+}
+
+// The reducers' fast rounding of an fp32 sum into a narrower format equals the
+// general encoder at every code, every midpoint between neighbouring codes,
+// a float ulp either side of it, and random floats over the whole range.
+TEST(Encode, FastFloatRoundingMatchesTheGeneralEncoder) {
+  using prism::encode_float;
+  using prism::round_float_to;
+  auto general = [](Format f, float a, uint32_t* bits) {
+    if (a == 0) {
+      *bits = prism::zero_bits(f, std::signbit(a));
+      return true;
+    }
+    int e;
+    const float m = std::frexp(std::fabs(a), &e);
+    const auto en = encode_float(f, std::signbit(a), uint64_t(std::ldexp(m, 24)), e - 24, false, Exceptions::IEEE);
+    *bits = en.bits;
+    return !en.overflow;
+  };
+  std::mt19937_64 rng(7);
+  for (Format f : {Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
+    std::vector<float> probes;
+    const uint32_t codes = 1u << (8 * prism::info(f).bytes);
+    for (uint32_t c = 0; c < codes; ++c) {
+      if (prism::is_special(f, c)) continue;
+      const float v = prism::to_float(f, c);
+      probes.push_back(v);
+      const uint32_t up = (c & prism::info(f).sign_bit) ? c - 1 : c + 1;  // the next code away from zero
+      if (up < codes && !prism::is_special(f, up) && (up & ~prism::info(f).sign_bit) != 0) {
+        const float w = prism::to_float(f, up);
+        const float mid = float((double(v) + double(w)) / 2);
+        probes.insert(probes.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f),
+                                     std::nextafter(mid, -1e30f)});
+      }
+    }
+    for (int i = 0; i < 200000; ++i) {
+      uint32_t b = uint32_t(rng());
+      if ((b & 0x7F800000u) == 0x7F800000u) continue;
+      probes.push_back(prism::bits_float(b));
+    }
+    size_t fast = 0;
+    for (float a : probes) {
+      uint32_t got = 0, want = 0;
+      const bool ok = general(f, a, &want);
+      if (!round_float_to(f, a, &got)) {
+        ASSERT_FALSE(ok) << prism::name(f) << " refused " << a << ", which does not overflow";
+        continue;
+      }
+      ++fast;
+      ASSERT_TRUE(ok) << prism::name(f) << ": fast path took " << a << ", which overflows";
+      ASSERT_EQ(got, want) << prism::name(f) << ": " << a;
+    }
+    EXPECT_GT(fast, probes.size() / 4) << prism::name(f);
   }
 }
 
