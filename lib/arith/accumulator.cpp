@@ -439,9 +439,16 @@ class KulischNarrow final : public Accumulator {
       if (std::isnan(fast_[i])) {
         special_result(LB::side_of(fast_[i]), d_.out, d_.exceptions, &bits, &fl);
       } else {
-        const Encoded en = encode_double(d_.out, d_.exceptions, double(fast_[i]));
-        bits = en.bits;
-        if (en.overflow) fl |= flag::OVERFLOW;
+        // The exact sum; when fp32 holds it, the hardware's rounding (round_float_to).
+        const double v = double(fast_[i]);
+        const float fv = float(v);
+        if (double(fv) == v && d_.out == Format::FP32) {
+          bits = float_bits(fv);
+        } else if (double(fv) != v || !round_float_to(d_.out, fv, &bits)) {
+          const Encoded en = encode_double(d_.out, d_.exceptions, v);
+          bits = en.bits;
+          if (en.overflow) fl |= flag::OVERFLOW;
+        }
       }
       store_bits(d_.out, out + i * osz, bits);
       if (flags) flags[i] = fl;
