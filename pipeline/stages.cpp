@@ -64,18 +64,10 @@ void RxStage::refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack
 // payload's elements) + admit (two hash lookups) + one ring enqueue per burst.
 unsigned RxStage::poll(uint64_t now_tsc) {
   // Backpressure: finish handing on the last burst before taking more.
-  while (pending_at_ < pending_n_) {
-    rte_mbuf* m = pending_[pending_at_];
-    const Meta* mt = meta(m);
-    const uint32_t shard = sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size()));
-    if (rte_ring_enqueue(voq_[shard], m) != 0) {
-      c_.polls_skipped.add();
-      return 0;
-    }
-    c_.enqueued.add();
-    ++pending_at_;
+  if (pending_n_ && !hand_on()) {
+    c_.polls_skipped.add();
+    return 0;
   }
-  pending_n_ = pending_at_ = 0;
 
   if (!link_.up(dpdk_port_, now_tsc)) return 0;
   rte_mbuf* burst[kBurst];
@@ -110,19 +102,30 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       refuse(m, &mt->p, mt->v.why, mt->v.nack);
       continue;
     }
+    pending_shard_[pending_n_] =
+        uint16_t(voq_.size() == 1 ? 0 : sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size())));
     pending_[pending_n_++] = m;
   }
-  // Hand the admitted packets on (what does not fit waits for the next poll).
-  while (pending_at_ < pending_n_) {
-    rte_mbuf* m = pending_[pending_at_];
-    const Meta* mt = meta(m);
-    const uint32_t shard = sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size()));
-    if (rte_ring_enqueue(voq_[shard], m) != 0) break;
-    c_.enqueued.add();
-    ++pending_at_;
-  }
-  if (pending_at_ == pending_n_) pending_n_ = pending_at_ = 0;
+  hand_on();  // what does not fit waits for the next poll
   return n;
+}
+
+// One ring operation per run of packets for the same shard: a ring's head and
+// tail move once per burst, not once per packet (they are shared with the
+// reducer's lcore).
+bool RxStage::hand_on() {
+  while (pending_at_ < pending_n_) {
+    const uint16_t shard = pending_shard_[pending_at_];
+    uint16_t end = uint16_t(pending_at_ + 1);
+    while (end < pending_n_ && pending_shard_[end] == shard) ++end;
+    const unsigned put = rte_ring_enqueue_burst(voq_[shard], reinterpret_cast<void**>(pending_ + pending_at_),
+                                                unsigned(end - pending_at_), nullptr);
+    c_.enqueued.add(put);
+    pending_at_ = uint16_t(pending_at_ + put);
+    if (pending_at_ < end) return false;  // the ring is full
+  }
+  pending_n_ = pending_at_ = 0;
+  return true;
 }
 
 // --- Emitter ----------------------------------------------------------------
@@ -203,14 +206,24 @@ void Emitter::send(sw::Out&& o) {
 
 bool Emitter::flush() {
   size_t done = 0;
-  for (; done < pending_.size(); ++done) {
-    const auto [port, m] = pending_[done];
+  while (done < pending_.size()) {
+    const uint16_t port = pending_[done].first;
     if (port >= tx_.size() || !tx_[port]) {  // no such port: count and drop
-      rte_pktmbuf_free(m);
+      rte_pktmbuf_free(pending_[done].second);
       alloc_failures.add();
+      ++done;
       continue;
     }
-    if (rte_ring_enqueue(tx_[port], m) != 0) break;
+    // A run of frames for one port goes on its ring in one operation.
+    rte_mbuf* run[kBurst];
+    unsigned k = 0;
+    while (done + k < pending_.size() && k < kBurst && pending_[done + k].first == port) {
+      run[k] = pending_[done + k].second;
+      ++k;
+    }
+    const unsigned put = rte_ring_enqueue_burst(tx_[port], reinterpret_cast<void**>(run), k, nullptr);
+    done += put;
+    if (put < k) break;  // the ring is full
   }
   pending_.erase(pending_.begin(), pending_.begin() + long(done));
   if (last_payload_ && pending_.empty()) {  // the fan-out is queued: release our reference

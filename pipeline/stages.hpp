@@ -88,12 +88,14 @@ class RxStage final : public Stage {
 
  private:
   void refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack);
+  bool hand_on();  // enqueues what is pending; false while a ring is full
   uint16_t cfg_port_, dpdk_port_;
   const sw::Directory& dir_;
   std::vector<rte_ring*> voq_;  // one per shard
   rte_ring* tx_;                // this port's TX ring (NACKs)
   rte_mempool* pool_;
   rte_mbuf* pending_[kBurst];  // admitted, waiting for ring space
+  uint16_t pending_shard_[kBurst];
   uint16_t pending_n_ = 0, pending_at_ = 0;
   RxCounters c_;
   std::atomic<uint64_t> last_rx_{0};
