@@ -37,6 +37,55 @@ uint8_t side_from_status(uint8_t st) {
 
 std::unique_ptr<SlotIndex> make_map_index() { return std::make_unique<MapIndex>(); }
 
+RecentKeys::RecentKeys(size_t capacity) : fifo_(capacity) {
+  size_t n = 16, bits = 4;
+  while (n < 2 * capacity) n <<= 1, ++bits;  // at most half full
+  keys_.resize(n);
+  used_.assign(n, 0);
+  mask_ = n - 1;
+  shift_ = 64 - bits;
+}
+
+long RecentKeys::find(const SlotKey& k) const {
+  for (size_t i = home(k);; i = (i + 1) & mask_) {
+    if (!used_[i]) return -1;
+    if (keys_[i] == k) return long(i);
+  }
+}
+
+void RecentKeys::insert(const SlotKey& k) {
+  if (fifo_.empty() || contains(k)) return;
+  if (count_ == fifo_.size()) {  // full: forget the oldest
+    const long at = find(fifo_[head_]);
+    if (at >= 0) erase_at(size_t(at));
+    head_ = (head_ + 1) % fifo_.size();
+    --count_;
+  }
+  size_t i = home(k);
+  while (used_[i]) i = (i + 1) & mask_;
+  keys_[i] = k;
+  used_[i] = 1;
+  fifo_[(head_ + count_) % fifo_.size()] = k;
+  ++count_;
+}
+
+// Backward-shift deletion: later keys of the same probe run move up, so a
+// lookup never stops early at the hole.
+void RecentKeys::erase_at(size_t i) {
+  size_t j = i;
+  for (;;) {
+    j = (j + 1) & mask_;
+    if (!used_[j]) break;
+    const size_t h = home(keys_[j]);
+    // keys_[j] may fill the hole at i unless its home lies in (i, j] (cyclically).
+    const bool in_between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+    if (in_between) continue;
+    keys_[i] = keys_[j];
+    i = j;
+  }
+  used_[i] = 0;
+}
+
 struct Reducer::Slot {
   int32_t self = -1;  // index in slots_
   SlotKey key{};
@@ -60,7 +109,7 @@ struct Reducer::Slot {
 };
 
 Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
-    : dir_(dir), index_(std::move(index)), mtu_(mtu) {
+    : dir_(dir), index_(std::move(index)), tombstones_(kTombstones), mtu_(mtu) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
@@ -128,7 +177,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
   const Job& job = *v.job;
   const uint16_t port = v.member->port;
   const SlotKey key{h.job, h.op, h.chunk};
-  if (tombstones_.count(key)) {  // the op completed and its result expired
+  if (tombstones_.contains(key)) {  // the op completed and its result expired
     if (h.flags & wire::hflag::RETRANSMIT) {
       drop(Drop::RESULT_EXPIRED);
       nack(p, wire::NackReason::RESULT_EXPIRED, port, out);
@@ -444,14 +493,7 @@ void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now
 
 void Reducer::release(Slot& s, bool tombstone) {
   index_->erase(s.key);
-  if (tombstone) {
-    if (tomb_fifo_.size() >= kTombstones) {
-      tombstones_.erase(tomb_fifo_.front());
-      tomb_fifo_.pop_front();
-    }
-    tombstones_.insert(s.key);
-    tomb_fifo_.push_back(s.key);
-  }
+  if (tombstone) tombstones_.insert(s.key);
   s.state = State::FREE;
   s.spare_body = std::move(s.result_body);
   s.result_body.reset();

@@ -32,6 +32,27 @@ struct SlotKeyHash {
     return size_t(h ^ (uint64_t(k.chunk) * 0xC2B2AE3D27D4EB4Full) ^ (h >> 29));
   }
 };
+// The keys of the last `capacity` ops whose results expired, oldest evicted
+// first: an exact set in one flat open-addressed table (linear probing,
+// backward-shift deletion) and a FIFO ring, so an op's completion costs no
+// allocation and no division.
+class RecentKeys {
+ public:
+  explicit RecentKeys(size_t capacity);
+  bool contains(const SlotKey& k) const { return find(k) >= 0; }
+  void insert(const SlotKey& k);  // evicts the oldest when full
+  size_t size() const { return count_; }
+
+ private:
+  size_t home(const SlotKey& k) const { return (SlotKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_; }
+  long find(const SlotKey& k) const;
+  void erase_at(size_t i);
+  std::vector<SlotKey> keys_;
+  std::vector<uint8_t> used_;
+  std::vector<SlotKey> fifo_;
+  size_t mask_, shift_, head_ = 0, count_ = 0;
+};
+
 // Which shard owns a key (the RX stage and the reducer agree on it).
 inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return uint32_t(SlotKeyHash{}(k) % shards); }
 
@@ -120,8 +141,7 @@ class Reducer {
   std::vector<int32_t> free_;
   std::deque<std::pair<uint64_t, int32_t>> done_fifo_;  // (completion time, slot) for retention
   std::vector<int32_t> waiting_;                        // leaf slots waiting for the parent's RESULT
-  std::unordered_set<SlotKey, SlotKeyHash> tombstones_;
-  std::deque<SlotKey> tomb_fifo_;
+  RecentKeys tombstones_;
   std::unordered_map<uint32_t, JobStats> jobs_;
   ReducerStats stats_;
   size_t mtu_;

@@ -4,6 +4,8 @@
 // order (exactness itself is checked against independent references in
 // test_accumulator and tests/py).
 #include <gtest/gtest.h>
+#include <tuple>
+#include <deque>
 
 #include <algorithm>
 #include <cmath>
@@ -330,3 +332,34 @@ jobs:
   const auto want = reference(in, Policy::KULISCH_FIXED);
   EXPECT_EQ(std::vector<uint8_t>(leaf.cap.outs.back().body->begin(), leaf.cap.outs.back().body->end()), want);
 }
+
+// The reducer's set of expired keys is exact and forgets the oldest first:
+// checked against std::set and a std::deque over random keys, with many
+// collisions in a small table and many evictions.
+TEST(RecentKeys, MatchesASetWithFifoEviction) {
+  for (size_t cap : {1, 2, 3, 16, 100, 1000}) {
+    prism::sw::RecentKeys rk(cap);
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> ref;
+    std::deque<std::tuple<uint32_t, uint32_t, uint32_t>> order;
+    std::mt19937_64 rng(cap);
+    for (int it = 0; it < 20000; ++it) {
+      const prism::sw::SlotKey k{uint32_t(rng() % 3), uint32_t(rng() % (4 * cap + 7)), uint32_t(rng() % 2)};
+      const auto t = std::make_tuple(k.job, k.op, k.chunk);
+      if (rng() % 3) {
+        if (!ref.count(t)) {
+          if (order.size() == cap) {
+            ref.erase(order.front());
+            order.pop_front();
+          }
+          ref.insert(t);
+          order.push_back(t);
+        }
+        rk.insert(k);
+      }
+      ASSERT_EQ(rk.contains(k), ref.count(t) == 1) << "capacity " << cap << " step " << it;
+      ASSERT_EQ(rk.size(), ref.size());
+    }
+    for (const auto& [j, o, c] : ref) ASSERT_TRUE(rk.contains({j, o, c}));
+  }
+}
+
