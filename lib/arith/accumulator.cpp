@@ -624,25 +624,44 @@ class Fp32Arrival final : public Accumulator {
  public:
   Fp32Arrival(const OpDesc& d, const Kernels& k)
       : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), acc_(d.lanes), fl_(d.lanes) {
+    flagged_ = true;  // the lanes are uninitialised: clear the flags once
     reset();
   }
+  // Cost: nothing per lane for an fp32 op: its first term is copied in (the
+  // lanes' -0 start is written only where an op needs it), and the flags are
+  // cleared only after an op that raised one.
   void reset() override {
-    acc_.fill(-0.0f);  // -0 + x == x for every x: the first term is taken as it is
-    fl_.fill(0);
+    fresh_ = true;
+    if (flagged_) {
+      fl_.fill(0);
+      flagged_ = false;
+    }
   }
   size_t bytes_per_lane() const override { return sizeof(float) + 1; }
 
   // Cost: a scan for specials and one fp32 add per lane (AVX2: 8 lanes per add).
   void add(const uint8_t* e, uint32_t) override {
-    if (!k_.any_special(d_.dtype, e, d_.lanes)) {
+    const bool plain = !k_.any_special(d_.dtype, e, d_.lanes);
+    if (fresh_) {
+      fresh_ = false;
+      if (plain && d_.dtype == Format::FP32) {  // -0 + x == x: the first term as it is
+        std::memcpy(acc_.data(), e, size_t(d_.lanes) * 4);
+        return;
+      }
+      acc_.fill(-0.0f);
+    }
+    if (plain) {
       k_.add_f32(d_.dtype, acc_.data(), e, d_.lanes);
       return;
     }
+    flagged_ = true;
     const uint32_t sz = info(d_.dtype).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) add_one(i, to_float(d_.dtype, load_bits(d_.dtype, e + i * sz)));
   }
 
   bool add_exact(const LaneExact* in) override {
+    settle();
+    flagged_ = true;
     bool ok = true;
     std::vector<float> v(d_.lanes);
     for (uint32_t i = 0; i < d_.lanes && ok; ++i) v[i] = f32::from_lane(in[i], unit_, &ok);
@@ -658,6 +677,7 @@ class Fp32Arrival final : public Accumulator {
   }
 
   bool state(LaneExact* out) const override {
+    settle();
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       LaneExact l;
       const float a = acc_[i];
@@ -678,6 +698,7 @@ class Fp32Arrival final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    settle();
     if (f32::finalize_plain(acc_.data(), fl_.data(), d_.lanes, d_.out, out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
@@ -698,8 +719,18 @@ class Fp32Arrival final : public Accumulator {
 
   const Kernels& k_;
   int unit_;
-  Lanes<float> acc_;
+  // An op with no term yet: its lanes are -0 (written on demand).
+  void settle() const {
+    if (fresh_) {
+      acc_.fill(-0.0f);
+      fresh_ = false;
+    }
+  }
+
+  mutable Lanes<float> acc_;
   Lanes<uint8_t> fl_;
+  mutable bool fresh_ = true;
+  bool flagged_ = false;  // some flag byte may be set
 };
 
 // The seed's binomial reduce over contribution index: at step k, x_i <- x_i +

@@ -12,6 +12,16 @@ const char* name(Drop d) {
 }
 
 Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
+  for (const auto& p : cfg.ports) {
+    if (p.id >= self_.size()) {
+      wire::Endpoint none;
+      none.port = cfg.udp_port;
+      self_.resize(size_t(p.id) + 1, none);
+    }
+    self_[p.id].mac = p.mac;
+    self_[p.id].ip = p.ip;
+    self_[p.id].port = cfg.udp_port;
+  }
   for (const auto& jc : cfg.jobs) {
     Job j;
     j.cfg = &jc;
@@ -36,17 +46,6 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
     jobs_.emplace(jc.id, std::move(j));
   }
   if (cfg.parent) addrs_[key(cfg.parent->addr)] = 1;
-}
-
-wire::Endpoint Directory::self(uint16_t port) const {
-  const PortConfig* p = cfg_.port(port);
-  wire::Endpoint e;
-  if (p) {
-    e.mac = p->mac;
-    e.ip = p->ip;
-  }
-  e.port = cfg_.udp_port;
-  return e;
 }
 
 Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {

@@ -66,13 +66,19 @@ class Directory {
     return cfg_.parent && cfg_.parent->addr.ip == e.ip && cfg_.parent->addr.port == e.port;
   }
   // The switch's own endpoint on a port (source of what it sends there).
-  wire::Endpoint self(uint16_t port) const;
+  wire::Endpoint self(uint16_t port) const {
+    if (port < self_.size()) return self_[port];
+    wire::Endpoint e;
+    e.port = cfg_.udp_port;
+    return e;
+  }
 
  private:
   static uint64_t key(const wire::Endpoint& e) { return uint64_t(e.ip) << 16 | e.port; }
   const SwitchConfig& cfg_;
   std::unordered_map<uint32_t, Job> jobs_;
   std::unordered_map<uint64_t, int> addrs_;
+  std::vector<wire::Endpoint> self_;  // by port id
 };
 
 struct Verdict {
