@@ -110,7 +110,9 @@ const char* mode_name(Mode m) {
   return "?";
 }
 Policy policy_of(Mode m) {
-  return m == Mode::KULISCH ? Policy::KULISCH_FIXED : m == Mode::BINOMIAL ? Policy::FP32_BINOMIAL : Policy::FP32_ARRIVAL;
+  return m == Mode::KULISCH    ? Policy::KULISCH_FIXED
+         : m == Mode::BINOMIAL ? Policy::FP32_BINOMIAL
+                               : Policy::FP32_ARRIVAL;
 }
 
 // The packets a case runs on: forward, the policies and testpmd on the same
@@ -231,9 +233,8 @@ Args parse_args(int argc, char** argv) {
   // Every policy case is paired with forward-only on its shape.
   std::vector<Case> all;
   for (const Case& c : r.cases) {
-    const bool have = std::any_of(all.begin(), all.end(), [&](const Case& x) {
-      return x.mode == Mode::FORWARD && !(x.s < c.s) && !(c.s < x.s);
-    });
+    const bool have = std::any_of(
+        all.begin(), all.end(), [&](const Case& x) { return x.mode == Mode::FORWARD && !(x.s < c.s) && !(c.s < x.s); });
     if (!have) all.push_back({Mode::FORWARD, c.s, c.section});
     if (c.mode != Mode::FORWARD) all.push_back(c);
   }
@@ -275,8 +276,8 @@ std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::s
   }
   y << "jobs:\n  - id: " << kJob << "\n    group: " << s.ranks << "\n    members:\n";
   for (uint32_t r = 0; r < s.ranks; ++r)
-    y << "      - {rank: " << r << ", port: " << r % ports << ", mac: \"" << rank_mac(r) << "\", ip: " << ip_str(rank_ip(r))
-      << "}\n";
+    y << "      - {rank: " << r << ", port: " << r % ports << ", mac: \"" << rank_mac(r)
+      << "\", ip: " << ip_str(rank_ip(r)) << "}\n";
   // Retention is kept short so the slot table (reported) is not the limit at millions of ops a second.
   y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\nlcores: [";
   for (uint32_t l = 0; l < s.lcores; ++l) y << (l ? ", " : "") << l;
@@ -286,8 +287,8 @@ std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::s
 
 // What a RESULT must carry for one op.
 struct Expected {
-  std::vector<uint8_t> out;    // the elements (exact policies)
-  std::vector<uint8_t> flags;  // per element; empty when no element has one
+  std::vector<uint8_t> out;      // the elements (exact policies)
+  std::vector<uint8_t> flags;    // per element; empty when no element has one
   std::vector<double> sum, tol;  // FP32_ARRIVAL: the exact sum and the order-independent error bound
 };
 
@@ -318,7 +319,8 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
   w.ops = ops_of(s);
   const Format out = out_of(s.dtype);
   const uint32_t esz = info(s.dtype).bytes;
-  for (uint32_t p = 0; p < ports; ++p) w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
+  for (uint32_t p = 0; p < ports; ++p)
+    w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
   const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1), "bench");
   const sw::Directory dir_(cfg);
   std::vector<std::unique_ptr<PcapWriter>> pw;
@@ -372,8 +374,8 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
       h.policy = policy_of(mode);
       h.flags = wire::hflag::LAST_CHUNK;
       const std::span<const uint8_t> body(vals.data() + size_t(r) * w.elements * esz, size_t(w.elements) * esz);
-      const size_t n = wire::build(frame.data(), frame.size(), cfg.jobs[0].members[r].addr, dir_.self(uint16_t(port)), h,
-                                   body);
+      const size_t n =
+          wire::build(frame.data(), frame.size(), cfg.jobs[0].members[r].addr, dir_.self(uint16_t(port)), h, body);
       if (!n) throw std::logic_error("internal: a contribution did not fit its frame");
       pw[port]->write({frame.data(), n}, usec++);
       ++w.per_round[port];
@@ -399,8 +401,10 @@ void flip_signs(uint8_t* f, size_t len, uint32_t esz) {
   constexpr size_t kIp = 14, kUdp = 14 + 20;
   for (size_t at = wire::kFrameOverhead + esz - 1; at < len; at += esz) f[at] ^= 0x80;
   f[kUdp + 6] = f[kUdp + 7] = 0;
-  const uint32_t src = uint32_t(f[kIp + 12]) << 24 | uint32_t(f[kIp + 13]) << 16 | uint32_t(f[kIp + 14]) << 8 | f[kIp + 15];
-  const uint32_t dst = uint32_t(f[kIp + 16]) << 24 | uint32_t(f[kIp + 17]) << 16 | uint32_t(f[kIp + 18]) << 8 | f[kIp + 19];
+  const uint32_t src =
+      uint32_t(f[kIp + 12]) << 24 | uint32_t(f[kIp + 13]) << 16 | uint32_t(f[kIp + 14]) << 8 | f[kIp + 15];
+  const uint32_t dst =
+      uint32_t(f[kIp + 16]) << 24 | uint32_t(f[kIp + 17]) << 16 | uint32_t(f[kIp + 18]) << 8 | f[kIp + 19];
   const uint16_t c = wire::udp_checksum(src, dst, f + kUdp, len - kUdp);
   f[kUdp + 6] = uint8_t(c >> 8);
   f[kUdp + 7] = uint8_t(c);
@@ -457,7 +461,8 @@ struct Verifier {
     wire::Parsed p;
     const wire::Refusal r = wire::parse({f, len}, udp_port, &p);
     ++checked;
-    if (r != wire::Refusal::OK) return mismatch(std::string("a frame the switch sent does not parse: ") + wire::name(r));
+    if (r != wire::Refusal::OK)
+      return mismatch(std::string("a frame the switch sent does not parse: ") + wire::name(r));
     if (forward) return;  // the contribution itself, unchanged
     const Workload& wl = *w;
     const uint32_t op = p.h.op % wl.ops;
@@ -581,10 +586,12 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
     rw[p].esz = info(c.s.dtype).bytes;
     rw[p].fault = a.inject_fault && p == 0;
     const uint16_t pid = rt.dpdk_port(uint16_t(p));
-    cbs.emplace_back(rte_eth_add_rx_callback(pid, 0, rx_rewrite, &rw[p]), rte_eth_add_tx_callback(pid, 0, tx_verify, &v));
+    cbs.emplace_back(rte_eth_add_rx_callback(pid, 0, rx_rewrite, &rw[p]),
+                     rte_eth_add_tx_callback(pid, 0, tx_verify, &v));
     if (!cbs.back().first || !cbs.back().second) {
       remove_callbacks();
-      throw std::runtime_error("cannot install the bench's RX/TX callbacks (DPDK built without RTE_ETHDEV_RXTX_CALLBACKS?)");
+      throw std::runtime_error(
+          "cannot install the bench's RX/TX callbacks (DPDK built without RTE_ETHDEV_RXTX_CALLBACKS?)");
     }
   }
   Snap s0, s1;
@@ -632,9 +639,12 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
     res.slots_high = std::max<uint64_t>(res.slots_high, r->snapshot().slots_high);
     res.slot_bytes = std::max(res.slot_bytes, r->reducer().bytes_per_slot_estimate());
   }
-  if (v.bad) res.error = v.first_bad;
-  else if (c.mode != Mode::FORWARD && v.results == 0) res.error = "no RESULT was sent";
-  else if (v.checked == 0) res.error = "nothing was checked";
+  if (v.bad)
+    res.error = v.first_bad;
+  else if (c.mode != Mode::FORWARD && v.results == 0)
+    res.error = "no RESULT was sent";
+  else if (v.checked == 0)
+    res.error = "nothing was checked";
   return res;
 }
 
@@ -694,8 +704,8 @@ uint32_t lcores_for(const Result& r, double gbit) {
 }
 
 struct Row {
-  Result r;                  // the median run (by Mpps)
-  double fwd = 0, tp = 0;    // Mpps of the paired baselines (medians); 0: none
+  Result r;                                      // the median run (by Mpps)
+  double fwd = 0, tp = 0;                        // Mpps of the paired baselines (medians); 0: none
   double vs_fwd = 0, vs_tp = 0, vs_arrival = 0;  // medians of the per-round ratios
 };
 
@@ -773,9 +783,13 @@ int run_pipeline(int argc, char** argv) {
 
   // EAL: lcores 0..max-1; no hugepages unless the caller says otherwise.
   const std::string prefix = "prism-bench-" + std::to_string(getpid());
-  std::vector<std::string> eal = {"prism-bench", "--file-prefix", prefix, "-l",
+  std::vector<std::string> eal = {"prism-bench",
+                                  "--file-prefix",
+                                  prefix,
+                                  "-l",
                                   a.max_lcores == 1 ? "0" : "0-" + std::to_string(a.max_lcores - 1),
-                                  "--log-level=lib.eal:error", "--log-level=pmd.net.pcap:error",
+                                  "--log-level=lib.eal:error",
+                                  "--log-level=pmd.net.pcap:error",
                                   "--log-level=prism:warning"};
   {
     std::stringstream ss(a.eal.empty() ? "--no-huge -m 1024 --no-pci" : a.eal);
@@ -794,7 +808,8 @@ int run_pipeline(int argc, char** argv) {
     Shape key = c.s;
     key.lcores = 0;  // the packets do not depend on the lcores
     auto it = loads.find({key, hm});
-    if (it == loads.end()) it = loads.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a.ports, dir, wid++)).first;
+    if (it == loads.end())
+      it = loads.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a.ports, dir, wid++)).first;
     return it->second;
   };
 
@@ -833,7 +848,8 @@ int run_pipeline(int argc, char** argv) {
       }
       runs[i].push_back(r);
     }
-    for (size_t i = 0; i < tp_cases.size(); ++i) tp_runs[i].push_back(run_testpmd(tp_cases[i], load_for(tp_cases[i]), a));
+    for (size_t i = 0; i < tp_cases.size(); ++i)
+      tp_runs[i].push_back(run_testpmd(tp_cases[i], load_for(tp_cases[i]), a));
     std::printf("  round %u of %u done\n", rep + 1, a.repeat);
     std::fflush(stdout);
   }
@@ -882,7 +898,8 @@ int run_pipeline(int argc, char** argv) {
     std::vector<double> q;
     const auto &x = series(k), &y = series(j);
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-      if (x[i].error.empty() && y[i].error.empty() && x[i].mpps > 0 && y[i].mpps > 0) q.push_back(x[i].mpps / y[i].mpps);
+      if (x[i].error.empty() && y[i].error.empty() && x[i].mpps > 0 && y[i].mpps > 0)
+        q.push_back(x[i].mpps / y[i].mpps);
     if (q.empty()) return 0.0;
     std::sort(q.begin(), q.end());
     return q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
@@ -907,10 +924,9 @@ int run_pipeline(int argc, char** argv) {
   }
 
   // Table.
-  std::printf(
-      "\n%-14s %-7s %6s %5s %3s | %7s %8s %8s | %6s %6s %6s | %5s %5s %5s | %7s %7s | %5s %5s | %7s %6s %s\n",
-      "policy", "dtype", "bytes", "R", "lc", "Mpps", "Gbit/s", "ns/elem", "/fwd", "/tpmd", "/arr", "rx%", "red%", "tx%",
-      "main ns", "red ns", "L100", "L400", "slot B", "drops", "checked");
+  std::printf("\n%-14s %-7s %6s %5s %3s | %7s %8s %8s | %6s %6s %6s | %5s %5s %5s | %7s %7s | %5s %5s | %7s %6s %s\n",
+              "policy", "dtype", "bytes", "R", "lc", "Mpps", "Gbit/s", "ns/elem", "/fwd", "/tpmd", "/arr", "rx%",
+              "red%", "tx%", "main ns", "red ns", "L100", "L400", "slot B", "drops", "checked");
   std::string last_section;
   for (const Row& row : rows) {
     const Result& r = row.r;
@@ -926,8 +942,10 @@ int run_pipeline(int argc, char** argv) {
       static char b[4][16];
       static int k = 0;
       char* o = b[k++ % 4];
-      if (x > 0) std::snprintf(o, 16, "%.2f", x);
-      else std::snprintf(o, 16, "-");
+      if (x > 0)
+        std::snprintf(o, 16, "%.2f", x);
+      else
+        std::snprintf(o, 16, "-");
       return o;
     };
     if (!r.error.empty() && r.packets == 0) {
@@ -939,10 +957,11 @@ int run_pipeline(int argc, char** argv) {
     std::printf(
         "%-14s %-7s %6u %5u %3s | %7.3f %8.2f %8.3f | %6s %6s %6s | %5.1f %5.1f %5.1f | %7.1f %7.1f | %5u %5u | %7zu "
         "%6llu %llu%s\n",
-        mode_name(r.c.mode), name(r.c.s.dtype), r.c.s.payload, r.c.s.ranks, pm ? "1f" : std::to_string(r.c.s.lcores).c_str(),
-        r.mpps, r.gbps, r.ns_per_elem, ratio(row.vs_fwd), ratio(row.vs_tp), ratio(row.vs_arrival), 100 * r.rx_share,
-        100 * r.reduce_share, 100 * r.tx_share, r.main_ns_pkt, r.reduce_ns_pkt, lcores_for(r, 100), lcores_for(r, 400),
-        r.slot_bytes, (unsigned long long)r.drops, (unsigned long long)r.checked,
+        mode_name(r.c.mode), name(r.c.s.dtype), r.c.s.payload, r.c.s.ranks,
+        pm ? "1f" : std::to_string(r.c.s.lcores).c_str(), r.mpps, r.gbps, r.ns_per_elem, ratio(row.vs_fwd),
+        ratio(row.vs_tp), ratio(row.vs_arrival), 100 * r.rx_share, 100 * r.reduce_share, 100 * r.tx_share,
+        r.main_ns_pkt, r.reduce_ns_pkt, lcores_for(r, 100), lcores_for(r, 400), r.slot_bytes,
+        (unsigned long long)r.drops, (unsigned long long)r.checked,
         r.error.empty() ? "" : ("  CHECK FAILED: " + r.error).c_str());
   }
   std::printf(
@@ -972,14 +991,17 @@ int run_pipeline(int argc, char** argv) {
   };
   std::printf("\n");
   for (uint32_t lc : {2u, 1u}) {
-    if (const Row* r = find(Mode::ARRIVAL, Format::FP32, lc)) target("fp32_arrival / forward (1 KiB fp32, R=8)", lc, r->vs_fwd, 0.8);
-    if (const Row* r = find(Mode::FORWARD, Format::FP32, lc)) target("forward / testpmd (1 KiB fp32, R=8)", lc, r->vs_tp, 0.5);
+    if (const Row* r = find(Mode::ARRIVAL, Format::FP32, lc))
+      target("fp32_arrival / forward (1 KiB fp32, R=8)", lc, r->vs_fwd, 0.8);
+    if (const Row* r = find(Mode::FORWARD, Format::FP32, lc))
+      target("forward / testpmd (1 KiB fp32, R=8)", lc, r->vs_tp, 0.5);
     if (const Row* r = find(Mode::KULISCH, Format::FP32, lc)) {
       target("kulisch / fp32_arrival, fp32", lc, r->vs_arrival, 0.5);
       target("kulisch / fp32_arrival, fp32 (stretch)", lc, r->vs_arrival, 0.7);
     }
     for (Format f : {Format::FP16, Format::BF16, Format::E4M3FN, Format::E5M2})
-      if (const Row* r = find(Mode::KULISCH, f, lc)) target(std::string("kulisch / fp32_arrival, ") + name(f), lc, r->vs_arrival, 0.8);
+      if (const Row* r = find(Mode::KULISCH, f, lc))
+        target(std::string("kulisch / fp32_arrival, ") + name(f), lc, r->vs_arrival, 0.8);
   }
 
   uint64_t drops = 0, bad = 0, failed = 0;
@@ -988,8 +1010,8 @@ int run_pipeline(int argc, char** argv) {
     bad += row.r.bad;
     failed += !row.r.error.empty();
   }
-  std::printf("summary: %d of %d targets pass; %llu drops; %llu RESULT mismatches; %llu failed measurements\n", n_t ? n_pass : 0,
-              n_t, (unsigned long long)drops, (unsigned long long)bad, (unsigned long long)failed);
+  std::printf("summary: %d of %d targets pass; %llu drops; %llu RESULT mismatches; %llu failed measurements\n",
+              n_t ? n_pass : 0, n_t, (unsigned long long)drops, (unsigned long long)bad, (unsigned long long)failed);
 
   if (!a.json.empty()) {
     std::ofstream j(a.json);
@@ -1004,14 +1026,16 @@ int run_pipeline(int argc, char** argv) {
         << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
         << ", \"section\": " << json_str(r.c.section) << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps
         << ", \"ns_per_elem\": " << r.ns_per_elem << ", \"stage_share\": {\"rx\": " << r.rx_share
-        << ", \"reduce\": " << r.reduce_share << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
-        << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
-        << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
-        << ", \"slots_high\": " << r.slots_high << ", \"rx_backpressure_polls\": " << r.rx_backpressure
-        << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops << ", \"results_checked\": " << r.checked
-        << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat << ", \"seconds\": " << a.time_s
-        << ", \"baseline\": {\"forward_mpps\": " << row.fwd << ", \"testpmd_mpps\": " << row.tp
-        << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp << ", \"vs_fp32_arrival\": " << row.vs_arrival
+        << ", \"reduce\": " << r.reduce_share << ", \"tx\": " << r.tx_share
+        << "}, \"main_ns_per_packet\": " << r.main_ns_pkt << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt
+        << ", \"lcores_100g\": " << lcores_for(r, 100) << ", \"lcores_400g\": " << lcores_for(r, 400)
+        << ", \"slot_bytes\": " << r.slot_bytes << ", \"slots_high\": " << r.slots_high
+        << ", \"rx_backpressure_polls\": " << r.rx_backpressure
+        << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops
+        << ", \"results_checked\": " << r.checked << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat
+        << ", \"seconds\": " << a.time_s << ", \"baseline\": {\"forward_mpps\": " << row.fwd
+        << ", \"testpmd_mpps\": " << row.tp << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp
+        << ", \"vs_fp32_arrival\": " << row.vs_arrival
         << "}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}" << (i + 1 < rows.size() ? "," : "")
         << "\n";
     }

@@ -40,7 +40,8 @@ rte_mempool* make_pool(const char* name) {
   // A LIFO pool ("stack") hands out the buffer freed last, still in cache: RX
   // allocates on one lcore what reducers free on another, and a FIFO ring
   // would cycle through every buffer of the pool, each one cold.
-  rte_mempool* p = rte_pktmbuf_pool_create_by_ops(name, kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()), "stack");
+  rte_mempool* p =
+      rte_pktmbuf_pool_create_by_ops(name, kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()), "stack");
   if (!p) p = rte_pktmbuf_pool_create(name, kMbufs, 256, kPrivSize, kDataRoom, int(rte_socket_id()));
   return p;
 }
@@ -134,7 +135,8 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
     red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, chains, pool_, mode, cfg.arbiter_seed,
                                                  cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
-  for (const auto& p : cfg.ports) tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains[p.id]));
+  for (const auto& p : cfg.ports)
+    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains[p.id]));
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;

@@ -86,7 +86,7 @@ class Runtime {
   std::vector<uint16_t> dpdk_port_;  // by config port index
   std::vector<uint16_t> started_;
   std::vector<std::string> probed_;  // devices this runtime created (removed again on destruction)
-  std::vector<rte_ring*> rings_;  // every ring, for cleanup and telemetry
+  std::vector<rte_ring*> rings_;     // every ring, for cleanup and telemetry
   std::vector<std::string> ring_names_;
   std::vector<std::unique_ptr<RxStage>> rx_;
   std::vector<std::unique_ptr<ReduceStage>> red_;

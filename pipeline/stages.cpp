@@ -270,8 +270,8 @@ class RteHashIndex final : public sw::SlotIndex {
 }  // namespace
 
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
-                         std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool,
-                         Arbiter mode, uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only)
+                         std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool, Arbiter mode,
+                         uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only)
     : shard_(shard),
       in_(std::move(inputs)),
       emitter_(std::move(tx_by_port), pool, std::move(chains)),

@@ -2,10 +2,10 @@
 
 #include <bit>
 #include <cmath>
-#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace prism {
@@ -196,8 +196,10 @@ class KulischWide final : public Accumulator {
       if (hi < special_field_ && in_range && (lo > hi || int(hi) - int(lo) <= budget_)) {
         lo_ = lo;
         hi_ = hi;
-        if constexpr (sizeof(T) == 4) k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
-        else k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+        if constexpr (sizeof(T) == 4)
+          k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
+        else
+          k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
         return;
       }
       certified_ = false;  // the window no longer proves exactness: check every add from here on
@@ -207,8 +209,10 @@ class KulischWide final : public Accumulator {
     for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
       const uint32_t n = std::min(kBlock, d_.lanes - b);
       uint32_t k;
-      if constexpr (sizeof(T) == 4) k = k_.add_f32_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
-      else k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      if constexpr (sizeof(T) == 4)
+        k = k_.add_f32_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      else
+        k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
       for (uint32_t j = 0; j < k; ++j) {
         const uint32_t lane = b + left[j];
         slow_add(lane, load_bits(d_.dtype, e + lane * sz));
@@ -379,8 +383,10 @@ class KulischNarrow final : public Accumulator {
   // float add, 4 per double add). A packet with a special takes the per-lane path.
   void add(const uint8_t* e, uint32_t) override {
     if (!k_.any_special(d_.dtype, e, d_.lanes)) {
-      if constexpr (sizeof(T) == 4) k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
-      else k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+      if constexpr (sizeof(T) == 4)
+        k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
+      else
+        k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
       return;
     }
     const uint32_t sz = info(d_.dtype).bytes;

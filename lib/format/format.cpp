@@ -73,11 +73,11 @@ bool round_float_to(Format f, float a, uint32_t* bits) {
     return m;
   }();
   const int m = fi.mbits;
-  const int e = int((ab >> 23) & 0xFF) - 127;   // fp32 subnormals read as -127: below every format's emin
-  const int qe = std::max(e, fi.emin) - m;      // the format's quantum at a
-  if (qe + 23 + 127 > 254) return false;        // far beyond every narrow format's range
+  const int e = int((ab >> 23) & 0xFF) - 127;  // fp32 subnormals read as -127: below every format's emin
+  const int qe = std::max(e, fi.emin) - m;     // the format's quantum at a
+  if (qe + 23 + 127 > 254) return false;       // far beyond every narrow format's range
   const float s = bits_float(uint32_t(qe + 23 + 127) << 23 | 0x400000u);  // 1.5 * 2^(qe+23): ulp 2^qe
-  const float r = (a + s) - s;                  // a rounded to a multiple of 2^qe, ties to even
+  const float r = (a + s) - s;  // a rounded to a multiple of 2^qe, ties to even
   if (r == 0) {
     *bits = zero_bits(f, neg);
     return true;
@@ -114,7 +114,7 @@ Encoded encode_float(Format f, bool neg, uint64_t mag, int exp, bool sticky, Exc
     return {zero_bits(f, neg), false};
   }
   const int msb = 63 - std::countl_zero(mag);
-  const int top = msb + exp;                           // value in [2^top, 2^(top+1))
+  const int top = msb + exp;                             // value in [2^top, 2^(top+1))
   int q = (top > fi.emin ? top : fi.emin) - (fi.p - 1);  // exponent of the result's last bit
   const int shift = q - exp;
   uint64_t n;

@@ -38,13 +38,13 @@ enum class NanStyle : uint8_t { IEEE, FN, FNUZ, None };
 
 struct FormatInfo {
   Format format;
-  const char* name;   // command-line and config spelling: "fp32", "e4m3fn", ...
-  uint8_t bytes;      // element size on the wire
+  const char* name;  // command-line and config spelling: "fp32", "e4m3fn", ...
+  uint8_t bytes;     // element size on the wire
   bool is_float;
-  int ebits, mbits;   // exponent and stored mantissa bits
+  int ebits, mbits;  // exponent and stored mantissa bits
   int bias;
-  int p;              // significand precision, implicit bit included
-  int emin, emax;     // unbiased exponent range of normal numbers
+  int p;           // significand precision, implicit bit included
+  int emin, emax;  // unbiased exponent range of normal numbers
   NanStyle nan_style;
   bool has_inf;
   bool has_neg_zero;
@@ -65,8 +65,24 @@ constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int e
   const int p = mbits + 1;
   const bool has_inf = ns == NanStyle::IEEE;
   const uint32_t inf = has_inf ? uint32_t(emax_field) << mbits : 0;
-  return FormatInfo{f,   name, bytes, true,    ebits, mbits, bias, p, emin, emax, ns, has_inf, ns != NanStyle::FNUZ,
-                    1u << (ebits + mbits), max_finite, cnan, inf, emin - p + 1};
+  return FormatInfo{f,
+                    name,
+                    bytes,
+                    true,
+                    ebits,
+                    mbits,
+                    bias,
+                    p,
+                    emin,
+                    emax,
+                    ns,
+                    has_inf,
+                    ns != NanStyle::FNUZ,
+                    1u << (ebits + mbits),
+                    max_finite,
+                    cnan,
+                    inf,
+                    emin - p + 1};
 }
 inline constexpr FormatInfo kInfo[kFormatCount] = {
     make_float(Format::FP32, "fp32", 4, 8, 23, 127, NanStyle::IEEE, 0x7F7FFFFF, 0x7FC00000),
@@ -112,8 +128,15 @@ inline uint32_t load_bits(Format f, const uint8_t* p) {
 inline void store_bits(Format f, uint8_t* p, uint32_t v) {
   switch (info(f).bytes) {
     case 1: p[0] = uint8_t(v); break;
-    case 2: p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); break;
-    default: p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v >> 16); p[3] = uint8_t(v >> 24);
+    case 2:
+      p[0] = uint8_t(v);
+      p[1] = uint8_t(v >> 8);
+      break;
+    default:
+      p[0] = uint8_t(v);
+      p[1] = uint8_t(v >> 8);
+      p[2] = uint8_t(v >> 16);
+      p[3] = uint8_t(v >> 24);
   }
 }
 

@@ -19,36 +19,36 @@ namespace prism::wire {
 
 enum class Refusal : uint8_t {
   OK = 0,
-  SHORT_FRAME,         // shorter than Ethernet + IPv4 + UDP
-  NOT_IPV4,            // EtherType (after an optional VLAN tag) is not IPv4
-  IP_BAD_HEADER,       // IP version not 4 or IHL < 5
-  IP_BAD_LENGTH,       // IP total length disagrees with the frame
+  SHORT_FRAME,    // shorter than Ethernet + IPv4 + UDP
+  NOT_IPV4,       // EtherType (after an optional VLAN tag) is not IPv4
+  IP_BAD_HEADER,  // IP version not 4 or IHL < 5
+  IP_BAD_LENGTH,  // IP total length disagrees with the frame
   IP_BAD_CHECKSUM,
-  IP_FRAGMENT,         // MF set or fragment offset non-zero
+  IP_FRAGMENT,  // MF set or fragment offset non-zero
   NOT_UDP,
   UDP_BAD_LENGTH,
   UDP_BAD_CHECKSUM,
-  WRONG_PORT,          // UDP destination port is not PRISM's
-  SHORT_HEADER,        // UDP payload shorter than the 32-byte header
+  WRONG_PORT,    // UDP destination port is not PRISM's
+  SHORT_HEADER,  // UDP payload shorter than the 32-byte header
   BAD_MAGIC,
   BAD_VERSION,
   BAD_KIND,
   BAD_DTYPE,
   BAD_OUT_DTYPE,
   BAD_POLICY,
-  BAD_ENCODING,        // unknown code, or one the kind may not use
+  BAD_ENCODING,  // unknown code, or one the kind may not use
   BAD_TRANSPORT,
   BAD_EXCEPTIONS,
-  BAD_FLAGS,           // reserved flag bits set
-  BAD_GROUP,           // group 0
-  BAD_TERMS,           // terms 0, above group, or wrong for the kind
-  BAD_COUNT,           // count 0 (data kinds) or non-zero (NACK)
-  PAYLOAD_LENGTH,      // payload bytes disagree with count and encoding
-  BAD_FRAGMENT,        // Kulisch partial fragment header out of range
-  BAD_PARTIAL,         // a lane record is malformed
-  BAD_NACK_REASON,     // a NACK whose status is not a known reason
-  BAD_STATUS,          // status bits a kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)
-  BAD_SIDEBAND,        // a sideband byte with bits 3-7 set
+  BAD_FLAGS,        // reserved flag bits set
+  BAD_GROUP,        // group 0
+  BAD_TERMS,        // terms 0, above group, or wrong for the kind
+  BAD_COUNT,        // count 0 (data kinds) or non-zero (NACK)
+  PAYLOAD_LENGTH,   // payload bytes disagree with count and encoding
+  BAD_FRAGMENT,     // Kulisch partial fragment header out of range
+  BAD_PARTIAL,      // a lane record is malformed
+  BAD_NACK_REASON,  // a NACK whose status is not a known reason
+  BAD_STATUS,       // status bits a kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)
+  BAD_SIDEBAND,     // a sideband byte with bits 3-7 set
   kCount
 };
 const char* name(Refusal r);
@@ -65,11 +65,11 @@ struct Parsed {
   Endpoint src, dst;
   uint16_t vlan = 0;  // VLAN id, 0 when untagged
   Header h;
-  const uint8_t* payload = nullptr;  // elements (encodings 1, 2) or lane records (3)
-  size_t payload_len = 0;            // without the sideband and the fragment header
-  const uint8_t* sideband = nullptr; // count status bytes when flags has SIDEBAND
-  uint16_t first_lane = 0;           // encoding 3: first lane of this fragment
-  uint16_t chunk_lanes = 0;          // encoding 3: lanes in the whole chunk; else count
+  const uint8_t* payload = nullptr;   // elements (encodings 1, 2) or lane records (3)
+  size_t payload_len = 0;             // without the sideband and the fragment header
+  const uint8_t* sideband = nullptr;  // count status bytes when flags has SIDEBAND
+  uint16_t first_lane = 0;            // encoding 3: first lane of this fragment
+  uint16_t chunk_lanes = 0;           // encoding 3: lanes in the whole chunk; else count
 };
 
 // Parses one frame into *out (partly filled when refused: the source endpoint

@@ -378,8 +378,10 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
   // The slot's last body is reused when nothing else holds it (no queued
   // frame, no emitter's cache): a steady stream of ops allocates nothing.
   std::shared_ptr<std::vector<uint8_t>> body;
-  if (s.spare_body && s.spare_body.use_count() == 1) body = std::move(s.spare_body);
-  else body = std::make_shared<std::vector<uint8_t>>();
+  if (s.spare_body && s.spare_body.use_count() == 1)
+    body = std::move(s.spare_body);
+  else
+    body = std::make_shared<std::vector<uint8_t>>();
   s.spare_body.reset();
   body->resize(size_t(s.lanes) * osz + s.lanes);
   uint8_t* flags = body->data() + size_t(s.lanes) * osz;

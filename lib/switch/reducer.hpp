@@ -44,7 +44,7 @@ class RecentKeys {
   size_t size() const { return count_; }
 
  private:
-  size_t home(const SlotKey& k) const { return (SlotKeyHash{}(k) * 0x9E3779B97F4A7C15ull) >> shift_; }
+  size_t home(const SlotKey& k) const { return (SlotKeyHash{}(k)*0x9E3779B97F4A7C15ull) >> shift_; }
   long find(const SlotKey& k) const;
   void erase_at(size_t i);
   std::vector<SlotKey> keys_;

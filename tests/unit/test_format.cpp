@@ -552,8 +552,8 @@ TEST(Encode, FastFloatRoundingMatchesTheGeneralEncoder) {
       if (up < codes && !prism::is_special(f, up) && (up & ~prism::info(f).sign_bit) != 0) {
         const float w = prism::to_float(f, up);
         const float mid = float((double(v) + double(w)) / 2);
-        probes.insert(probes.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f),
-                                     std::nextafter(mid, -1e30f)});
+        probes.insert(probes.end(),
+                      {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f), std::nextafter(mid, -1e30f)});
       }
     }
     for (int i = 0; i < 200000; ++i) {

@@ -39,9 +39,18 @@ uint16_t rfc1071(const Bytes& b) { return rfc1071(b.data(), b.size()); }
 
 // UDP checksum (RFC 768): over the pseudo header and the datagram; a computed 0 is sent as 0xFFFF.
 uint16_t ref_udp(uint32_t src, uint32_t dst, const uint8_t* udp, size_t len) {
-  Bytes b = {uint8_t(src >> 24), uint8_t(src >> 16), uint8_t(src >> 8), uint8_t(src),
-             uint8_t(dst >> 24), uint8_t(dst >> 16), uint8_t(dst >> 8), uint8_t(dst),
-             0, 17, uint8_t(len >> 8), uint8_t(len)};
+  Bytes b = {uint8_t(src >> 24),
+             uint8_t(src >> 16),
+             uint8_t(src >> 8),
+             uint8_t(src),
+             uint8_t(dst >> 24),
+             uint8_t(dst >> 16),
+             uint8_t(dst >> 8),
+             uint8_t(dst),
+             0,
+             17,
+             uint8_t(len >> 8),
+             uint8_t(len)};
   b.insert(b.end(), udp, udp + len);
   const uint16_t c = rfc1071(b);
   return c == 0 ? 0xFFFF : c;
@@ -159,7 +168,8 @@ Format rand_format(std::mt19937_64& rng) { return Format(1 + rng() % 9); }
 // A random valid lane (side, value): specials, zero, small, huge.
 std::pair<uint8_t, Val> rand_lane(std::mt19937_64& rng) {
   const int r = int(rng() % 10);
-  static const uint8_t specials[] = {side::NAN_INPUT, side::POS_INF, side::NEG_INF, side::POS_INF | side::NEG_INF,
+  static const uint8_t specials[] = {side::NAN_INPUT,     side::POS_INF,
+                                     side::NEG_INF,       side::POS_INF | side::NEG_INF,
                                      side::NEG_ZERO_ONLY, side::NAN_INPUT | side::NEG_INF};
   if (r == 0) return {specials[rng() % 6], {}};
   if (r == 1) return {uint8_t(rng() % 2 ? 0 : side::INVALID), {}};
@@ -253,7 +263,7 @@ struct Combo {
 };
 // Every kind with the encodings PROTOCOL.md allows it, with and without SIDEBAND (RESULT and encoding-2
 // PARTIAL only).
-const Combo kCombos[] = {{Kind::CONTRIB, Encoding::DTYPE, false},   {Kind::PARTIAL, Encoding::OUT_DTYPE, false},
+const Combo kCombos[] = {{Kind::CONTRIB, Encoding::DTYPE, false},    {Kind::PARTIAL, Encoding::OUT_DTYPE, false},
                          {Kind::PARTIAL, Encoding::OUT_DTYPE, true}, {Kind::PARTIAL, Encoding::KULISCH, false},
                          {Kind::RESULT, Encoding::OUT_DTYPE, false}, {Kind::RESULT, Encoding::OUT_DTYPE, true},
                          {Kind::NACK, Encoding::DTYPE, false}};
@@ -527,11 +537,11 @@ TEST(Bounds, RandomMutationsNeverReadPastTheEnd) {
     for (int e = 0; e < edits; ++e) {
       size_t pos;
       switch (rng() % 6) {
-        case 0: pos = rng() % f.size(); break;               // anywhere
-        case 1: pos = at + rng() % 28; break;                // IPv4 / UDP header
-        case 2: pos = at + 28 + rng() % 32; break;           // PRISM header
-        case 3: pos = at + 28 + 32 + rng() % 12; break;      // fragment header, first lane records
-        case 4: pos = at + 28 + 20 + rng() % 4; break;       // terms, count
+        case 0: pos = rng() % f.size(); break;           // anywhere
+        case 1: pos = at + rng() % 28; break;            // IPv4 / UDP header
+        case 2: pos = at + 28 + rng() % 32; break;       // PRISM header
+        case 3: pos = at + 28 + 32 + rng() % 12; break;  // fragment header, first lane records
+        case 4: pos = at + 28 + 20 + rng() % 4; break;   // terms, count
         default: pos = f.size() - 1 - rng() % std::min<size_t>(f.size(), 64); break;
       }
       if (pos >= f.size()) continue;
@@ -563,23 +573,23 @@ std::vector<std::pair<uint8_t, Val>> worst_lanes(std::mt19937_64& rng, uint32_t 
     Val x;
     uint8_t s = 0;
     switch (i % 12) {
-      case 0: x.mag = top; break;                        // exactly R x max
-      case 1: x.mag = sub_bytes(top, {1}); break;         // every bit from 2^0 to 2^292: 37 bytes
-      case 2: {                                           // R x max minus random low bits
+      case 0: x.mag = top; break;                  // exactly R x max
+      case 1: x.mag = sub_bytes(top, {1}); break;  // every bit from 2^0 to 2^292: 37 bytes
+      case 2: {                                    // R x max minus random low bits
         Bytes low(36);
         for (auto& b : low) b = uint8_t(rng());
         x.mag = sub_bytes(top, low);
         break;
       }
-      case 3: x.mag = {1}; break;                          // the smallest subnormal
+      case 3: x.mag = {1}; break;                                                       // the smallest subnormal
       case 4: x.mag = mul_add({0xFF, 0xFF, 0x7F}, 1 + uint32_t(rng() % kR), 0); break;  // sums of subnormals
       case 5: s = side::NAN_INPUT; break;
       case 6: s = side::POS_INF; break;
       case 7: s = side::NEG_INF; break;
       case 8: s = side::NEG_ZERO_ONLY; break;
       case 9: s = side::POS_INF | side::NEG_INF; break;
-      case 10: break;                                      // +0
-      default: {                                            // anything in range
+      case 10: break;  // +0
+      default: {       // anything in range
         x.mag.resize(1 + rng() % 37);
         for (auto& b : x.mag) b = uint8_t(rng());
         if (x.mag.size() == 37) x.mag.back() &= 0x0F;
@@ -713,8 +723,8 @@ uint32_t pattern_code(Format f, uint32_t lane, uint32_t rank, std::mt19937_64& r
   const uint32_t mask = fi.bytes == 4 ? 0xFFFFFFFFu : (1u << (8 * fi.bytes)) - 1;
   if (!fi.is_float) {
     switch (lane % 4) {
-      case 0: return fi.max_finite;            // the top of the range
-      case 1: return fi.sign_bit;              // the bottom
+      case 0: return fi.max_finite;  // the top of the range
+      case 1: return fi.sign_bit;    // the bottom
       case 2: return rank % 2 ? fi.sign_bit : fi.max_finite;
       default: return uint32_t(rng()) & mask;
     }
@@ -726,13 +736,13 @@ uint32_t pattern_code(Format f, uint32_t lane, uint32_t rank, std::mt19937_64& r
     return b;
   };
   switch (lane % 10) {
-    case 0: return fi.max_finite;                                            // R x max
-    case 1: return fi.max_finite | fi.sign_bit;                              // R x -max
-    case 2: return rank % 2 ? 1u : fi.max_finite;                            // both ends of the range
-    case 3: return 1u | (rank % 3 == 0 ? fi.sign_bit : 0);                   // subnormals
-    case 4: return fi.has_neg_zero ? fi.sign_bit : 0;                        // -0 only
-    case 5: return rank == 1 ? fi.canonical_nan : finite();              // one NaN
-    case 6:                                                                   // +Inf and -Inf (or NaN)
+    case 0: return fi.max_finite;                            // R x max
+    case 1: return fi.max_finite | fi.sign_bit;              // R x -max
+    case 2: return rank % 2 ? 1u : fi.max_finite;            // both ends of the range
+    case 3: return 1u | (rank % 3 == 0 ? fi.sign_bit : 0);   // subnormals
+    case 4: return fi.has_neg_zero ? fi.sign_bit : 0;        // -0 only
+    case 5: return rank == 1 ? fi.canonical_nan : finite();  // one NaN
+    case 6:                                                  // +Inf and -Inf (or NaN)
       if (!fi.has_inf) return rank == 0 ? fi.canonical_nan : finite();
       return rank == 0 ? fi.inf : rank == 1 ? (fi.inf | fi.sign_bit) : finite();
     case 7: return rank % 2 ? fi.max_finite : (fi.max_finite | fi.sign_bit);  // cancels
@@ -763,11 +773,11 @@ void finalize(const Accumulator& a, Bytes* out, Bytes* flags) {
 
 TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
   const AccCase cases[] = {
-      {Format::FP32, Format::FP32, 65535, 40},  {Format::FP32, Format::BF16, 300, 360},
-      {Format::FP16, Format::FP32, 9000, 64},    {Format::FP16, Format::FP16, 16, 720},
-      {Format::BF16, Format::FP32, 2000, 100},   {Format::E4M3FN, Format::FP32, 64, 1440},
+      {Format::FP32, Format::FP32, 65535, 40},        {Format::FP32, Format::BF16, 300, 360},
+      {Format::FP16, Format::FP32, 9000, 64},         {Format::FP16, Format::FP16, 16, 720},
+      {Format::BF16, Format::FP32, 2000, 100},        {Format::E4M3FN, Format::FP32, 64, 1440},
       {Format::E4M3FNUZ, Format::E4M3FNUZ, 100, 300}, {Format::E5M2, Format::FP16, 1000, 200},
-      {Format::E5M2FNUZ, Format::FP32, 7, 50},  {Format::INT8, Format::INT32, 65535, 16},
+      {Format::E5M2FNUZ, Format::FP32, 7, 50},        {Format::INT8, Format::INT32, 65535, 16},
       {Format::INT32, Format::FP32, 1000, 100},
   };
   std::mt19937_64 rng(6);
@@ -845,8 +855,8 @@ TEST(Packet, SplitHeadersEqualWholeFrame) {
     for (auto& x : body) x = uint8_t(rng());
     std::vector<uint8_t> whole(wire::kMaxFrame), split(wire::kMaxFrame);
     const size_t n1 = wire::build(whole.data(), whole.size(), a, b, h, body, uint16_t(t));
-    const size_t n2 = wire::build_headers(split.data(), split.size(), a, b, h, body.size(), wire::body_sum16(body),
-                                          uint16_t(t));
+    const size_t n2 =
+        wire::build_headers(split.data(), split.size(), a, b, h, body.size(), wire::body_sum16(body), uint16_t(t));
     ASSERT_EQ(n2, wire::kFrameOverhead);
     std::copy(body.begin(), body.end(), split.begin() + long(n2));
     ASSERT_EQ(n1, n2 + body.size());

@@ -4,13 +4,13 @@
 // order (exactness itself is checked against independent references in
 // test_accumulator and tests/py).
 #include <gtest/gtest.h>
-#include <tuple>
-#include <deque>
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "arith/accumulator.hpp"
 #include "config/config.hpp"
@@ -362,4 +362,3 @@ TEST(RecentKeys, MatchesASetWithFifoEviction) {
     for (const auto& [j, o, c] : ref) ASSERT_TRUE(rk.contains({j, o, c}));
   }
 }
-
