@@ -25,7 +25,9 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -655,35 +657,86 @@ Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
   res.c.mode = Mode::TESTPMD;
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
-  std::ostringstream cmd;
-  cmd << "( sleep " << a.warmup_s + 0.5 << "; echo 'show port stats all'; sleep " << a.time_s
-      << "; echo 'show port stats all'; sleep 0.2; echo quit ) | " << a.testpmd
-      << " -l 0,1 --no-huge -m 1024 --no-pci --file-prefix prism-bench-tp-" << getpid()
-      << " --log-level=lib.eal:error --log-level=pmd.net.pcap:error";
-  for (uint32_t p = 0; p < w.ports; ++p) cmd << " --vdev net_pcap" << p << ",rx_pcap=" << w.pcap[p] << ",infinite_rx=1";
-  cmd << " -- -i --auto-start --forward-mode=io --port-topology=loop --nb-cores=1 --mbuf-size=9344"
-         " --total-num-mbufs=16384 2>&1";
-  FILE* f = popen(cmd.str().c_str(), "r");
-  if (!f) {
-    res.error = "cannot start " + a.testpmd;
+  // testpmd, interactive, driven through its stdin: the measured window
+  // starts only once its prompt shows that forwarding has started (setting
+  // up its pool can take seconds on a loaded machine).
+  std::vector<std::string> argv_s = {a.testpmd, "-l", "0,1", "--no-huge", "-m", "1024", "--no-pci", "--file-prefix",
+                                     "prism-bench-tp-" + std::to_string(getpid()), "--log-level=lib.eal:error",
+                                     "--log-level=pmd.net.pcap:error"};
+  for (uint32_t p = 0; p < w.ports; ++p) {
+    argv_s.push_back("--vdev");
+    argv_s.push_back("net_pcap" + std::to_string(p) + ",rx_pcap=" + w.pcap[p] + ",infinite_rx=1");
+  }
+  for (const char* x : {"--", "-i", "--auto-start", "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
+                        "--mbuf-size=9344", "--total-num-mbufs=16384"})
+    argv_s.push_back(x);
+  int in_fd[2], out_fd[2];
+  if (::pipe(in_fd) != 0 || ::pipe(out_fd) != 0) {
+    res.error = std::string("pipe: ") + std::strerror(errno);
     return res;
   }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in_fd[0], 0);
+    dup2(out_fd[1], 1);
+    dup2(out_fd[1], 2);
+    close(in_fd[1]);
+    close(out_fd[0]);
+    std::vector<char*> av;
+    for (auto& x : argv_s) av.push_back(x.data());
+    av.push_back(nullptr);
+    execvp(av[0], av.data());
+    _exit(127);
+  }
+  close(in_fd[0]);
+  close(out_fd[1]);
   std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  const int rc = pclose(f);
+  // Reads until `what` shows up after offset `from` (or EOF, or the time is up).
+  auto read_until = [&](const std::string& what, double seconds, size_t from = 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    char buf[4096];
+    while (out.find(what, from) == std::string::npos) {
+      const auto left = std::chrono::duration<double>(end - std::chrono::steady_clock::now()).count();
+      if (left <= 0) return false;
+      pollfd pf{out_fd[0], POLLIN, 0};
+      if (poll(&pf, 1, int(left * 1000) + 1) <= 0) continue;
+      const ssize_t n = read(out_fd[0], buf, sizeof buf);
+      if (n <= 0) return false;
+      out.append(buf, size_t(n));
+    }
+    return true;
+  };
+  auto say = [&](const char* line) { return write(in_fd[1], line, std::strlen(line)) > 0; };
+  bool ok = pid > 0 && read_until("testpmd> ", 120);
+  if (ok) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.warmup_s + 0.2));
+    // The first show starts testpmd's rate window, the second closes it.
+    size_t mark = out.size();
+    ok = say("show port stats all\n") && read_until("testpmd> ", 30, mark);
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.time_s));
+    mark = out.size();
+    ok = ok && say("show port stats all\n") && read_until("testpmd> ", 30, mark);
+  }
+  say("quit\n");
+  close(in_fd[1]);
+  read_until("\x01never", 30, out.size());  // to EOF
+  close(out_fd[0]);
+  int status = 0;
+  if (pid > 0) waitpid(pid, &status, 0);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::vector<double> pps;
   for (size_t at = 0; (at = out.find("Rx-pps:", at)) != std::string::npos; at += 7)
     pps.push_back(std::strtod(out.c_str() + at + 7, nullptr));
   std::error_code ec;
   std::filesystem::remove_all("/var/run/dpdk/prism-bench-tp-" + std::to_string(getpid()), ec);
-  if (pps.size() < 2 * w.ports) {
+  double total = 0;
+  if (pps.size() >= 2 * w.ports)
+    for (size_t i = pps.size() - w.ports; i < pps.size(); ++i) total += pps[i];
+  if (!ok || total <= 0) {
     const std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
     res.error = "testpmd gave no rate (exit status " + std::to_string(rc) + "): " + tail;
     return res;
   }
-  double total = 0;
-  for (size_t i = pps.size() - w.ports; i < pps.size(); ++i) total += pps[i];
   res.packets = uint64_t(total * a.time_s);
   res.mpps = total / 1e6;
   res.gbps = total * double(w.elements * info(c.s.dtype).bytes) * 8 / 1e9;
