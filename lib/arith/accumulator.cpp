@@ -171,12 +171,15 @@ class KulischWide final : public Accumulator {
     lo_ = ~0u;
     hi_ = 0;
     fast_.fill(T(-0.0));
-    for (uint32_t i = 0; i < d_.lanes; ++i)
-      if (dirty_[i]) {
-        bank_[i].clear();
-        adds_[i] = 0;
-      }
-    dirty_.fill(0);
+    if (any_dirty_) {
+      for (uint32_t i = 0; i < d_.lanes; ++i)
+        if (dirty_[i]) {
+          bank_[i].clear();
+          adds_[i] = 0;
+        }
+      dirty_.fill(0);
+      any_dirty_ = false;
+    }
   }
 
   size_t bytes_per_lane() const override { return sizeof(T) + sizeof(Bank) + sizeof(uint16_t) + 1; }
@@ -246,6 +249,7 @@ class KulischWide final : public Accumulator {
       bk.normalize();
       adds_[i] = 0;
       dirty_[i] = 1;
+      any_dirty_ = true;
     }
     return true;
   }
@@ -286,20 +290,32 @@ class KulischWide final : public Accumulator {
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
   // the whole op down the per-lane path (its flag and the exceptions mode).
   bool finalize_plain(uint8_t* out, uint8_t* flags) const {
-    if (d_.out != Format::FP32) return false;
-    uint8_t dirty = 0;
-    for (uint32_t i = 0; i < d_.lanes; ++i) dirty |= dirty_[i];
-    if (dirty) return false;
-    std::vector<float>& tmp = plain_;
-    tmp.resize(d_.lanes);
+    if (d_.out != Format::FP32 && !(sizeof(T) == 4 && d_.out == Format::BF16)) return false;
+    if (any_dirty_) return false;
     uint32_t bad = 0;
-    for (uint32_t i = 0; i < d_.lanes; ++i) {
-      const float x = float(fast_[i]);  // exact for float lanes
-      tmp[i] = x;
-      bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
+    if (d_.out == Format::FP32) {
+      std::vector<float>& tmp = plain_;
+      tmp.resize(d_.lanes);
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        const float x = float(fast_[i]);  // exact for float lanes
+        tmp[i] = x;
+        bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
+      }
+      if (bad) return false;
+      std::memcpy(out, tmp.data(), size_t(d_.lanes) * 4);
+    } else {  // float lanes into bf16: round to nearest even on the bits (round_float_to's rule)
+      std::vector<uint16_t>& tmp = plain16_;
+      tmp.resize(d_.lanes);
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        const uint32_t b = float_bits(float(fast_[i]));
+        bad |= (b & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials
+        const uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+        bad |= (r & 0x7F80u) == 0x7F80u;  // rounded up to the infinity: overflow
+        tmp[i] = uint16_t(r);
+      }
+      if (bad) return false;
+      std::memcpy(out, tmp.data(), size_t(d_.lanes) * 2);  // little-endian on the wire, as here
     }
-    if (bad) return false;
-    std::memcpy(out, tmp.data(), size_t(d_.lanes) * 4);
     if (flags) std::memset(flags, 0, d_.lanes);
     return true;
   }
@@ -345,6 +361,7 @@ class KulischWide final : public Accumulator {
     split_double(double(v), unit_, &m, &shift);
     bank_[lane].add(m, shift);
     dirty_[lane] = 1;
+    any_dirty_ = true;
     if (++adds_[lane] == Bank::kAddsBeforeCarry) {
       bank_[lane].normalize();
       adds_[lane] = 0;
@@ -360,6 +377,8 @@ class KulischWide final : public Accumulator {
   Lanes<T> fast_;
   Lanes<Bank> bank_;
   mutable std::vector<float> plain_;  // finalize_plain's scratch
+  mutable std::vector<uint16_t> plain16_;
+  bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
 };
