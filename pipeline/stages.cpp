@@ -132,7 +132,7 @@ bool RxStage::hand_on() {
 
 rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum) {
   if (body == last_body_ && last_payload_) {
-    *sum = last_sum_;
+    *sum = sum_for(body);
     return last_payload_;
   }
   if (last_payload_) rte_pktmbuf_free(last_payload_);  // drop our reference; clones keep theirs
@@ -149,8 +149,7 @@ rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>
   payload_copies.add();
   last_body_ = body;
   last_payload_ = p;
-  last_sum_ = wire::body_sum16(*body);
-  *sum = last_sum_;
+  *sum = sum_for(body);
   return p;
 }
 

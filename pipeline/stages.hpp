@@ -135,7 +135,6 @@ class Emitter final : public sw::Sink {
   // Held, not just compared by address: a freed body's address may come back for another.
   std::shared_ptr<const std::vector<uint8_t>> last_body_;
   rte_mbuf* last_payload_ = nullptr;
-  uint32_t last_sum_ = 0;
   uint16_t ip_id_ = 0;
 };
 

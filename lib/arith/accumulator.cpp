@@ -293,29 +293,24 @@ class KulischWide final : public Accumulator {
     if (d_.out != Format::FP32 && !(sizeof(T) == 4 && d_.out == Format::BF16)) return false;
     if (any_dirty_) return false;
     uint32_t bad = 0;
+    // Written straight into `out`: when a lane turns out bad, the per-lane path rewrites every lane.
     if (d_.out == Format::FP32) {
-      std::vector<float>& tmp = plain_;
-      tmp.resize(d_.lanes);
       for (uint32_t i = 0; i < d_.lanes; ++i) {
         const float x = float(fast_[i]);  // exact for float lanes
-        tmp[i] = x;
+        std::memcpy(out + size_t(i) * 4, &x, 4);
         bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
       }
-      if (bad) return false;
-      std::memcpy(out, tmp.data(), size_t(d_.lanes) * 4);
     } else {  // float lanes into bf16: round to nearest even on the bits (round_float_to's rule)
-      std::vector<uint16_t>& tmp = plain16_;
-      tmp.resize(d_.lanes);
       for (uint32_t i = 0; i < d_.lanes; ++i) {
         const uint32_t b = float_bits(float(fast_[i]));
         bad |= (b & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials
         const uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
         bad |= (r & 0x7F80u) == 0x7F80u;  // rounded up to the infinity: overflow
-        tmp[i] = uint16_t(r);
+        const uint16_t h = uint16_t(r);
+        std::memcpy(out + size_t(i) * 2, &h, 2);  // little-endian on the wire, as here
       }
-      if (bad) return false;
-      std::memcpy(out, tmp.data(), size_t(d_.lanes) * 2);  // little-endian on the wire, as here
     }
+    if (bad) return false;
     if (flags) std::memset(flags, 0, d_.lanes);
     return true;
   }
@@ -376,8 +371,6 @@ class KulischWide final : public Accumulator {
   uint32_t lo_, hi_;
   Lanes<T> fast_;
   Lanes<Bank> bank_;
-  mutable std::vector<float> plain_;  // finalize_plain's scratch
-  mutable std::vector<uint16_t> plain16_;
   bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
