@@ -131,8 +131,12 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   }
   for (uint32_t s = 0; s < shards; ++s) {
     std::vector<rte_ring*> in;
-    for (auto& v : voq) in.push_back(v[s]);
-    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, tx_ring, chains, pool_, mode, cfg.arbiter_seed,
+    std::vector<uint16_t> in_ports;
+    for (size_t i = 0; i < voq.size(); ++i) {
+      in.push_back(voq[i][s]);
+      in_ports.push_back(cfg.ports[i].id);
+    }
+    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, in_ports, tx_ring, chains, pool_, mode, cfg.arbiter_seed,
                                                  cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
   for (const auto& p : cfg.ports)

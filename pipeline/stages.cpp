@@ -269,10 +269,12 @@ class RteHashIndex final : public sw::SlotIndex {
 }  // namespace
 
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
-                         std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool, Arbiter mode,
-                         uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only)
+                         std::vector<uint16_t> in_ports, std::vector<rte_ring*> tx_by_port, std::vector<bool> chains,
+                         rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots, uint64_t tsc_hz,
+                         bool forward_only)
     : shard_(shard),
       in_(std::move(inputs)),
+      in_port_(std::move(in_ports)),
       emitter_(std::move(tx_by_port), pool, std::move(chains)),
       red_(dir, slots, std::make_unique<RteHashIndex>(shard, slots)),
       mode_(mode),
@@ -332,7 +334,9 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     c_.dequeued.add(n);
     served_[i].add(n);
     if (forward_only_) {
-      for (unsigned j = 0; j < n; ++j) emitter_.forward(meta(burst[j])->in_port, burst[j]);
+      // The ring says where the packets came in: the mbufs themselves are
+      // not touched on this lcore (each line read here is one RX must take back).
+      for (unsigned j = 0; j < n; ++j) emitter_.forward(in_port_[i], burst[j]);
     } else {
       // The packets were written on the RX lcore: fetch the next ones' metadata
       // and elements while this one is added (hides the cross-core misses).

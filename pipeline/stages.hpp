@@ -150,7 +150,8 @@ class ReduceStage final : public Stage {
  public:
   // `forward_only`: a baseline, not a switch: every admitted packet goes back
   // out of its input port unchanged, with no slot and no arithmetic.
-  ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
+  // `in_ports[i]`: the switch port whose packets `inputs[i]` carries.
+  ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs, std::vector<uint16_t> in_ports,
               std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool, Arbiter mode,
               uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only = false);
   const char* kind() const override { return "reduce"; }
@@ -169,6 +170,7 @@ class ReduceStage final : public Stage {
  private:
   uint32_t shard_;
   std::vector<rte_ring*> in_;
+  std::vector<uint16_t> in_port_;
   Emitter emitter_;
   sw::Reducer red_;
   Arbiter mode_;

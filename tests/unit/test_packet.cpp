@@ -425,6 +425,13 @@ TEST(Checksum, OnesSumAtEveryAlignment) {
   const Bytes ones(9000, 0xFF);
   EXPECT_EQ(ones_sum(ones.data(), ones.size()), 0xFFFF);
   EXPECT_EQ(ones_sum_portable(ones.data(), ones.size()), 0xFFFF);
+  // Longer than the AVX2 path's 2 MiB blocks (its 32-bit lanes are widened between them).
+  Bytes big(5u << 20);
+  for (auto& x : big) x = uint8_t(rng());
+  for (size_t n : {size_t(2u << 20), big.size() - 3})
+    EXPECT_EQ(uint16_t(~ones_sum(big.data(), n)), rfc1071(Bytes(big.begin(), big.begin() + long(n)))) << n;
+  const Bytes all_ones(5u << 20, 0xFF);
+  EXPECT_EQ(ones_sum(all_ones.data(), all_ones.size()), 0xFFFF);
 }
 
 // A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
