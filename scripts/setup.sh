@@ -7,7 +7,7 @@ PKGS=(
   libdpdk-dev dpdk dpdk-dev libyaml-cpp-dev libpcap-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-numpy python3-scapy python3-yaml
-  tshark gnuplot-nox clang libclang-rt-14-dev
+  tshark gnuplot-nox clang libclang-rt-14-dev valgrind
 )
 missing=()
 for p in "${PKGS[@]}"; do
