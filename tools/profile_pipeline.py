@@ -7,7 +7,8 @@
 Runs `prism-bench pipeline` under callgrind (valgrind) once per policy, with
 one lcore running every stage, and counts only what runs inside the lcore
 loop (`--toggle-collect` on Runtime::loop: set-up, capture writing and the
-report are left out). The count is divided by the packets parsed
+report are left out, and so are the bench's RX and TX callbacks, its traffic
+source and its RESULT checks). The count is divided by the packets parsed
 (`wire::parse` calls). Timing on a shared VM moves by up to 1.5x between
 runs; instruction counts do not, so this is how a change to the hot path is
 judged before the timing sweep. Cache misses are not counted: a change that
@@ -87,7 +88,9 @@ def profile(args, policy: str, work: str) -> dict:
     out = os.path.join(work, f'cg.{policy}')
     bench = os.path.join(args.build, 'app', 'prism-bench')
     cmd = ['valgrind', '--tool=callgrind', f'--callgrind-out-file={out}', '--collect-atstart=no',
-           '--toggle-collect=prism::pipe::Runtime::loop(*', bench, 'pipeline', '--policies', policy,
+           '--toggle-collect=prism::pipe::Runtime::loop(*',
+           # the bench's own source and checks run inside the loop (RX and TX callbacks): left out
+           '--toggle-collect=*rx_rewrite*', '--toggle-collect=*tx_verify*', bench, 'pipeline', '--policies', policy,
            '--dtypes', args.dtype, '--payloads', str(args.payload), '--ranks', str(args.ranks), '--lcores', '1',
            '--repeat', '1', '--time', str(args.time), '--warmup', '0.2', '--no-testpmd',
            '--work-dir', os.path.join(work, policy)]

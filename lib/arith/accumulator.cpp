@@ -450,6 +450,10 @@ class KulischNarrow final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    if (finalize_plain(out)) {
+      if (flags) std::memset(flags, 0, d_.lanes);
+      return;
+    }
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -474,9 +478,27 @@ class KulischNarrow final : public Accumulator {
   }
 
  private:
+  // The common case of a narrow float result: every sum held exactly by an
+  // fp32 and no lane a NaN or out of the output's range. Then the result is
+  // the hardware's rounding of each sum (the per-lane path's, in one batch).
+  bool finalize_plain(uint8_t* out) const {
+    if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
+    if constexpr (sizeof(T) == 4) {
+      return k_.round_f32(d_.out, fast_.data(), d_.lanes, out);
+    } else {
+      narrow_.resize(d_.lanes);
+      bool exact = true;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        narrow_[i] = float(fast_[i]);
+        exact &= double(narrow_[i]) == fast_[i];  // false for a NaN too
+      }
+      return exact && k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
+    }
+  }
   const Kernels& k_;
   int unit_;
   Lanes<T> fast_;
+  mutable std::vector<float> narrow_;  // scratch of finalize_plain()
 };
 
 // ---------------------------------------------------------------------------
@@ -584,7 +606,8 @@ uint32_t result(float a, uint8_t fl, Format out, Exceptions ex, uint8_t* rfl) {
 // (fp32 out: one copy; little-endian on the wire as in memory here) or its
 // rounding by round_float_to(): no per-lane decisions. False when the
 // per-lane path must run.
-inline bool finalize_plain(const float* acc, const uint8_t* fl, uint32_t n, Format out, uint8_t* dst, uint8_t* flags) {
+inline bool finalize_plain(const Kernels& k, const float* acc, const uint8_t* fl, uint32_t n, Format out, uint8_t* dst,
+                           uint8_t* flags) {
   static_assert(std::endian::native == std::endian::little);
   if (!is_float(out)) return false;
   uint8_t any = 0;
@@ -595,16 +618,10 @@ inline bool finalize_plain(const float* acc, const uint8_t* fl, uint32_t n, Form
     all_exp |= ((b & 0x7F800000u) == 0x7F800000u);
   }
   if (any | all_exp) return false;
-  if (out == Format::FP32) {
+  if (out == Format::FP32)
     std::memcpy(dst, acc, size_t(n) * 4);
-  } else {
-    const uint32_t osz = info(out).bytes;
-    for (uint32_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      if (!round_float_to(out, acc[i], &bits)) return false;  // overflow: the per-lane path flags it
-      store_bits(out, dst + i * osz, bits);
-    }
-  }
+  else if (!k.round_f32(out, acc, n, dst))  // an overflow: the per-lane path flags it
+    return false;
   if (flags) std::memset(flags, 0, n);
   return true;
 }
@@ -717,7 +734,7 @@ class Fp32Arrival final : public Accumulator {
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
     settle();
-    if (f32::finalize_plain(acc_.data(), fl_.data(), d_.lanes, d_.out, out, flags)) return;
+    if (f32::finalize_plain(k_, acc_.data(), fl_.data(), d_.lanes, d_.out, out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -793,7 +810,7 @@ class Fp32Binomial final : public Accumulator {
     const uint32_t osz = info(d_.out).bytes;
     if (present_ != d_.group) return finalize_incomplete(out, flags);
     const float* x = rows_.data();
-    if (f32::finalize_plain(x, fl_.data(), d_.lanes, d_.out, out, flags)) return;
+    if (f32::finalize_plain(k_, x, fl_.data(), d_.lanes, d_.out, out, flags)) return;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t rfl = 0;
       store_bits(d_.out, out + i * osz, f32::result(x[i], fl_[i], d_.out, d_.exceptions, &rfl));

@@ -38,6 +38,11 @@ struct Kernels {
   void (*exp_range)(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi);
   // acc[i] += int(e[i]) for int8/int32 elements.
   void (*add_i64)(Format f, int64_t* acc, const uint8_t* e, uint32_t n);
+  // dst[i] = round_float_to(out, in[i]), in out's wire encoding, for a float
+  // format narrower than fp32. False (dst then unspecified) when some lane
+  // has no such rounding: a NaN, an infinity or an overflow, which the caller
+  // handles lane by lane. Cost (AVX2): ~25 uops per 8 lanes, no branches.
+  bool (*round_f32)(Format out, const float* in, uint32_t n, uint8_t* dst);
 };
 
 const Kernels& portable_kernels();

@@ -260,6 +260,88 @@ void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
   if (i < n) P().add_i64(f, acc + i, e + i * info(f).bytes, n - i);
 }
 
+// Eight 32-bit lanes, each < 2^16 (or < 2^8), stored as 16-bit (8-bit) codes.
+template <uint32_t Bytes>
+inline void store_codes(uint8_t* dst, __m256i v) {
+  const __m256i w = _mm256_packus_epi32(v, v);  // per 128-bit half: its 4 lanes as 16 bits, twice
+  if constexpr (Bytes == 2) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(w, _MM_SHUFFLE(3, 1, 2, 0))));
+  } else {
+    const __m256i b = _mm256_packus_epi16(w, w);
+    const uint32_t lo = uint32_t(_mm256_extract_epi32(b, 0)), hi = uint32_t(_mm256_extract_epi32(b, 4));
+    std::memcpy(dst, &lo, 4);
+    std::memcpy(dst + 4, &hi, 4);
+  }
+}
+
+// round_float_to() eight lanes at a time, the same steps without branches:
+// a + 1.5*2^(qe+23) - 1.5*2^(qe+23) rounds a to a multiple of the format's
+// quantum 2^qe at a (ties to even, by the hardware), then the result's
+// exponent and top mantissa bits are the code (shifted right where subnormal).
+template <Format F>
+bool round_f32_t(const float* in, uint32_t n, uint8_t* dst) {
+  constexpr uint32_t kBytes = info(F).bytes;
+  uint32_t i = 0;
+  if constexpr (F == Format::BF16) {  // fp32's exponent range: round the bits
+    for (; i + 8 <= n; i += 8) {
+      const __m256i ab = _mm256_castps_si256(_mm256_loadu_ps(in + i));
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ab, 16), _mm256_set1_epi32(1));
+      const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(ab, _mm256_set1_epi32(0x7FFF)), odd), 16);
+      const __m256i top = _mm256_and_si256(r, _mm256_set1_epi32(0x7F80));
+      if (!_mm256_testz_si256(_mm256_cmpeq_epi32(top, _mm256_set1_epi32(0x7F80)), _mm256_set1_epi32(-1))) return false;
+      store_codes<2>(dst + 2 * i, r);
+    }
+  } else {
+    constexpr int kM = info(F).mbits, kEmin = info(F).emin, kBias = info(F).bias;
+    static const float kMax = to_float(F, info(F).max_finite);
+    const __m256i zpos = _mm256_set1_epi32(int(zero_bits(F, false))), zneg = _mm256_set1_epi32(int(zero_bits(F, true)));
+    for (; i + 8 <= n; i += 8) {
+      const __m256 a = _mm256_loadu_ps(in + i);
+      const __m256i ab = _mm256_castps_si256(a);
+      const __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(ab, 23), _mm256_set1_epi32(0xFF)),
+                                         _mm256_set1_epi32(127));
+      const __m256i qe = _mm256_sub_epi32(_mm256_max_epi32(e, _mm256_set1_epi32(kEmin)), _mm256_set1_epi32(kM));
+      __m256i bad = _mm256_cmpgt_epi32(qe, _mm256_set1_epi32(254 - 23 - 127));  // NaN, infinity, far out of range
+      const __m256 s = _mm256_castsi256_ps(_mm256_or_si256(
+          _mm256_slli_epi32(_mm256_add_epi32(qe, _mm256_set1_epi32(23 + 127)), 23), _mm256_set1_epi32(0x400000)));
+      const __m256 r = _mm256_sub_ps(_mm256_add_ps(a, s), s);
+      const __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), r);
+      bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(mag, _mm256_set1_ps(kMax), _CMP_GT_OQ)));
+      if (!_mm256_testz_si256(bad, bad)) return false;
+      const __m256i rb = _mm256_castps_si256(r);
+      const __m256i er = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(rb, 23), _mm256_set1_epi32(0xFF)),
+                                          _mm256_set1_epi32(127));
+      const __m256i neg = _mm256_srai_epi32(ab, 31);
+      const __m256i sign = _mm256_and_si256(neg, _mm256_set1_epi32(int(info(F).sign_bit)));
+      const __m256i normal =
+          _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(er, _mm256_set1_epi32(kBias)), kM),
+                          _mm256_and_si256(_mm256_srli_epi32(rb, 23 - kM), _mm256_set1_epi32((1 << kM) - 1)));
+      const __m256i sub = _mm256_srlv_epi32(
+          _mm256_or_si256(_mm256_set1_epi32(0x800000), _mm256_and_si256(rb, _mm256_set1_epi32(0x7FFFFF))),
+          _mm256_sub_epi32(_mm256_set1_epi32(23 - kM + kEmin), er));
+      const __m256i is_normal = _mm256_cmpgt_epi32(er, _mm256_set1_epi32(kEmin - 1));
+      __m256i code = _mm256_or_si256(sign, _mm256_blendv_epi8(sub, normal, is_normal));
+      const __m256i zero = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_EQ_OQ));
+      code = _mm256_blendv_epi8(code, _mm256_blendv_epi8(zpos, zneg, neg), zero);
+      store_codes<kBytes>(dst + kBytes * i, code);
+    }
+  }
+  return i == n || P().round_f32(F, in + i, n - i, dst + kBytes * i);
+}
+
+bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
+  switch (out) {
+    case Format::FP16: return round_f32_t<Format::FP16>(in, n, dst);
+    case Format::BF16: return round_f32_t<Format::BF16>(in, n, dst);
+    case Format::E4M3FN: return round_f32_t<Format::E4M3FN>(in, n, dst);
+    case Format::E4M3FNUZ: return round_f32_t<Format::E4M3FNUZ>(in, n, dst);
+    case Format::E5M2: return round_f32_t<Format::E5M2>(in, n, dst);
+    case Format::E5M2FNUZ: return round_f32_t<Format::E5M2FNUZ>(in, n, dst);
+    default: return P().round_f32(out, in, n, dst);
+  }
+}
+
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
 void add_f64(Format f, double* acc, const uint8_t* e,
              uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
@@ -272,7 +354,8 @@ void add_f64(Format f, double* acc, const uint8_t* e,
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2", any_special, add_f32, add_f64, add_f64_checked, add_f32_checked, exp_range, add_i64};
+  static const Kernels k{"avx2",          any_special, add_f32, add_f64,  add_f64_checked,
+                         add_f32_checked, exp_range,   add_i64, round_f32};
   return k;
 }
 

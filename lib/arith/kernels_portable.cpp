@@ -151,6 +151,18 @@ float fp16_to_float(uint16_t h) {
   return s ? -v : v;
 }
 
+namespace {
+bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
+  const uint32_t osz = info(out).bytes;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    if (!round_float_to(out, in[i], &bits)) return false;
+    store_bits(out, dst + i * osz, bits);
+  }
+  return true;
+}
+}  // namespace
+
 const float* fp8_table(Format f) {
   switch (f) {
     case Format::E4M3FN: return tables().t[0];
@@ -161,8 +173,8 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable",      any_special,     add_f32,   add_f64,
-                         add_f64_checked, add_f32_checked, exp_range, add_i64};
+  static const Kernels k{"portable",      any_special, add_f32, add_f64,  add_f64_checked,
+                         add_f32_checked, exp_range,   add_i64, round_f32};
   return k;
 }
 

@@ -64,8 +64,8 @@ std::optional<std::string> admission_error(const OpDesc& d, int configured_width
   if (d.policy == Policy::KULISCH_FIXED || !is_float(d.dtype)) {
     const int need = required_width(d.dtype, d.group);
     if (need > configured_width)
-      return std::string("accumulator too narrow: an exact sum of ") + std::to_string(d.group) + " " +
-             name(d.dtype) + " values needs " + std::to_string(need) + " bits but the configured width is " +
+      return std::string("accumulator too narrow: an exact sum of ") + std::to_string(d.group) + " " + name(d.dtype) +
+             " values needs " + std::to_string(need) + " bits but the configured width is " +
              std::to_string(configured_width) + "; raise the width to at least " + std::to_string(need) +
              " or use fewer ranks";
   }

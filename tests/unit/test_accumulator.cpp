@@ -491,3 +491,66 @@ TEST(AccumulatorLifecycle, InadmissibleDescriptorsThrow) {
 }
 
 }  // namespace
+
+// The batch rounding kernel (narrow results of the FP32 policies and of
+// Kulisch's fast lanes) against round_float_to() lane by lane: every code,
+// every midpoint between neighbours and a float ulp either side, random
+// floats from below the smallest subnormal to past the largest finite value,
+// in batches of 37 lanes (vectors and a tail). A batch with a lane that has
+// no rounding (NaN, infinity, overflow) must be refused, wherever that lane is.
+TEST(Kernels, BatchRoundingMatchesRoundFloatTo) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(11);
+  for (Format f : {Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
+    const prism::FormatInfo& fi = prism::info(f);
+    std::vector<float> probes;
+    const uint32_t codes = 1u << (8 * fi.bytes);
+    for (uint32_t c = 0; c < codes; c += (fi.bytes == 2 ? 7 : 1)) {
+      if (prism::is_special(f, c)) continue;
+      const float v = prism::to_float(f, c);
+      probes.push_back(v);
+      const uint32_t up = (c & fi.sign_bit) ? c - 1 : c + 1;
+      if (up < codes && !prism::is_special(f, up) && (up & ~fi.sign_bit) != 0) {
+        const float mid = float((double(v) + double(prism::to_float(f, up))) / 2);
+        probes.insert(probes.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)});
+      }
+    }
+    std::uniform_int_distribution<int> ex(fi.emin - fi.mbits - 4, f == Format::BF16 ? 126 : fi.emax + 1);
+    for (int i = 0; i < 50000; ++i)
+      probes.push_back(std::ldexp(float(rng() >> 40) * 0x1p-24f + 1.0f, ex(rng)) * ((rng() & 1) ? -1.0f : 1.0f));
+    probes.push_back(0.0f);
+    probes.push_back(-0.0f);
+    probes.push_back(prism::bits_float(1));  // an fp32 subnormal
+    std::shuffle(probes.begin(), probes.end(), rng);
+    size_t taken = 0, refused = 0;
+    for (size_t at = 0; at < probes.size(); at += 37) {
+      const uint32_t n = uint32_t(std::min<size_t>(37, probes.size() - at));
+      std::vector<uint8_t> want(size_t(n) * fi.bytes);
+      bool ok = true;
+      for (uint32_t i = 0; i < n && ok; ++i) {
+        uint32_t bits;
+        ok = prism::round_float_to(f, probes[at + i], &bits);
+        if (ok) prism::store_bits(f, want.data() + size_t(i) * fi.bytes, bits);
+      }
+      ok ? ++taken : ++refused;
+      for (const prism::Kernels* k : ks) {
+        std::vector<uint8_t> got(want.size());
+        ASSERT_EQ(k->round_f32(f, probes.data() + at, n, got.data()), ok) << k->name << " " << prism::name(f);
+        if (ok) ASSERT_EQ(got, want) << k->name << " " << prism::name(f) << " batch at " << at;
+      }
+    }
+    EXPECT_GT(taken, 20u) << prism::name(f);
+    // One lane without a rounding, at every position of a 37-lane batch of zeros.
+    const float max = prism::to_float(f, fi.max_finite);
+    for (float bad : {NAN, INFINITY, -INFINITY, std::nextafter(max, INFINITY) * 2, -max * 4}) {
+      for (uint32_t pos = 0; pos < 37; ++pos) {
+        std::vector<float> v(37, 0.0f);
+        v[pos] = bad;
+        std::vector<uint8_t> got(37 * fi.bytes);
+        for (const prism::Kernels* k : ks)
+          ASSERT_FALSE(k->round_f32(f, v.data(), 37, got.data())) << k->name << " " << prism::name(f) << " " << bad;
+      }
+    }
+  }
+}
