@@ -380,20 +380,58 @@ class KulischWide final : public Accumulator {
 // KULISCH_FIXED, narrow formats: one float or double per lane, exact by
 // construction: every term is a multiple of the format's unit and the sum of R
 // terms needs W_mag + ceil(log2 R) bits, at most 24 (float) or 53 (double).
+//
+// Double lanes (fp16, e5m2) start each op as floats in the first half of the
+// same memory, as KulischWide's fast lanes do: while every term of the op
+// lies in an exponent window that a float holds exactly (hi - lo + p +
+// ceil(log2 R) <= 24 over the whole op), the sums are exact in float lanes,
+// at twice the lanes per vector. The first term outside the window widens
+// the lanes to doubles in place, and the op goes on there.
 template <class T>
 class KulischNarrow final : public Accumulator {
   using LB = LaneBits<T>;
+  static constexpr bool kHalves = sizeof(T) == 8;  // double lanes that can run as floats
 
  public:
-  KulischNarrow(const OpDesc& d, const Kernels& k) : Accumulator(d), k_(k), unit_(unit_exp(d.dtype)), fast_(d.lanes) {
+  KulischNarrow(const OpDesc& d, const Kernels& k)
+      : Accumulator(d),
+        k_(k),
+        unit_(unit_exp(d.dtype)),
+        budget_(24 - info(d.dtype).p - ceil_log2(d.group)),
+        special_field_((1u << info(d.dtype).ebits) - 1),
+        screen_(d.dtype == Format::E4M3FNUZ || d.dtype == Format::E5M2FNUZ),
+        fast_(d.lanes) {
     reset();
   }
-  void reset() override { fast_.fill(T(-0.0)); }
+  void reset() override {
+    if (kHalves && budget_ >= 0) {
+      halves_ = true;
+      lo_ = ~0u;
+      hi_ = 0;
+      std::fill_n(floats(), d_.lanes, -0.0f);
+    } else {
+      halves_ = false;
+      fast_.fill(T(-0.0));
+    }
+  }
   size_t bytes_per_lane() const override { return sizeof(T); }
 
   // Cost: a scan for specials and one exact add per lane (AVX2: 8 lanes per
-  // float add, 4 per double add). A packet with a special takes the per-lane path.
+  // float add, 4 per double add); double lanes running as floats scan the
+  // exponent range instead. A packet with a special takes the per-lane path.
   void add(const uint8_t* e, uint32_t) override {
+    if (halves_) {
+      uint32_t lo = lo_, hi = hi_;
+      k_.exp_range(d_.dtype, e, d_.lanes, &lo, &hi);
+      if (hi < special_field_ && (lo > hi || int(hi) - int(lo) <= budget_) &&
+          !(screen_ && k_.any_special(d_.dtype, e, d_.lanes))) {
+        lo_ = lo;
+        hi_ = hi;
+        k_.add_f32(d_.dtype, floats(), e, d_.lanes);
+        return;
+      }
+      widen();
+    }
     if (!k_.any_special(d_.dtype, e, d_.lanes)) {
       if constexpr (sizeof(T) == 4)
         k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
@@ -413,6 +451,7 @@ class KulischNarrow final : public Accumulator {
   }
 
   bool add_exact(const LaneExact* in) override {
+    widen();
     std::vector<T> next(d_.lanes);
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const LaneExact& l = in[i];
@@ -435,6 +474,7 @@ class KulischNarrow final : public Accumulator {
   }
 
   bool state(LaneExact* out) const override {
+    widen();
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       LaneExact l;
       const T f = fast_[i];
@@ -454,6 +494,7 @@ class KulischNarrow final : public Accumulator {
       if (flags) std::memset(flags, 0, d_.lanes);
       return;
     }
+    widen();
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -482,6 +523,13 @@ class KulischNarrow final : public Accumulator {
   // fp32 and no lane a NaN or out of the output's range. Then the result is
   // the hardware's rounding of each sum (the per-lane path's, in one batch).
   bool finalize_plain(uint8_t* out) const {
+    if (halves_) {  // finite float sums, each exact
+      if (d_.out == Format::FP32) {
+        std::memcpy(out, floats(), size_t(d_.lanes) * 4);
+        return true;
+      }
+      return is_float(d_.out) && k_.round_f32(d_.out, floats(), d_.lanes, out);
+    }
     if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
     if constexpr (sizeof(T) == 4) {
       return k_.round_f32(d_.out, fast_.data(), d_.lanes, out);
@@ -495,9 +543,30 @@ class KulischNarrow final : public Accumulator {
       return exact && k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
     }
   }
+  // The float lanes in the first half of fast_'s memory (halves_ only).
+  float* floats() const { return reinterpret_cast<float*>(const_cast<T*>(fast_.data())); }
+  // Float lanes to doubles, in place: lane i's double covers floats 2i and
+  // 2i+1, which lanes >= i held, so going down every float is read before
+  // it is overwritten. A change of representation only (hence const).
+  void widen() const {
+    if (!halves_) return;
+    auto* b = reinterpret_cast<unsigned char*>(floats());
+    for (uint32_t i = d_.lanes; i-- > 0;) {
+      float f;
+      std::memcpy(&f, b + size_t(i) * 4, 4);
+      const T v = T(f);
+      std::memcpy(b + size_t(i) * sizeof(T), &v, sizeof(T));
+    }
+    halves_ = false;
+  }
   const Kernels& k_;
   int unit_;
-  Lanes<T> fast_;
+  int budget_;              // exponent-field span the float lanes hold exactly (kHalves)
+  uint32_t special_field_;  // the format's all-ones exponent field
+  bool screen_;             // its NaN is not in that field (FNUZ: 0x80): scan for it
+  uint32_t lo_ = ~0u, hi_ = 0;
+  mutable bool halves_ = false;
+  mutable Lanes<T> fast_;
   mutable std::vector<float> narrow_;  // scratch of finalize_plain()
 };
 

@@ -554,3 +554,44 @@ TEST(Kernels, BatchRoundingMatchesRoundFloatTo) {
     }
   }
 }
+
+// fp16 and e5m2 Kulisch lanes start an op as floats while the op's terms
+// span few enough binades for a float to hold every sum exactly (24 - p -
+// ceil(log2 R) exponent fields). Terms spanning exactly that many fields,
+// and one to three more, with random low bits: every result must be the
+// correctly rounded exact sum (double holds these sums exactly).
+TEST(KulischFixedNarrow, FloatLanesOnlyWhileTheWindowIsExact) {
+  std::mt19937_64 rng(5);
+  for (Format f : {Format::FP16, Format::E5M2}) {
+    const prism::FormatInfo& fi = prism::info(f);
+    const uint32_t R = 8, lanes = 64;
+    const int budget = 24 - fi.p - 3;
+    const uint32_t hi = (1u << fi.ebits) - 2;  // the largest finite field
+    for (int span = budget - 1; span <= budget + 3; ++span) {
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<std::vector<uint8_t>> p(R, std::vector<uint8_t>(size_t(lanes) * fi.bytes));
+        std::vector<double> sum(lanes, 0.0);
+        for (uint32_t r = 0; r < R; ++r)
+          for (uint32_t i = 0; i < lanes; ++i) {
+            const uint32_t field = (r == 0 || rng() % 4 == 0) ? hi : hi - uint32_t(span);
+            const uint32_t mant = uint32_t(rng() & ((1u << fi.mbits) - 1)) | 1u;
+            const uint32_t code = ((rng() & 1) ? fi.sign_bit : 0) | field << fi.mbits | mant;
+            sum[i] += double(prism::to_float(f, code));
+            prism::store_bits(f, p[r].data() + size_t(i) * fi.bytes, code);
+          }
+        OpDesc d;
+        d.dtype = f;
+        d.out = Format::FP32;
+        d.policy = Policy::KULISCH_FIXED;
+        d.group = R;
+        d.lanes = lanes;
+        auto acc = prism::make_accumulator(d);
+        for (uint32_t r = 0; r < R; ++r) acc->add(p[r].data(), r);
+        const Result got = finalize(*acc);
+        for (uint32_t i = 0; i < lanes; ++i)
+          ASSERT_EQ(got.bits[i], prism::float_bits(float(sum[i])))
+              << prism::name(f) << " span " << span << " lane " << i << " exact sum " << sum[i];
+      }
+    }
+  }
+}
