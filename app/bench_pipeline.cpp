@@ -19,13 +19,13 @@
 // Output: a table, JSON (--json) and a gnuplot PNG (--plot). Targets are
 // reported, never enforced: timings on a shared machine drift, so compare
 // the ratios measured in one run.
+#include <poll.h>
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +82,9 @@ const char* kPipelineUsage =
     "  --repeat N       runs per case, interleaved; the median is reported (default 3)\n"
     "  --testpmd PATH   dpdk-testpmd to compare with (default: dpdk-testpmd on PATH)\n"
     "  --no-testpmd     skip the testpmd baseline\n"
+    "  --no-forward     skip the forward-only baseline (one policy alone, e.g. under a profiler)\n"
+    "  --sampled-checks check one RESULT in 256 from the start, not every RESULT of the first round\n"
+    "                   (under a profiler, where the full check would take most of the run)\n"
     "  --json FILE      one JSON object per measurement (an array)\n"
     "  --plot FILE.png  Gbit/s against payload size per policy, with the baselines (needs gnuplot)\n"
     "  --work-dir DIR   where the captures are written (default a fresh folder in /tmp, removed after)\n"
@@ -138,7 +141,7 @@ struct Args {
   uint32_t ports = 2, repeat = 3;
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
-  bool use_testpmd = true, quick = false, inject_fault = false;
+  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false;
   uint32_t max_lcores = 1;
 };
 
@@ -167,7 +170,7 @@ Args parse_args(int argc, char** argv) {
   const cli::Args a(argc, argv, 0,
                     {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
                      "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal"},
-                    {"--no-testpmd", "--quick", "--inject-fault", "--help", "-h"});
+                    {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     std::fputs(kPipelineUsage, stdout);
     std::exit(0);
@@ -185,6 +188,8 @@ Args parse_args(int argc, char** argv) {
   r.work_dir = a.str("--work-dir");
   r.eal = a.str("--eal");
   r.use_testpmd = !a.has("--no-testpmd");
+  const bool pair_forward = !a.has("--no-forward");
+  r.sampled_checks = a.has("--sampled-checks");
   r.testpmd = a.str("--testpmd", "dpdk-testpmd");
   if (!r.plot.empty() && r.plot.size() < 5) fail("--plot wants a file name ending in .png");
   if (!r.plot.empty() && r.plot.substr(r.plot.size() - 4) != ".png")
@@ -232,12 +237,12 @@ Args parse_args(int argc, char** argv) {
     add("ranks", m3, {Format::FP32}, {1024}, {2, 32, 128}, {2});
     add("lcores", m3, {Format::FP32}, {1024}, {8}, {1});
   }
-  // Every policy case is paired with forward-only on its shape.
+  // Every policy case is paired with forward-only on its shape (unless --no-forward).
   std::vector<Case> all;
   for (const Case& c : r.cases) {
     const bool have = std::any_of(
         all.begin(), all.end(), [&](const Case& x) { return x.mode == Mode::FORWARD && !(x.s < c.s) && !(c.s < x.s); });
-    if (!have) all.push_back({Mode::FORWARD, c.s, c.section});
+    if (!have && (pair_forward || c.mode == Mode::FORWARD)) all.push_back({Mode::FORWARD, c.s, c.section});
     if (c.mode != Mode::FORWARD) all.push_back(c);
   }
   r.cases = all;
@@ -571,7 +576,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   Verifier v;
   v.w = &w;
   v.forward = opt.forward_only;
-  v.full_until = uint64_t(w.ops) * c.s.ranks;  // the first round's RESULTs (R copies each)
+  v.full_until = a.sampled_checks ? 0 : uint64_t(w.ops) * c.s.ranks;  // the first round's RESULTs (R copies each)
   // Callbacks outlive a port's close: they are removed below, before rw and v go.
   std::vector<std::pair<const rte_eth_rxtx_callback*, const rte_eth_rxtx_callback*>> cbs;
   auto remove_callbacks = [&] {
@@ -660,8 +665,16 @@ Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
   // testpmd, interactive, driven through its stdin: the measured window
   // starts only once its prompt shows that forwarding has started (setting
   // up its pool can take seconds on a loaded machine).
-  std::vector<std::string> argv_s = {a.testpmd, "-l", "0,1", "--no-huge", "-m", "1024", "--no-pci", "--file-prefix",
-                                     "prism-bench-tp-" + std::to_string(getpid()), "--log-level=lib.eal:error",
+  std::vector<std::string> argv_s = {a.testpmd,
+                                     "-l",
+                                     "0,1",
+                                     "--no-huge",
+                                     "-m",
+                                     "1024",
+                                     "--no-pci",
+                                     "--file-prefix",
+                                     "prism-bench-tp-" + std::to_string(getpid()),
+                                     "--log-level=lib.eal:error",
                                      "--log-level=pmd.net.pcap:error"};
   for (uint32_t p = 0; p < w.ports; ++p) {
     argv_s.push_back("--vdev");

@@ -92,7 +92,7 @@ def profile(args, policy: str, work: str) -> dict:
            # the bench's own source and checks run inside the loop (RX and TX callbacks): left out
            '--toggle-collect=*rx_rewrite*', '--toggle-collect=*tx_verify*', bench, 'pipeline', '--policies', policy,
            '--dtypes', args.dtype, '--payloads', str(args.payload), '--ranks', str(args.ranks), '--lcores', '1',
-           '--repeat', '1', '--time', str(args.time), '--warmup', '0.2', '--no-testpmd',
+           '--repeat', '1', '--time', str(args.time), '--warmup', '0.2', '--no-testpmd', '--no-forward', '--sampled-checks',
            '--work-dir', os.path.join(work, policy)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:

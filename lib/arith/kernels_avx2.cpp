@@ -204,7 +204,11 @@ void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t*
     const __m256i x =
         _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i * (Bits / 8))), magmask);
     const __m256i z = cmpeq<Bits>(x, zero);
-    if constexpr (Bits == 16) {
+    if constexpr (Bits == 8) {  // no byte shift: shift words, then clear what came over from the next byte
+      const __m256i ex = _mm256_and_si256(_mm256_srl_epi16(x, shift), splat<8>(0xFFu >> fi.mbits));
+      vlo = _mm256_min_epu8(vlo, _mm256_or_si256(_mm256_max_epu8(ex, one), z));
+      vhi = _mm256_max_epu8(vhi, _mm256_andnot_si256(z, ex));
+    } else if constexpr (Bits == 16) {
       const __m256i ex = _mm256_srl_epi16(x, shift);
       vlo = _mm256_min_epu16(vlo, _mm256_or_si256(_mm256_max_epu16(ex, one), z));
       vhi = _mm256_max_epu16(vhi, _mm256_andnot_si256(z, ex));
@@ -219,7 +223,12 @@ void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t*
   _mm256_store_si256(reinterpret_cast<__m256i*>(h), vhi);
   uint32_t rl = *lo, rh = *hi;
   for (int j = 0; j < 8; ++j) {
-    if constexpr (Bits == 16) {
+    if constexpr (Bits == 8) {
+      for (int b = 0; b < 32; b += 8) {
+        rl = std::min(rl, (l[j] >> b) & 0xFF);
+        rh = std::max(rh, (h[j] >> b) & 0xFF);
+      }
+    } else if constexpr (Bits == 16) {
       rl = std::min({rl, l[j] & 0xFFFF, l[j] >> 16});
       rh = std::max({rh, h[j] & 0xFFFF, h[j] >> 16});
     } else {
@@ -236,6 +245,7 @@ void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* h
   switch (info(f).bytes) {
     case 4: return exp_range_t<32>(f, e, n, lo, hi);
     case 2: return exp_range_t<16>(f, e, n, lo, hi);
+    case 1: return exp_range_t<8>(f, e, n, lo, hi);
     default: return P().exp_range(f, e, n, lo, hi);
   }
 }
