@@ -537,7 +537,9 @@ TEST(Kernels, BatchRoundingMatchesRoundFloatTo) {
       for (const prism::Kernels* k : ks) {
         std::vector<uint8_t> got(want.size());
         ASSERT_EQ(k->round_f32(f, probes.data() + at, n, got.data()), ok) << k->name << " " << prism::name(f);
-        if (ok) ASSERT_EQ(got, want) << k->name << " " << prism::name(f) << " batch at " << at;
+        if (ok) {
+          ASSERT_EQ(got, want) << k->name << " " << prism::name(f) << " batch at " << at;
+        }
       }
     }
     EXPECT_GT(taken, 20u) << prism::name(f);
@@ -621,7 +623,9 @@ TEST(Kernels, ExponentRangeAgrees) {
         const bool empty_a = lo_a > hi_a, empty_p = lo_p > hi_p;
         ASSERT_EQ(empty_a, empty_p) << prism::name(f) << " n=" << n;
         ASSERT_EQ(hi_a, hi_p) << prism::name(f) << " n=" << n;
-        if (!empty_a) ASSERT_EQ(lo_a, lo_p) << prism::name(f) << " n=" << n;
+        if (!empty_a) {
+          ASSERT_EQ(lo_a, lo_p) << prism::name(f) << " n=" << n;
+        }
       }
     }
   }
