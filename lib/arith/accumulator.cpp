@@ -404,7 +404,14 @@ class KulischNarrow final : public Accumulator {
     reset();
   }
   void reset() override {
-    if (kHalves && budget_ >= 0) {
+    // Data wider than the window widens every op: after an op that did, the
+    // next 16 start as doubles (one op in 17 pays the scan and the widening).
+    if (outgrew_)
+      skip_ = 16;
+    else if (skip_)
+      --skip_;
+    outgrew_ = false;
+    if (kHalves && budget_ >= 0 && !skip_) {
       halves_ = true;
       lo_ = ~0u;
       hi_ = 0;
@@ -430,6 +437,7 @@ class KulischNarrow final : public Accumulator {
         k_.add_f32(d_.dtype, floats(), e, d_.lanes);
         return;
       }
+      outgrew_ = true;
       widen();
     }
     if (!k_.any_special(d_.dtype, e, d_.lanes)) {
@@ -535,12 +543,8 @@ class KulischNarrow final : public Accumulator {
       return k_.round_f32(d_.out, fast_.data(), d_.lanes, out);
     } else {
       narrow_.resize(d_.lanes);
-      bool exact = true;
-      for (uint32_t i = 0; i < d_.lanes; ++i) {
-        narrow_[i] = float(fast_[i]);
-        exact &= double(narrow_[i]) == fast_[i];  // false for a NaN too
-      }
-      return exact && k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
+      return k_.narrow_f64(fast_.data(), d_.lanes, narrow_.data()) &&
+             k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
     }
   }
   // The float lanes in the first half of fast_'s memory (halves_ only).
@@ -565,6 +569,8 @@ class KulischNarrow final : public Accumulator {
   uint32_t special_field_;  // the format's all-ones exponent field
   bool screen_;             // its NaN is not in that field (FNUZ: 0x80): scan for it
   uint32_t lo_ = ~0u, hi_ = 0;
+  bool outgrew_ = false;  // this op's terms left the float window
+  uint8_t skip_ = 0;      // ops still to start as doubles
   mutable bool halves_ = false;
   mutable Lanes<T> fast_;
   mutable std::vector<float> narrow_;  // scratch of finalize_plain()

@@ -352,6 +352,18 @@ bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
   }
 }
 
+bool narrow_f64(const double* in, uint32_t n, float* out) {
+  __m256d inexact = _mm256_setzero_pd();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d v = _mm256_loadu_pd(in + i);
+    const __m128 f = _mm256_cvtpd_ps(v);  // rounds to nearest, as float(double) does
+    inexact = _mm256_or_pd(inexact, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_NEQ_UQ));
+    _mm_storeu_ps(out + i, f);
+  }
+  return _mm256_testz_pd(inexact, inexact) && (i == n || P().narrow_f64(in + i, n - i, out + i));
+}
+
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
 void add_f64(Format f, double* acc, const uint8_t* e,
              uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
@@ -364,8 +376,8 @@ void add_f64(Format f, double* acc, const uint8_t* e,
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",          any_special, add_f32, add_f64,  add_f64_checked,
-                         add_f32_checked, exp_range,   add_i64, round_f32};
+  static const Kernels k{"avx2",          any_special, add_f32, add_f64,   add_f64_checked,
+                         add_f32_checked, exp_range,   add_i64, round_f32, narrow_f64};
   return k;
 }
 

@@ -161,6 +161,14 @@ bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
   }
   return true;
 }
+bool narrow_f64(const double* in, uint32_t n, float* out) {
+  uint32_t inexact = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = float(in[i]);
+    inexact |= double(out[i]) != in[i];  // a NaN too
+  }
+  return !inexact;
+}
 }  // namespace
 
 const float* fp8_table(Format f) {
@@ -173,8 +181,8 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable",      any_special, add_f32, add_f64,  add_f64_checked,
-                         add_f32_checked, exp_range,   add_i64, round_f32};
+  static const Kernels k{"portable",      any_special, add_f32, add_f64,   add_f64_checked,
+                         add_f32_checked, exp_range,   add_i64, round_f32, narrow_f64};
   return k;
 }
 

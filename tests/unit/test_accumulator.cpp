@@ -630,3 +630,29 @@ TEST(Kernels, ExponentRangeAgrees) {
     }
   }
 }
+
+// Doubles to floats, AVX2 against portable: exact lanes, lanes a float cannot
+// hold (one more bit, out of range), NaNs and infinities, at every position.
+TEST(Kernels, NarrowingToFloatAgrees) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(13);
+  for (uint32_t n : {0u, 1u, 3u, 4u, 5u, 8u, 37u, 1024u}) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = double(float(std::ldexp(double(rng() >> 11), -40) - 4096.0));  // exact in a float
+    for (const prism::Kernels* k : ks) {
+      std::vector<float> f(n);
+      ASSERT_TRUE(k->narrow_f64(v.data(), n, f.data())) << k->name;
+      for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(double(f[i]), v[i]) << k->name;
+    }
+    for (double bad : {1.0 + 0x1p-30, 1e300, double(NAN), double(INFINITY)})
+      for (uint32_t pos = 0; pos < n; ++pos) {
+        std::vector<double> w = v;
+        w[pos] = bad;
+        std::vector<float> f(n);
+        // An infinity is held exactly by a float: only the others are refused.
+        const bool want = std::isinf(bad);
+        for (const prism::Kernels* k : ks) ASSERT_EQ(k->narrow_f64(w.data(), n, f.data()), want) << k->name << pos;
+      }
+  }
+}
