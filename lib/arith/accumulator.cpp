@@ -261,6 +261,7 @@ class KulischWide final : public Accumulator {
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
     if (finalize_plain(out, flags)) return;
+    if (finalize_mostly_plain(out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       uint8_t fl = 0;
@@ -289,6 +290,28 @@ class KulischWide final : public Accumulator {
   // special): the correctly rounded result is the hardware's RNE conversion
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
   // the whole op down the per-lane path (its flag and the exceptions mode).
+  // A narrow float result from float lanes where some lanes used their bank:
+  // every lane's fast value rounded in one batch (right for the lanes that
+  // never left it), then the banked lanes rewritten one by one. False when
+  // the batch meets a NaN or an overflow: the per-lane path does it all.
+  bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
+    if constexpr (sizeof(T) != 4) {
+      return false;
+    } else {
+      if (d_.out == Format::FP32 || !is_float(d_.out) || !k_.round_f32(d_.out, fast_.data(), d_.lanes, out))
+        return false;
+      if (flags) std::memset(flags, 0, d_.lanes);
+      const uint32_t osz = info(d_.out).bytes;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        if (!dirty_[i]) continue;
+        uint8_t fl = 0;
+        store_bits(d_.out, out + i * osz, round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl));
+        if (flags) flags[i] = fl;
+      }
+      return true;
+    }
+  }
+
   bool finalize_plain(uint8_t* out, uint8_t* flags) const {
     if (d_.out != Format::FP32 && !(sizeof(T) == 4 && d_.out == Format::BF16)) return false;
     if (any_dirty_) return false;
