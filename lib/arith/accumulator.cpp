@@ -290,26 +290,28 @@ class KulischWide final : public Accumulator {
   // special): the correctly rounded result is the hardware's RNE conversion
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
   // the whole op down the per-lane path (its flag and the exceptions mode).
-  // A narrow float result from float lanes where some lanes used their bank:
-  // every lane's fast value rounded in one batch (right for the lanes that
-  // never left it), then the banked lanes rewritten one by one. False when
+  // A narrow float result where some lanes used their bank: every lane's
+  // fast value rounded in one batch (right for the lanes that never left
+  // it), then the banked lanes rewritten one by one. False when
   // the batch meets a NaN or an overflow: the per-lane path does it all.
   bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
-    if constexpr (sizeof(T) != 4) {
-      return false;
-    } else {
-      if (d_.out == Format::FP32 || !is_float(d_.out) || !k_.round_f32(d_.out, fast_.data(), d_.lanes, out))
+    if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
+    if constexpr (sizeof(T) == 4) {
+      if (!k_.round_f32(d_.out, fast_.data(), d_.lanes, out)) return false;
+    } else {  // round-to-odd floats round again to each double's own result
+      narrow_.resize(d_.lanes);
+      if (!k_.odd_f64(fast_.data(), d_.lanes, narrow_.data()) || !k_.round_f32(d_.out, narrow_.data(), d_.lanes, out))
         return false;
-      if (flags) std::memset(flags, 0, d_.lanes);
-      const uint32_t osz = info(d_.out).bytes;
-      for (uint32_t i = 0; i < d_.lanes; ++i) {
-        if (!dirty_[i]) continue;
-        uint8_t fl = 0;
-        store_bits(d_.out, out + i * osz, round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl));
-        if (flags) flags[i] = fl;
-      }
-      return true;
     }
+    if (flags) std::memset(flags, 0, d_.lanes);
+    const uint32_t osz = info(d_.out).bytes;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      if (!dirty_[i]) continue;
+      uint8_t fl = 0;
+      store_bits(d_.out, out + i * osz, round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl));
+      if (flags) flags[i] = fl;
+    }
+    return true;
   }
 
   bool finalize_plain(uint8_t* out, uint8_t* flags) const {
@@ -397,6 +399,7 @@ class KulischWide final : public Accumulator {
   bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
+  mutable std::vector<float> narrow_;  // scratch of finalize_mostly_plain() (double lanes)
 };
 
 // ---------------------------------------------------------------------------
@@ -550,9 +553,10 @@ class KulischNarrow final : public Accumulator {
   }
 
  private:
-  // The common case of a narrow float result: every sum held exactly by an
-  // fp32 and no lane a NaN or out of the output's range. Then the result is
-  // the hardware's rounding of each sum (the per-lane path's, in one batch).
+  // The common case of a narrow float result: no lane a NaN or out of the
+  // output's range. Then the result is the hardware's rounding of each sum
+  // (the per-lane path's, in one batch); double sums go through round-to-odd
+  // floats, which round again to the same result.
   bool finalize_plain(uint8_t* out) const {
     if (halves_) {  // finite float sums, each exact
       if (d_.out == Format::FP32) {
@@ -565,9 +569,8 @@ class KulischNarrow final : public Accumulator {
     if constexpr (sizeof(T) == 4) {
       return k_.round_f32(d_.out, fast_.data(), d_.lanes, out);
     } else {
-      narrow_.resize(d_.lanes);
-      return k_.narrow_f64(fast_.data(), d_.lanes, narrow_.data()) &&
-             k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
+      narrow_.resize(d_.lanes);  // round-to-odd floats: rounding them again is the sums' own rounding
+      return k_.odd_f64(fast_.data(), d_.lanes, narrow_.data()) && k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
     }
   }
   // The float lanes in the first half of fast_'s memory (halves_ only).

@@ -43,9 +43,13 @@ struct Kernels {
   // has no such rounding: a NaN, an infinity or an overflow, which the caller
   // handles lane by lane. Cost (AVX2): ~25 uops per 8 lanes, no branches.
   bool (*round_f32)(Format out, const float* in, uint32_t n, uint8_t* dst);
-  // out[i] = float(in[i]); false when some lane is not held exactly by a
-  // float (or is a NaN). Cost (AVX2): ~6 uops per 4 lanes.
-  bool (*narrow_f64)(const double* in, uint32_t n, float* out);
+  // out[i] = in[i] rounded to a float by round-to-odd: truncated, then its
+  // last bit set when that was inexact. Rounding such a float again into a
+  // format of at most 22 significant bits (bf16, fp16, fp8) gives the
+  // double's own correctly rounded value: no double rounding (Boldo and
+  // Melquiond, 2008). False when a lane is a NaN, an infinity or beyond the
+  // float range. Cost (AVX2): ~12 uops per 4 lanes.
+  bool (*odd_f64)(const double* in, uint32_t n, float* out);
 };
 
 const Kernels& portable_kernels();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "arith/kernels.hpp"
 
@@ -352,16 +353,27 @@ bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
   }
 }
 
-bool narrow_f64(const double* in, uint32_t n, float* out) {
-  __m256d inexact = _mm256_setzero_pd();
+bool odd_f64(const double* in, uint32_t n, float* out) {
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFF));
+  const __m256d fmax = _mm256_set1_pd(double(std::numeric_limits<float>::max()));
+  const __m256i low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);  // a 64-bit mask's low 32 bits, 4 lanes
+  __m256d bad = _mm256_setzero_pd();
   uint32_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const __m256d v = _mm256_loadu_pd(in + i);
-    const __m128 f = _mm256_cvtpd_ps(v);  // rounds to nearest, as float(double) does
-    inexact = _mm256_or_pd(inexact, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_NEQ_UQ));
-    _mm_storeu_ps(out + i, f);
+    const __m256d av = _mm256_and_pd(v, abs_mask);
+    bad = _mm256_or_pd(bad, _mm256_cmp_pd(av, fmax, _CMP_NLE_UQ));  // NaN, infinity, too large
+    const __m128 f = _mm256_cvtpd_ps(v);                            // to nearest
+    const __m256d back = _mm256_cvtps_pd(f);
+    const __m256d inexact = _mm256_cmp_pd(back, v, _CMP_NEQ_UQ);
+    const __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), av, _CMP_GT_OQ);
+    const __m128i in32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), low_halves));
+    const __m128i away32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), low_halves));
+    __m128i b = _mm_add_epi32(_mm_castps_si128(f), away32);  // away from zero: one float step back (-1)
+    b = _mm_or_si128(b, _mm_and_si128(in32, _mm_set1_epi32(1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), b);
   }
-  return _mm256_testz_pd(inexact, inexact) && (i == n || P().narrow_f64(in + i, n - i, out + i));
+  return _mm256_testz_pd(bad, bad) && (i == n || P().odd_f64(in + i, n - i, out + i));
 }
 
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
@@ -377,7 +389,7 @@ void add_f64(Format f, double* acc, const uint8_t* e,
 
 const Kernels& avx2_kernels_unchecked() {
   static const Kernels k{"avx2",          any_special, add_f32, add_f64,   add_f64_checked,
-                         add_f32_checked, exp_range,   add_i64, round_f32, narrow_f64};
+                         add_f32_checked, exp_range,   add_i64, round_f32, odd_f64};
   return k;
 }
 

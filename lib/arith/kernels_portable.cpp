@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "arith/kernels.hpp"
 
@@ -161,13 +162,21 @@ bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
   }
   return true;
 }
-bool narrow_f64(const double* in, uint32_t n, float* out) {
-  uint32_t inexact = 0;
+bool odd_f64(const double* in, uint32_t n, float* out) {
   for (uint32_t i = 0; i < n; ++i) {
-    out[i] = float(in[i]);
-    inexact |= double(out[i]) != in[i];  // a NaN too
+    const double v = in[i];
+    if (!(std::fabs(v) <= double(std::numeric_limits<float>::max()))) return false;  // NaN, infinity, too large
+    float f = float(v);                                                              // to nearest
+    if (double(f) != v) {
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      if (std::fabs(double(f)) > std::fabs(v)) --b;  // rounded away from zero: truncate instead
+      b |= 1u;                                       // inexact: odd
+      std::memcpy(&f, &b, 4);
+    }
+    out[i] = f;
   }
-  return !inexact;
+  return true;
 }
 }  // namespace
 
@@ -182,7 +191,7 @@ const float* fp8_table(Format f) {
 
 const Kernels& portable_kernels() {
   static const Kernels k{"portable",      any_special, add_f32, add_f64,   add_f64_checked,
-                         add_f32_checked, exp_range,   add_i64, round_f32, narrow_f64};
+                         add_f32_checked, exp_range,   add_i64, round_f32, odd_f64};
   return k;
 }
 

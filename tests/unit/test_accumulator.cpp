@@ -631,28 +631,64 @@ TEST(Kernels, ExponentRangeAgrees) {
   }
 }
 
-// Doubles to floats, AVX2 against portable: exact lanes, lanes a float cannot
-// hold (one more bit, out of range), NaNs and infinities, at every position.
-TEST(Kernels, NarrowingToFloatAgrees) {
+// Round-to-odd to float, then the batch rounding into a narrow format, must
+// give each double's own correctly rounded value (ref::round_to on its exact
+// bits): random doubles across each format's range with all 53 bits set at
+// random, the midpoints between neighbouring codes and a double ulp either
+// side of them (where rounding twice would go wrong), in 37-lane batches.
+// A batch with an overflow is refused by the rounding; a NaN, an infinity or
+// a value beyond the float range by the round-to-odd step.
+TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
   std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
   if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
-  std::mt19937_64 rng(13);
-  for (uint32_t n : {0u, 1u, 3u, 4u, 5u, 8u, 37u, 1024u}) {
-    std::vector<double> v(n);
-    for (auto& x : v) x = double(float(std::ldexp(double(rng() >> 11), -40) - 4096.0));  // exact in a float
-    for (const prism::Kernels* k : ks) {
-      std::vector<float> f(n);
-      ASSERT_TRUE(k->narrow_f64(v.data(), n, f.data())) << k->name;
-      for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(double(f[i]), v[i]) << k->name;
+  std::mt19937_64 rng(17);
+  for (const Fmt& out : {ref::kFP16, ref::kBF16, ref::kE4M3FN, ref::kE5M2, ref::kE5M2FNUZ}) {
+    std::vector<double> v;
+    for (int i = 0; i < 20000; ++i) {
+      std::uniform_int_distribution<int> ex(out.unit() - 3, std::min(out.emax() + 1, 126));
+      const double m = 1.0 + double(rng() >> 12) * 0x1p-52;
+      v.push_back(std::ldexp(m, ex(rng)) * ((rng() & 1) ? -1.0 : 1.0));
     }
-    for (double bad : {1.0 + 0x1p-30, 1e300, double(NAN), double(INFINITY)})
-      for (uint32_t pos = 0; pos < n; ++pos) {
-        std::vector<double> w = v;
-        w[pos] = bad;
-        std::vector<float> f(n);
-        // An infinity is held exactly by a float: only the others are refused.
-        const bool want = std::isinf(bad);
-        for (const prism::Kernels* k : ks) ASSERT_EQ(k->narrow_f64(w.data(), n, f.data()), want) << k->name << pos;
+    for (uint32_t c = 0; c + 1 < (1u << (8 * out.bytes)); c += (out.bytes == 2 ? 13 : 1)) {
+      if (ref::is_special_code(out, c) || ref::is_special_code(out, c + 1) || (c + 1) == out.sign_bit()) continue;
+      const double a = double(ref::to_f32(out, c)), b = double(ref::to_f32(out, c + 1));
+      const double mid = (a + b) / 2;  // exact: a few bits more than the format
+      v.insert(v.end(), {mid, std::nextafter(mid, 1e300), std::nextafter(mid, -1e300)});
+    }
+    v.push_back(0.0);
+    v.push_back(-0.0);
+    std::shuffle(v.begin(), v.end(), rng);
+    size_t taken = 0;
+    for (size_t at = 0; at < v.size(); at += 37) {
+      const uint32_t n = uint32_t(std::min<size_t>(37, v.size() - at));
+      std::vector<uint32_t> want(n);
+      bool overflow = false;
+      for (uint32_t i = 0; i < n; ++i) {
+        const ref::Exact x = ref::exact_of(v[at + i]);
+        const ref::Rounded r = ref::round_to(out, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
+        want[i] = r.bits;
+        overflow |= r.overflow;
       }
+      for (const prism::Kernels* k : ks) {
+        std::vector<float> f(n);
+        ASSERT_TRUE(k->odd_f64(v.data() + at, n, f.data())) << k->name;
+        std::vector<uint8_t> got(size_t(n) * out.bytes);
+        const bool ok = k->round_f32(Format(out.code), f.data(), n, got.data());
+        ASSERT_EQ(ok, !overflow) << k->name << " " << out.name << " batch at " << at;
+        if (!ok) continue;
+        for (uint32_t i = 0; i < n; ++i)
+          ASSERT_EQ(ref::load_le(&got[size_t(i) * out.bytes], out.bytes), want[i])
+              << k->name << " " << out.name << ": " << v[at + i];
+      }
+      taken += !overflow;
+    }
+    EXPECT_GT(taken, 50u) << out.name;
   }
+  for (double bad : {double(NAN), double(INFINITY), -1e39, 1e300})
+    for (uint32_t pos = 0; pos < 9; ++pos) {
+      std::vector<double> w(9, 1.0);
+      w[pos] = bad;
+      std::vector<float> f(9);
+      for (const prism::Kernels* k : ks) ASSERT_FALSE(k->odd_f64(w.data(), 9, f.data())) << k->name << " " << bad;
+    }
 }
