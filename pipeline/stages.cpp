@@ -84,7 +84,6 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       continue;
     }
     Meta* mt = meta(m);
-    mt->in_port = cfg_port_;
     const wire::Refusal r =
         wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, dir_.config().udp_port, &mt->p);
     if (r != wire::Refusal::OK) {

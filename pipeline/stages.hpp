@@ -29,10 +29,10 @@ inline constexpr uint16_t kBurst = 32;
 
 // What RX learned about a packet, carried in the mbuf's private area so the
 // reducer does not parse it again. The Parsed pointers point into the mbuf.
+// (The input port is not here: the VOQ ring a packet arrives on says it.)
 struct Meta {
   wire::Parsed p;
   sw::Verdict v;
-  uint16_t in_port;
 };
 inline Meta* meta(rte_mbuf* m) { return static_cast<Meta*>(rte_mbuf_to_priv(m)); }
 inline constexpr uint16_t kPrivSize = uint16_t((sizeof(Meta) + RTE_MBUF_PRIV_ALIGN - 1) & ~(RTE_MBUF_PRIV_ALIGN - 1));

@@ -140,6 +140,19 @@ bool wide_to_double(const Wide& v, int unit, double* out) {
   return true;
 }
 
+// Lanes of sums rounded into a narrow float format in one batch (round_f32;
+// double lanes through round-to-odd floats, which round again to each sum's
+// own result). False when a lane is a NaN, an infinity or overflows.
+template <class T>
+bool round_lanes(const Kernels& k, Format out, const T* lanes, uint32_t n, std::vector<float>& scratch, uint8_t* dst) {
+  if constexpr (sizeof(T) == 4) {
+    return k.round_f32(out, lanes, n, dst);
+  } else {
+    scratch.resize(n);
+    return k.odd_f64(lanes, n, scratch.data()) && k.round_f32(out, scratch.data(), n, dst);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // KULISCH_FIXED, wide formats: a fast lane (double for fp32, float for bf16
 // and fp16) that takes every addition it can do exactly, plus a bank of
@@ -290,19 +303,27 @@ class KulischWide final : public Accumulator {
   // special): the correctly rounded result is the hardware's RNE conversion
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
   // the whole op down the per-lane path (its flag and the exceptions mode).
-  // A narrow float result where some lanes used their bank: every lane's
-  // fast value rounded in one batch (right for the lanes that never left
-  // it), then the banked lanes rewritten one by one. False when
-  // the batch meets a NaN or an overflow: the per-lane path does it all.
-  bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
-    if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
-    if constexpr (sizeof(T) == 4) {
-      if (!k_.round_f32(d_.out, fast_.data(), d_.lanes, out)) return false;
-    } else {  // round-to-odd floats round again to each double's own result
-      narrow_.resize(d_.lanes);
-      if (!k_.odd_f64(fast_.data(), d_.lanes, narrow_.data()) || !k_.round_f32(d_.out, narrow_.data(), d_.lanes, out))
-        return false;
+  bool finalize_plain(uint8_t* out, uint8_t* flags) const {
+    if (d_.out != Format::FP32 || any_dirty_) return false;
+    uint32_t bad = 0;
+    // Written straight into `out`: when a lane turns out bad, the per-lane path rewrites every lane.
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const float x = float(fast_[i]);  // exact for float lanes
+      std::memcpy(out + size_t(i) * 4, &x, 4);
+      bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
     }
+    if (bad) return false;
+    if (flags) std::memset(flags, 0, d_.lanes);
+    return true;
+  }
+
+  // A narrow float result: every lane's fast value rounded in one batch
+  // (right for the lanes that never left it), then the lanes that used their
+  // bank rewritten one by one. False when the batch meets a NaN or an
+  // overflow: the per-lane path does it all.
+  bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
+    if (d_.out == Format::FP32 || !is_float(d_.out) || !round_lanes(k_, d_.out, fast_.data(), d_.lanes, narrow_, out))
+      return false;
     if (flags) std::memset(flags, 0, d_.lanes);
     if (!any_dirty_) return true;
     const uint32_t osz = info(d_.out).bytes;
@@ -312,32 +333,6 @@ class KulischWide final : public Accumulator {
       store_bits(d_.out, out + i * osz, round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl));
       if (flags) flags[i] = fl;
     }
-    return true;
-  }
-
-  bool finalize_plain(uint8_t* out, uint8_t* flags) const {
-    if (d_.out != Format::FP32 && !(sizeof(T) == 4 && d_.out == Format::BF16)) return false;
-    if (any_dirty_) return false;
-    uint32_t bad = 0;
-    // Written straight into `out`: when a lane turns out bad, the per-lane path rewrites every lane.
-    if (d_.out == Format::FP32) {
-      for (uint32_t i = 0; i < d_.lanes; ++i) {
-        const float x = float(fast_[i]);  // exact for float lanes
-        std::memcpy(out + size_t(i) * 4, &x, 4);
-        bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
-      }
-    } else {  // float lanes into bf16: round to nearest even on the bits (round_float_to's rule)
-      for (uint32_t i = 0; i < d_.lanes; ++i) {
-        const uint32_t b = float_bits(float(fast_[i]));
-        bad |= (b & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials
-        const uint32_t r = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
-        bad |= (r & 0x7F80u) == 0x7F80u;  // rounded up to the infinity: overflow
-        const uint16_t h = uint16_t(r);
-        std::memcpy(out + size_t(i) * 2, &h, 2);  // little-endian on the wire, as here
-      }
-    }
-    if (bad) return false;
-    if (flags) std::memset(flags, 0, d_.lanes);
     return true;
   }
 
@@ -556,8 +551,7 @@ class KulischNarrow final : public Accumulator {
  private:
   // The common case of a narrow float result: no lane a NaN or out of the
   // output's range. Then the result is the hardware's rounding of each sum
-  // (the per-lane path's, in one batch); double sums go through round-to-odd
-  // floats, which round again to the same result.
+  // (the per-lane path's, in one batch).
   bool finalize_plain(uint8_t* out) const {
     if (halves_) {  // finite float sums, each exact
       if (d_.out == Format::FP32) {
@@ -566,13 +560,7 @@ class KulischNarrow final : public Accumulator {
       }
       return is_float(d_.out) && k_.round_f32(d_.out, floats(), d_.lanes, out);
     }
-    if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
-    if constexpr (sizeof(T) == 4) {
-      return k_.round_f32(d_.out, fast_.data(), d_.lanes, out);
-    } else {
-      narrow_.resize(d_.lanes);  // round-to-odd floats: rounding them again is the sums' own rounding
-      return k_.odd_f64(fast_.data(), d_.lanes, narrow_.data()) && k_.round_f32(d_.out, narrow_.data(), d_.lanes, out);
-    }
+    return d_.out != Format::FP32 && is_float(d_.out) && round_lanes(k_, d_.out, fast_.data(), d_.lanes, narrow_, out);
   }
   // The float lanes in the first half of fast_'s memory (halves_ only).
   float* floats() const { return reinterpret_cast<float*>(const_cast<T*>(fast_.data())); }
