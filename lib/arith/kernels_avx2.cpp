@@ -193,6 +193,83 @@ bool any_special(Format f, const uint8_t* e, uint32_t n) {
   return done < nbytes && P().any_special(f, e + done, (nbytes - done) / sz);
 }
 
+// Lanes of eight elements that are NaN or infinity, as all-ones 32-bit
+// lanes. fp32, fp16 and bf16 convert specials to fp32 specials, so the
+// converted vector tells; fp8's conversion does not, so its codes are read.
+template <Format F>
+inline __m256i special8(const uint8_t* e, uint32_t i, __m256 x) {
+  if constexpr (info(F).bytes >= 2) {
+    (void)e;
+    (void)i;
+    const __m256i ex = _mm256_set1_epi32(0x7F800000);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(x), ex), ex);
+  } else {
+    (void)x;
+    constexpr bool fnuz = F == Format::E4M3FNUZ || F == Format::E5M2FNUZ;
+    constexpr int mask = fnuz ? 0xFF : F == Format::E4M3FN ? 0x7F : 0x7C;
+    constexpr int value = fnuz ? 0x80 : mask;
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
+    return _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(mask)), _mm256_set1_epi32(value));
+  }
+}
+
+// add_f32_screened for a vector holding a special (rare): the finite lanes
+// as usual, the special ones left alone and listed.
+template <Format F, bool First>
+__attribute__((noinline)) uint32_t screened_slow(float* acc, const uint8_t* e, uint32_t i, uint32_t* left, uint32_t k) {
+  const __m256 x = load8<F>(e, i, nullptr);
+  const __m256i sp = special8<F>(e, i, x);
+  const __m256 a = First ? _mm256_set1_ps(-0.0f) : _mm256_loadu_ps(acc + i);
+  _mm256_storeu_ps(acc + i, _mm256_blendv_ps(First ? x : _mm256_add_ps(a, x), a, _mm256_castsi256_ps(sp)));
+  for (unsigned bad = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(sp))); bad; bad &= bad - 1)
+    left[k++] = i + unsigned(__builtin_ctz(bad));
+  return k;
+}
+
+// `V` vectors of add_f32_screened: the specials are tested once for all of
+// them before anything is stored, and a block holding one goes to
+// screened_slow, which starts again from memory (nothing is kept for it, so
+// nothing spills). Cost per 8 fp32 lanes with V = 4: 2 loads, 1 add,
+// 1 store, 1 and, 1 compare, 1 or, and a quarter of the test and the loop.
+template <Format F, bool First, int V>
+__attribute__((always_inline)) inline uint32_t screened(float* acc, const uint8_t* e, uint32_t i, uint32_t* left,
+                                                        uint32_t k) {
+  __m256 s[V];
+  __m256i any = _mm256_setzero_si256();
+  for (int v = 0; v < V; ++v) {
+    const __m256 x = load8<F>(e, i + 8 * v, nullptr);
+    any = _mm256_or_si256(any, special8<F>(e, i + 8 * v, x));
+    s[v] = First ? x : _mm256_add_ps(_mm256_loadu_ps(acc + i + 8 * v), x);
+  }
+  if (__builtin_expect(_mm256_testz_si256(any, any), 1)) {
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + i + 8 * v, s[v]);
+    return k;
+  }
+  for (int v = 0; v < V; ++v) k = screened_slow<F, First>(acc, e, i + 8 * v, left, k);
+  return k;
+}
+
+template <Format F, bool First>
+uint32_t screened_lanes(float* acc, const uint8_t* e, uint32_t n, uint32_t* left, uint32_t* at) {
+  uint32_t i = 0, k = 0;
+  for (; i + 32 <= n; i += 32) k = screened<F, First, 4>(acc, e, i, left, k);
+  for (; i + 8 <= n; i += 8) k = screened<F, First, 1>(acc, e, i, left, k);
+  *at = i;
+  return k;
+}
+
+template <Format F>
+uint32_t add_f32_screened_t(float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  uint32_t i;
+  uint32_t k = first ? screened_lanes<F, true>(acc, e, n, left, &i) : screened_lanes<F, false>(acc, e, n, left, &i);
+  if (i < n) {
+    const uint32_t t = P().add_f32_screened(F, acc + i, e + i * info(F).bytes, n - i, first, left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+
 template <int Bits>
 void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
   const FormatInfo& fi = info(f);
@@ -381,15 +458,17 @@ void add_f64(Format f, double* acc, const uint8_t* e,
              uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
     add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n,
                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)} uint32_t
-    add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
+    add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n,
+                    uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)} uint32_t
+    add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f32_screened_t, f, acc, e, n, first, left)
 }
 
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",          any_special, add_f32, add_f64,   add_f64_checked,
-                         add_f32_checked, exp_range,   add_i64, round_f32, odd_f64};
+  static const Kernels k{"avx2",    any_special, add_f32,   add_f64, add_f64_checked, add_f32_checked,
+                         exp_range, add_i64,     round_f32, odd_f64, add_f32_screened};
   return k;
 }
 

@@ -692,3 +692,56 @@ TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
       for (const prism::Kernels* k : ks) ASSERT_FALSE(k->odd_f64(w.data(), 9, f.data())) << k->name << " " << bad;
     }
 }
+
+// The fused screen-and-add kernel against a plain float reference built on
+// ref::to_f32 (an independent decoder): every non-special lane gets the
+// element (first term) or acc + element; every special lane, wherever it
+// falls in a vector, is listed in order and left alone (-0 for a first term).
+TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(23);
+  for (const Fmt& in : ref::kFloats) {
+    for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 16u, 31u, 64u, 257u}) {
+      for (int trial = 0; trial < 24; ++trial) {
+        const bool first = trial % 2;
+        std::vector<uint8_t> e(size_t(n) * in.bytes);
+        std::vector<uint32_t> codes(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          uint32_t c = uint32_t(rng()) & uint32_t((uint64_t(1) << (8 * in.bytes)) - 1);
+          if (trial % 3 == 0 && rng() % 5 == 0) {  // a special at a random place
+            for (uint32_t t = 0; t < (1u << (8 * std::min(in.bytes, 2))) && !ref::is_special_code(in, c); ++t)
+              c = uint32_t(rng()) & uint32_t((uint64_t(1) << (8 * in.bytes)) - 1) | (in.bytes == 4 ? 0x7F800000u : 0u);
+          } else if (in.bytes == 4) {
+            c &= 0xBFFFFFFFu;  // fp32: mostly moderate exponents, so sums are not all overflow
+          }
+          codes[i] = c;
+          for (int b = 0; b < in.bytes; ++b) e[size_t(i) * in.bytes + b] = uint8_t(c >> (8 * b));
+        }
+        std::vector<float> acc0(n);
+        for (auto& a : acc0) a = float(int64_t(rng() % 2001) - 1000) * 0.375f;
+        std::vector<float> want = acc0;
+        std::vector<uint32_t> want_left;
+        for (uint32_t i = 0; i < n; ++i) {
+          if (ref::is_special_code(in, codes[i])) {
+            if (first) want[i] = -0.0f;
+            want_left.push_back(i);
+          } else {
+            const float x = ref::to_f32(in, codes[i]);
+            want[i] = first ? x : acc0[i] + x;
+          }
+        }
+        for (const prism::Kernels* k : ks) {
+          std::vector<float> acc = acc0;
+          std::vector<uint32_t> left(n + 1, 0xFFFFFFFF);
+          const uint32_t got = k->add_f32_screened(Format(in.code), acc.data(), e.data(), n, first, left.data());
+          ASSERT_EQ(got, want_left.size()) << k->name << " " << in.name << " n=" << n;
+          for (uint32_t j = 0; j < got; ++j) ASSERT_EQ(left[j], want_left[j]) << k->name << " " << in.name;
+          for (uint32_t i = 0; i < n; ++i)
+            ASSERT_EQ(prism::float_bits(acc[i]), prism::float_bits(want[i]))
+                << k->name << " " << in.name << " lane " << i << " first " << first;
+        }
+      }
+    }
+  }
+}
