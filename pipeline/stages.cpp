@@ -129,11 +129,8 @@ bool RxStage::hand_on() {
 
 // --- Emitter ----------------------------------------------------------------
 
-rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum) {
-  if (body == last_body_ && last_payload_) {
-    *sum = sum_for(body);
-    return last_payload_;
-  }
+rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body) {
+  if (body == last_body_ && last_payload_) return last_payload_;
   if (last_payload_) rte_pktmbuf_free(last_payload_);  // drop our reference; clones keep theirs
   last_payload_ = nullptr;
   last_body_ = nullptr;
@@ -148,11 +145,11 @@ rte_mbuf* Emitter::payload_for(const std::shared_ptr<const std::vector<uint8_t>>
   payload_copies.add();
   last_body_ = body;
   last_payload_ = p;
-  *sum = sum_for(body);
   return p;
 }
 
 uint32_t Emitter::sum_for(const std::shared_ptr<const std::vector<uint8_t>>& body) {
+  if (body->empty()) return 0;
   if (body != sum_body_) {
     sum_body_ = body;
     sum_ = wire::body_sum16(*body);
@@ -160,76 +157,84 @@ uint32_t Emitter::sum_for(const std::shared_ptr<const std::vector<uint8_t>>& bod
   return sum_;
 }
 
-void Emitter::send(sw::Out&& o) {
-  rte_mbuf* h = rte_pktmbuf_alloc(pool_);
-  if (!h) {
+void Emitter::queue(uint16_t port, rte_mbuf* m) {
+  if (port >= pending_.size() || !tx_[port]) {  // no such port: count and drop
+    rte_pktmbuf_free(m);
     alloc_failures.add();
     return;
   }
-  if (o.port < chains_.size() && !chains_[o.port]) {  // the whole frame in one mbuf
-    const size_t n = wire::kFrameOverhead + o.body->size();
-    auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(h, uint16_t(n)));
-    if (!buf) {
-      rte_pktmbuf_free(h);
-      alloc_failures.add();
-      return;
-    }
-    wire::build_headers(buf, n, o.src, o.dst, o.h, o.body->size(), o.body->empty() ? 0 : sum_for(o.body), ip_id_++);
-    if (!o.body->empty()) std::memcpy(buf + wire::kFrameOverhead, o.body->data(), o.body->size());
-    pending_.emplace_back(o.port, h);
-    frames.add();
-    return;
-  }
-  uint32_t sum = 0;
-  rte_mbuf* payload = o.body->empty() ? nullptr : payload_for(o.body, &sum);
-  if (!o.body->empty() && !payload) {
-    alloc_failures.add();
-    rte_pktmbuf_free(h);
-    return;
-  }
-  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(h, wire::kFrameOverhead));
-  wire::build_headers(buf, wire::kFrameOverhead, o.src, o.dst, o.h, o.body->size(), sum, ip_id_++);
-  if (payload) {
-    rte_mbuf* clone = rte_pktmbuf_clone(payload, pool_);  // indirect: shares the payload's data
-    if (!clone || rte_pktmbuf_chain(h, clone) != 0) {
-      if (clone) rte_pktmbuf_free(clone);
-      rte_pktmbuf_free(h);
-      alloc_failures.add();
-      return;
-    }
-  }
-  pending_.emplace_back(o.port, h);
+  pending_[port].push_back(m);
+  ++pending_n_;
   frames.add();
 }
 
-bool Emitter::flush() {
-  size_t done = 0;
-  while (done < pending_.size()) {
-    const uint16_t port = pending_[done].first;
-    if (port >= tx_.size() || !tx_[port]) {  // no such port: count and drop
-      rte_pktmbuf_free(pending_[done].second);
-      alloc_failures.add();
-      ++done;
-      continue;
-    }
-    // A run of frames for one port goes on its ring in one operation.
-    rte_mbuf* run[kBurst];
-    unsigned k = 0;
-    while (done + k < pending_.size() && k < kBurst && pending_[done + k].first == port) {
-      run[k] = pending_[done + k].second;
-      ++k;
-    }
-    const unsigned put = rte_ring_enqueue_burst(tx_[port], reinterpret_cast<void**>(run), k, nullptr);
-    done += put;
-    if (put < k) break;  // the ring is full
+void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
+                    const std::shared_ptr<const std::vector<uint8_t>>& body) {
+  const bool whole = body->empty() || d.port >= chains_.size() || !chains_[d.port];
+  const size_t n = wire::kFrameOverhead + (whole ? body->size() : 0);
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, uint16_t(n)));
+  if (!buf || !wire::put_headers(buf, d.src, d.dst, sh, ip_id_++)) {
+    rte_pktmbuf_free(m);
+    alloc_failures.add();
+    return;
   }
-  pending_.erase(pending_.begin(), pending_.begin() + long(done));
-  if (last_payload_ && pending_.empty()) {  // the fan-out is queued: release our reference
+  if (whole) {
+    if (!body->empty()) std::memcpy(buf + wire::kFrameOverhead, body->data(), body->size());
+  } else {
+    rte_mbuf* payload = payload_for(body);
+    rte_mbuf* clone = payload ? rte_pktmbuf_clone(payload, pool_) : nullptr;  // indirect: shares the data
+    if (!clone || rte_pktmbuf_chain(m, clone) != 0) {
+      if (clone) rte_pktmbuf_free(clone);
+      rte_pktmbuf_free(m);
+      alloc_failures.add();
+      return;
+    }
+  }
+  queue(d.port, m);
+}
+
+void Emitter::send(sw::Out&& o) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (!m) {
+    alloc_failures.add();
+    return;
+  }
+  build(m, sw::Dest{o.port, o.src, o.dst}, wire::share(o.h, o.body->size(), sum_for(o.body)), o.body);
+}
+
+void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
+                       std::span<const sw::Dest> to) {
+  const wire::SharedPart sh = wire::share(h, body->size(), sum_for(body));
+  rte_mbuf* ms[kBurst];
+  for (size_t at = 0; at < to.size(); at += kBurst) {
+    const unsigned n = unsigned(std::min<size_t>(kBurst, to.size() - at));
+    if (rte_pktmbuf_alloc_bulk(pool_, ms, n) != 0) {  // all or nothing: then one at a time
+      for (unsigned j = 0; j < n; ++j) {
+        ms[j] = rte_pktmbuf_alloc(pool_);
+        if (!ms[j]) alloc_failures.add();
+      }
+    }
+    for (unsigned j = 0; j < n; ++j)
+      if (ms[j]) build(ms[j], to[at + j], sh, body);
+  }
+}
+
+bool Emitter::flush() {
+  if (pending_n_ == 0) return true;
+  for (size_t port = 0; port < pending_.size(); ++port) {
+    auto& q = pending_[port];
+    if (q.empty()) continue;
+    const unsigned put =
+        rte_ring_enqueue_burst(tx_[port], reinterpret_cast<void**>(q.data()), unsigned(q.size()), nullptr);
+    q.erase(q.begin(), q.begin() + long(put));
+    pending_n_ -= put;
+  }
+  if (last_payload_ && pending_n_ == 0) {  // the fan-out is queued: release our reference
     rte_pktmbuf_free(last_payload_);
     last_payload_ = nullptr;
     last_body_ = nullptr;
   }
-  return pending_.empty();
+  return pending_n_ == 0;
 }
 
 // --- Reduce -----------------------------------------------------------------
@@ -352,8 +357,8 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
         prefetch(j + 1);
         Meta* mt = meta(burst[j]);
         red_.on_packet(mt->p, mt->v, now_ns, emitter_);
-        rte_pktmbuf_free(burst[j]);
       }
+      rte_pktmbuf_free_bulk(burst, n);
     }
     moved += n;
     emitter_.flush();

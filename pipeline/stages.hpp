@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "proto/packet.hpp"
@@ -102,36 +103,44 @@ class RxStage final : public Stage {
   LinkWatch link_;
 };
 
-// Turns what a reducer emits into mbufs: one payload mbuf per body, shared
-// by every copy of a fan-out (each copy is a small header mbuf chained to an
-// indirect clone of it), and queues them on the TX ring of their port.
+// Turns what a reducer emits into mbufs and queues them on the TX ring of
+// their port. A fan-out's copies share what they can: the header's bytes and
+// the checksum of header and body are made once (wire::share), and on a port
+// whose device sends chained mbufs one payload mbuf holds the body for every
+// copy (each copy is a small header mbuf chained to an indirect clone of it).
 class Emitter final : public sw::Sink {
  public:
   // `chains[port]`: the port's device sends chained mbufs. Where it cannot,
   // each copy is built whole (one copy of the body here rather than a clone,
   // a chain and a linearize at TX).
   Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool, std::vector<bool> chains)
-      : tx_(std::move(tx_by_port)), pool_(pool), chains_(std::move(chains)) {}
+      : tx_(std::move(tx_by_port)), pool_(pool), chains_(std::move(chains)), pending_(tx_.size()) {}
   void send(sw::Out&& o) override;
+  void send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
+                std::span<const sw::Dest> to) override;
   // Queues an mbuf unchanged for `port` (forward-only mode).
-  void forward(uint16_t port, rte_mbuf* m) {
-    pending_.emplace_back(port, m);
-    frames.add();
-  }
+  void forward(uint16_t port, rte_mbuf* m) { queue(port, m); }
   // Queues what is pending; false while some is still waiting for ring space.
   bool flush();
-  bool drained() const { return pending_.empty(); }
+  bool drained() const { return pending_n_ == 0; }
   Counter frames, payload_copies, alloc_failures;
 
  private:
-  rte_mbuf* payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body, uint32_t* sum);
+  // One copy: `m` is a fresh mbuf (the caller's) that becomes the frame.
+  void build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
+             const std::shared_ptr<const std::vector<uint8_t>>& body);
+  void queue(uint16_t port, rte_mbuf* m);
+  rte_mbuf* payload_for(const std::shared_ptr<const std::vector<uint8_t>>& body);
   uint32_t sum_for(const std::shared_ptr<const std::vector<uint8_t>>& body);
   std::vector<rte_ring*> tx_;
   rte_mempool* pool_;
   std::vector<bool> chains_;
   std::shared_ptr<const std::vector<uint8_t>> sum_body_;  // whose one's-complement sum sum_ is
   uint32_t sum_ = 0;
-  std::vector<std::pair<uint16_t, rte_mbuf*>> pending_;
+  // Frames waiting for their port's TX ring, by port: each port's run goes
+  // on its ring in one operation however the fan-out interleaves ports.
+  std::vector<std::vector<rte_mbuf*>> pending_;
+  size_t pending_n_ = 0;
   // Held, not just compared by address: a freed body's address may come back for another.
   std::shared_ptr<const std::vector<uint8_t>> last_body_;
   rte_mbuf* last_payload_ = nullptr;

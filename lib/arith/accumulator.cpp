@@ -422,7 +422,8 @@ class KulischNarrow final : public Accumulator {
         budget_(24 - info(d.dtype).p - ceil_log2(d.group)),
         special_field_((1u << info(d.dtype).ebits) - 1),
         screen_(d.dtype == Format::E4M3FNUZ || d.dtype == Format::E5M2FNUZ),
-        fast_(d.lanes) {
+        fast_(d.lanes),
+        left_(kHalves ? d.lanes : 0) {
     reset();
   }
   void reset() override {
@@ -462,14 +463,22 @@ class KulischNarrow final : public Accumulator {
       outgrew_ = true;
       widen();
     }
-    if (!k_.any_special(d_.dtype, e, d_.lanes)) {
-      if constexpr (sizeof(T) == 4)
-        k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
-      else
-        k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
-      return;
-    }
     const uint32_t sz = info(d_.dtype).bytes;
+    if constexpr (sizeof(T) == 8) {
+      // One pass: the finite elements are added (a NaN lane, holding its
+      // specials in its payload, stays that NaN), the specials merged here.
+      const uint32_t k = k_.add_f64_screened(d_.dtype, fast_.data(), e, d_.lanes, left_.data());
+      for (uint32_t j = 0; j < k; ++j) {
+        const uint32_t i = left_[j];
+        fast_[i] = LB::merge(fast_[i], special_side(decode(d_.dtype, load_bits(d_.dtype, e + i * sz))));
+      }
+      return;
+    } else {
+      if (!k_.any_special(d_.dtype, e, d_.lanes)) {
+        k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
+        return;
+      }
+    }
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const Decoded x = decode(d_.dtype, load_bits(d_.dtype, e + i * sz));
       T& a = fast_[i];
@@ -588,6 +597,7 @@ class KulischNarrow final : public Accumulator {
   uint8_t skip_ = 0;      // ops still to start as doubles
   mutable bool halves_ = false;
   mutable Lanes<T> fast_;
+  Lanes<uint32_t> left_;               // add()'s scratch: lanes whose element is a special
   mutable std::vector<float> narrow_;  // scratch of finalize_plain()
 };
 

@@ -134,6 +134,23 @@ uint32_t add_f32_screened_t(float* acc, const uint8_t* e, uint32_t n, bool first
 uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_f32_screened_t, f, acc, e, n, first, left)
 }
+template <Format F>
+uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  const float* t = table_for(F);
+  const SpecialPattern sp = special_pattern(F);
+  const uint32_t sz = info(F).bytes;
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if ((load_bits(F, e + i * sz) & sp.mask) == sp.value)
+      left[k++] = i;
+    else
+      acc[i] += double(elem_float<F>(e, i, t));
+  }
+  return k;
+}
+uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f64_screened_t, f, acc, e, n, left)
+}
 
 void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
   const FormatInfo& fi = info(f);
@@ -211,8 +228,8 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32,   add_f64, add_f64_checked, add_f32_checked,
-                         exp_range,  add_i64,     round_f32, odd_f64, add_f32_screened};
+  static const Kernels k{"portable", any_special, add_f32,   add_f64, add_f64_checked,  add_f32_checked,
+                         exp_range,  add_i64,     round_f32, odd_f64, add_f32_screened, add_f64_screened};
   return k;
 }
 

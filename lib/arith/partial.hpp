@@ -22,12 +22,12 @@ namespace prism {
 
 enum class PartialError : uint8_t {
   None = 0,
-  Truncated,      // the bytes end inside a lane record
-  BadLength,      // n or offset place the magnitude beyond 384 bits
-  NonCanonical,   // a zero first or last magnitude byte, or a sign on zero
-  ReservedBits,   // bit 6 of the sideband set
-  SpecialValue,   // a special or NEG_ZERO_ONLY lane that carries a magnitude
-  Unrepresentable,// an element that is not a whole number of lane units
+  Truncated,        // the bytes end inside a lane record
+  BadLength,        // n or offset place the magnitude beyond 384 bits
+  NonCanonical,     // a zero first or last magnitude byte, or a sign on zero
+  ReservedBits,     // bit 6 of the sideband set
+  SpecialValue,     // a special or NEG_ZERO_ONLY lane that carries a magnitude
+  Unrepresentable,  // an element that is not a whole number of lane units
 };
 const char* describe(PartialError e);
 

@@ -127,7 +127,7 @@ uint16_t ones_sum_portable(const uint8_t* p, size_t len) {
 uint16_t ones_sum(const uint8_t* p, size_t len) {
 #if defined(__x86_64__)
   static const bool avx2 = std::strcmp(best_kernels().name, "avx2") == 0;  // PRISM_KERNELS=portable turns it off
-  if (avx2) {
+  if (avx2 && len >= 64) {  // below that (IPv4 headers) the vector set-up costs more than it saves
     size_t i = 0;
     const uint64_t s = sum32_avx2(p, len, &i);
     return finish_sum(p, len, i, s);
@@ -375,38 +375,51 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
 
 uint32_t body_sum16(std::span<const uint8_t> body) { return fold(sum16(body.data(), body.size(), 0)); }
 
-size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
-                     size_t body_len, uint32_t body_sum, uint16_t ip_id) {
-  const size_t udp_len = kUdpSize + kHeaderSize + body_len;
+SharedPart share(const Header& h, size_t body_len, uint32_t body_sum) {
+  SharedPart s;
+  put_header(h, s.header);
+  s.sum = sum16(s.header, kHeaderSize, body_sum);
+  s.body_len = body_len;
+  return s;
+}
+
+bool put_headers(uint8_t* buf, const Endpoint& src, const Endpoint& dst, const SharedPart& s, uint16_t ip_id) {
+  const size_t udp_len = kUdpSize + kHeaderSize + s.body_len;
   const size_t ip_len = kIpv4MinSize + udp_len;
-  if (kFrameOverhead > cap || ip_len > 0xFFFF) return 0;
+  if (ip_len > 0xFFFF) return false;
   std::memcpy(buf, dst.mac.data(), 6);
   std::memcpy(buf + 6, src.mac.data(), 6);
   put16(buf + 12, 0x0800);
+  // Both checksums from the fields' 16-bit words, added as numbers.
+  const uint32_t ips = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF);
   uint8_t* ip = buf + kEthSize;
   ip[0] = 0x45;
   ip[1] = 0;
   put16(ip + 2, uint16_t(ip_len));
   put16(ip + 4, ip_id);
-  put16(ip + 6, 0x4000);
-  ip[8] = 64;
-  ip[9] = 17;
-  put16(ip + 10, 0);
+  put16(ip + 6, 0x4000);  // DF
+  ip[8] = 64;             // TTL
+  ip[9] = 17;             // UDP
+  put16(ip + 10, uint16_t(~fold(0x4500 + uint32_t(ip_len) + ip_id + 0x4000 + 0x4011 + ips)));
   put32(ip + 12, src.ip);
   put32(ip + 16, dst.ip);
-  put16(ip + 10, ipv4_checksum(ip, kIpv4MinSize));
   uint8_t* udp = ip + kIpv4MinSize;
   put16(udp, src.port);
   put16(udp + 2, dst.port);
   put16(udp + 4, uint16_t(udp_len));
-  put16(udp + 6, 0);
-  put_header(h, udp + kUdpSize);
-  // The body starts at an even offset (8 + 32), so its 16-bit words line up.
-  uint32_t acc = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
-  acc = sum16(udp, kUdpSize + kHeaderSize, acc) + body_sum;
-  uint16_t c = uint16_t(~fold(acc));
+  // Pseudo-header (addresses, protocol, length), then the UDP header (ports,
+  // length, a zero checksum), then the shared header and body.
+  const uint32_t acc = ips + 17 + 2 * uint32_t(udp_len) + src.port + dst.port + (s.sum & 0xFFFF) + (s.sum >> 16);
+  const uint16_t c = uint16_t(~fold(acc));
   put16(udp + 6, c == 0 ? 0xFFFF : c);
-  return kFrameOverhead;
+  std::memcpy(udp + kUdpSize, s.header, kHeaderSize);
+  return true;
+}
+
+size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
+                     size_t body_len, uint32_t body_sum, uint16_t ip_id) {
+  if (kFrameOverhead > cap) return 0;
+  return put_headers(buf, src, dst, share(h, body_len, body_sum), ip_id) ? kFrameOverhead : 0;
 }
 
 size_t build(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,

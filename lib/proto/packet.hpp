@@ -102,6 +102,20 @@ uint16_t ones_sum_portable(const uint8_t* p, size_t len);
 size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,
                      size_t body_len, uint32_t body_sum, uint16_t ip_id = 0);
 
+// What every copy of a fan-out shares: the header's 32 bytes and the
+// one's-complement sum of header and body. With it, each copy's Ethernet,
+// IPv4 and UDP headers and both checksums cost arithmetic on a few fields
+// and no pass over memory (RFC 1071: the sum is additive).
+struct SharedPart {
+  uint8_t header[kHeaderSize];
+  uint32_t sum;  // header + body, unfolded
+  size_t body_len;
+};
+SharedPart share(const Header& h, size_t body_len, uint32_t body_sum);
+// Writes one copy's kFrameOverhead header bytes (what build_headers() writes).
+// False, writing nothing, when the IPv4 length would not fit in 16 bits.
+bool put_headers(uint8_t* buf, const Endpoint& src, const Endpoint& dst, const SharedPart& s, uint16_t ip_id);
+
 // Internet checksum helpers (RFC 1071), exposed for tests.
 uint16_t ipv4_checksum(const uint8_t* ip_header, size_t len);
 uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size_t udp_len);

@@ -42,11 +42,19 @@ struct Member {
   bool child;
 };
 
+// Where one copy of a fan-out goes: a switch port, the switch's endpoint on
+// it and the receiver's.
+struct Dest {
+  uint16_t port;
+  wire::Endpoint src, dst;
+};
+
 struct Job {
   const JobConfig* cfg;
   std::vector<int32_t> member_of_rank;  // rank -> index into members, -1 if not attached here
   std::vector<int32_t> child_of_id;     // child id -> index into children, -1
   std::vector<Member> members, children;
+  std::vector<Dest> result_dests;  // every member, then every child: where a RESULT goes
   uint32_t format_mask = 0, policy_mask = 0;
   bool allows(Format f) const { return format_mask & (1u << uint8_t(f)); }
   bool allows(Policy p) const { return policy_mask & (1u << uint8_t(p)); }

@@ -136,8 +136,15 @@ std::vector<Reducer::Open> Reducer::open_slots() const {
 }
 
 Reducer::Slot* Reducer::find(const SlotKey& k) {
+  int32_t& hint = cache_[cache_at(k)];
+  if (hint >= 0) {
+    Slot* s = slots_[size_t(hint)].get();
+    if (s->state != State::FREE && s->key == k) return s;
+  }
   const int32_t i = index_->find(k);
-  return i < 0 ? nullptr : slots_[size_t(i)].get();
+  if (i < 0) return nullptr;
+  hint = i;
+  return slots_[size_t(i)].get();
 }
 
 void Reducer::nack(const wire::Parsed& p, wire::NackReason r, uint16_t port, Sink& out) {
@@ -229,6 +236,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
     return nullptr;
   }
   free_.pop_back();
+  cache_[cache_at(key)] = idx;
   Slot& s = *slots_[size_t(idx)];
   s.key = key;
   s.state = State::OPEN;
@@ -426,8 +434,8 @@ void Reducer::send_result(Slot& s, const Member* only, bool retransmit, Sink& ou
     ++stats_.results_sent;
   };
   if (only) return emit(*only);
-  for (const auto& m : s.job->members) emit(m);
-  for (const auto& c : s.job->children) emit(c);
+  out.send_all(s.result_h, s.result_body, s.job->result_dests);
+  stats_.results_sent += s.job->result_dests.size();
 }
 
 void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {

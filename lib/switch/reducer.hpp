@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -79,6 +80,13 @@ class Sink {
  public:
   virtual ~Sink() = default;
   virtual void send(Out&& o) = 0;
+  // One header and body to each of `to` (a RESULT's fan-out). A sink that
+  // builds frames makes what the copies share once; this default sends
+  // each copy as its own Out.
+  virtual void send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
+                        std::span<const Dest> to) {
+    for (const Dest& d : to) send(Out{d.port, d.src, d.dst, h, body});
+  }
 };
 
 struct JobStats {
@@ -146,6 +154,16 @@ class Reducer {
   ReducerStats stats_;
   size_t mtu_;
   std::vector<uint8_t> scratch_;
+  // A direct-mapped cache in front of the index (an exact-match flow cache,
+  // as in Open vSwitch): an op's R packets arrive close together, so most
+  // find the slot here without hashing into the index. An entry is only a
+  // hint: it counts when its slot is live and holds that very key, so a
+  // released or reused slot needs no invalidation.
+  static constexpr uint32_t kCacheBits = 8;
+  static uint32_t cache_at(const SlotKey& k) {
+    return ((k.op * 0x9E3779B1u) ^ (k.chunk * 0x85EBCA77u) ^ (k.job * 0xC2B2AE3Du)) >> (32 - kCacheBits);
+  }
+  std::vector<int32_t> cache_ = std::vector<int32_t>(size_t(1) << kCacheBits, -1);
 };
 
 }  // namespace prism::sw
