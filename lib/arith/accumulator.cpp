@@ -305,14 +305,20 @@ class KulischWide final : public Accumulator {
   // the whole op down the per-lane path (its flag and the exceptions mode).
   bool finalize_plain(uint8_t* out, uint8_t* flags) const {
     if (d_.out != Format::FP32 || any_dirty_) return false;
-    uint32_t bad = 0;
-    // Written straight into `out`: when a lane turns out bad, the per-lane path rewrites every lane.
-    for (uint32_t i = 0; i < d_.lanes; ++i) {
-      const float x = float(fast_[i]);  // exact for float lanes
-      std::memcpy(out + size_t(i) * 4, &x, 4);
-      bad |= (float_bits(x) & 0x7F800000u) == 0x7F800000u;  // NaN-boxed specials, overflow
+    // Written straight into `out` (little-endian, as the wire): when a lane
+    // turns out bad (a NaN-boxed special, an overflow), the per-lane path
+    // rewrites every lane.
+    static_assert(std::endian::native == std::endian::little);
+    if constexpr (sizeof(T) == 8) {
+      if (!k_.narrow_f64(fast_.data(), d_.lanes, reinterpret_cast<float*>(out))) return false;
+    } else {
+      uint32_t bad = 0;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        std::memcpy(out + size_t(i) * 4, &fast_[i], 4);
+        bad |= (float_bits(fast_[i]) & 0x7F800000u) == 0x7F800000u;
+      }
+      if (bad) return false;
     }
-    if (bad) return false;
     if (flags) std::memset(flags, 0, d_.lanes);
     return true;
   }

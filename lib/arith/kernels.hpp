@@ -63,6 +63,11 @@ struct Kernels {
   // proved those sums exact); a lane whose element is a NaN or an infinity
   // is left unchanged and its index written to `left`; returns how many.
   uint32_t (*add_f64_screened)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
+  // out[i] = in[i] rounded to the nearest float, ties to even (exact sums
+  // in double lanes, rounded once into an fp32 result). False when some
+  // result is not finite: a NaN or infinite input, or an overflow. Cost
+  // (AVX2): ~5 uops per 4 lanes.
+  bool (*narrow_f64)(const double* in, uint32_t n, float* out);
 };
 
 const Kernels& portable_kernels();

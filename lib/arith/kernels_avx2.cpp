@@ -323,48 +323,57 @@ uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, uint32_t*
   return k;
 }
 
+// Unsigned min or max of the Bits-wide lanes of v, folded to one value.
+template <int Bits, bool Min>
+inline uint32_t fold_lanes(__m256i v) {
+  auto op = [](__m128i a, __m128i b) {
+    if constexpr (Bits == 8)
+      return Min ? _mm_min_epu8(a, b) : _mm_max_epu8(a, b);
+    else if constexpr (Bits == 16)
+      return Min ? _mm_min_epu16(a, b) : _mm_max_epu16(a, b);
+    else
+      return Min ? _mm_min_epu32(a, b) : _mm_max_epu32(a, b);
+  };
+  __m128i x = op(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = op(x, _mm_srli_si128(x, 8));
+  x = op(x, _mm_srli_si128(x, 4));
+  if constexpr (Bits <= 16) x = op(x, _mm_srli_si128(x, 2));
+  if constexpr (Bits == 8) x = op(x, _mm_srli_si128(x, 1));
+  return uint32_t(_mm_cvtsi128_si32(x)) & uint32_t((uint64_t(1) << Bits) - 1);
+}
+
+// The exponent fields of the smallest and largest non-zero magnitudes are
+// the window: a float's magnitude orders like its bits. Per vector: an and,
+// a subtract (a zero wraps to all-ones, so the min passes it by), a min and
+// a max; the fields are taken once at the end.
 template <int Bits>
 void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
   const FormatInfo& fi = info(f);
   constexpr uint32_t kLanes = 256 / Bits;
-  const __m256i magmask = splat<Bits>(fi.sign_bit - 1), one = splat<Bits>(1), zero = _mm256_setzero_si256();
-  const __m128i shift = _mm_cvtsi32_si128(fi.mbits);
-  __m256i vlo = _mm256_set1_epi8(char(0xFF)), vhi = zero;
+  constexpr uint32_t kOnes = uint32_t((uint64_t(1) << Bits) - 1);
+  const __m256i magmask = splat<Bits>(fi.sign_bit - 1), one = splat<Bits>(1);
+  __m256i vlo = _mm256_set1_epi8(char(0xFF)), vhi = _mm256_setzero_si256();
   uint32_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m256i x =
         _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i * (Bits / 8))), magmask);
-    const __m256i z = cmpeq<Bits>(x, zero);
-    if constexpr (Bits == 8) {  // no byte shift: shift words, then clear what came over from the next byte
-      const __m256i ex = _mm256_and_si256(_mm256_srl_epi16(x, shift), splat<8>(0xFFu >> fi.mbits));
-      vlo = _mm256_min_epu8(vlo, _mm256_or_si256(_mm256_max_epu8(ex, one), z));
-      vhi = _mm256_max_epu8(vhi, _mm256_andnot_si256(z, ex));
+    if constexpr (Bits == 8) {
+      vlo = _mm256_min_epu8(vlo, _mm256_sub_epi8(x, one));
+      vhi = _mm256_max_epu8(vhi, x);
     } else if constexpr (Bits == 16) {
-      const __m256i ex = _mm256_srl_epi16(x, shift);
-      vlo = _mm256_min_epu16(vlo, _mm256_or_si256(_mm256_max_epu16(ex, one), z));
-      vhi = _mm256_max_epu16(vhi, _mm256_andnot_si256(z, ex));
+      vlo = _mm256_min_epu16(vlo, _mm256_sub_epi16(x, one));
+      vhi = _mm256_max_epu16(vhi, x);
     } else {
-      const __m256i ex = _mm256_srl_epi32(x, shift);
-      vlo = _mm256_min_epu32(vlo, _mm256_or_si256(_mm256_max_epu32(ex, one), z));
-      vhi = _mm256_max_epu32(vhi, _mm256_andnot_si256(z, ex));
+      vlo = _mm256_min_epu32(vlo, _mm256_sub_epi32(x, one));
+      vhi = _mm256_max_epu32(vhi, x);
     }
   }
-  alignas(32) uint32_t l[8], h[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(l), vlo);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(h), vhi);
   uint32_t rl = *lo, rh = *hi;
-  for (int j = 0; j < 8; ++j) {
-    if constexpr (Bits == 8) {
-      for (int b = 0; b < 32; b += 8) {
-        rl = std::min(rl, (l[j] >> b) & 0xFF);
-        rh = std::max(rh, (h[j] >> b) & 0xFF);
-      }
-    } else if constexpr (Bits == 16) {
-      rl = std::min({rl, l[j] & 0xFFFF, l[j] >> 16});
-      rh = std::max({rh, h[j] & 0xFFFF, h[j] >> 16});
-    } else {
-      rl = std::min(rl, l[j]);
-      rh = std::max(rh, h[j]);
+  if (i) {
+    const uint32_t mlo = fold_lanes<Bits, true>(vlo);          // smallest non-zero magnitude - 1
+    if (mlo != kOnes) {                                        // some element was not zero
+      rl = std::min(rl, std::max((mlo + 1) >> fi.mbits, 1u));  // a subnormal counts as field 1
+      rh = std::max(rh, fold_lanes<Bits, false>(vhi) >> fi.mbits);
     }
   }
   if (i < n) P().exp_range(f, e + i * (Bits / 8), n - i, &rl, &rh);
@@ -506,6 +515,18 @@ bool odd_f64(const double* in, uint32_t n, float* out) {
   return _mm256_testz_pd(bad, bad) && (i == n || P().odd_f64(in + i, n - i, out + i));
 }
 
+bool narrow_f64(const double* in, uint32_t n, float* out) {
+  const __m128i ex = _mm_set1_epi32(0x7F800000);
+  __m128i bad = _mm_setzero_si128();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 f = _mm256_cvtpd_ps(_mm256_loadu_pd(in + i));  // MXCSR: to nearest, ties to even
+    _mm_storeu_ps(out + i, f);
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(f), ex), ex));
+  }
+  return _mm_testz_si128(bad, bad) && (i == n || P().narrow_f64(in + i, n - i, out + i));
+}
+
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
 void add_f64(Format f, double* acc, const uint8_t* e,
              uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
@@ -522,8 +543,8 @@ void add_f64(Format f, double* acc, const uint8_t* e,
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",    any_special, add_f32,   add_f64, add_f64_checked,  add_f32_checked,
-                         exp_range, add_i64,     round_f32, odd_f64, add_f32_screened, add_f64_screened};
+  static const Kernels k{"avx2",  any_special, add_f32, add_f64,          add_f64_checked,  add_f32_checked, exp_range,
+                         add_i64, round_f32,   odd_f64, add_f32_screened, add_f64_screened, narrow_f64};
   return k;
 }
 

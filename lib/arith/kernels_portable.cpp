@@ -216,6 +216,14 @@ bool odd_f64(const double* in, uint32_t n, float* out) {
   }
   return true;
 }
+bool narrow_f64(const double* in, uint32_t n, float* out) {
+  bool ok = true;
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = float(in[i]);
+    ok &= std::isfinite(out[i]);
+  }
+  return ok;
+}
 }  // namespace
 
 const float* fp8_table(Format f) {
@@ -228,8 +236,9 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32,   add_f64, add_f64_checked,  add_f32_checked,
-                         exp_range,  add_i64,     round_f32, odd_f64, add_f32_screened, add_f64_screened};
+  static const Kernels k{"portable",       any_special,      add_f32,   add_f64,   add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,   round_f32, odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64};
   return k;
 }
 

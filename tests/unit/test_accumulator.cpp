@@ -758,3 +758,45 @@ TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
     }
   }
 }
+
+// Double lanes rounded once to fp32: against ref::round_to on each double's
+// exact bits (an independent rounding), around every binade edge, the
+// subnormals and the top of the range; a lane whose result is not finite
+// (NaN, infinity, overflow) must make the batch fail wherever it sits.
+TEST(Kernels, NarrowDoublesRoundOnceToNearestEven) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(29);
+  std::vector<double> v;
+  for (int i = 0; i < 20000; ++i) {
+    const int ex = int(rng() % 290) - 160;  // subnormal floats to just below the overflow
+    const double m = 1.0 + double(rng() >> 12) * 0x1p-52;
+    v.push_back(std::ldexp(m, std::min(ex, 127)) * ((rng() & 1) ? -1.0 : 1.0));
+  }
+  for (int k = 0; k < 200; ++k) {  // midpoints between floats, and a double ulp either side
+    const float a = std::ldexp(1.0f + float(rng() % 8388608) * 0x1p-23f, int(rng() % 250) - 125);
+    const double mid = (double(a) + double(std::nextafter(a, INFINITY))) / 2;
+    v.insert(v.end(), {mid, std::nextafter(mid, 0.0), std::nextafter(mid, 1e300), -mid});
+  }
+  v.push_back(0.0);
+  v.push_back(-0.0);
+  for (size_t at = 0; at < v.size(); at += 37) {
+    const uint32_t n = uint32_t(std::min<size_t>(37, v.size() - at));
+    for (const prism::Kernels* k : ks) {
+      std::vector<float> got(n);
+      ASSERT_TRUE(k->narrow_f64(v.data() + at, n, got.data())) << k->name;
+      for (uint32_t i = 0; i < n; ++i) {
+        const ref::Exact x = ref::exact_of(v[at + i]);
+        const ref::Rounded r = ref::round_to(ref::kFP32, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
+        ASSERT_EQ(prism::float_bits(got[i]), r.bits) << k->name << ": " << v[at + i];
+      }
+    }
+  }
+  for (double bad : {double(NAN), double(INFINITY), -double(INFINITY), 3.5e38, -1e300})
+    for (uint32_t pos = 0; pos < 9; ++pos) {
+      std::vector<double> w(9, 1.5);
+      w[pos] = bad;
+      std::vector<float> f(9);
+      for (const prism::Kernels* k : ks) ASSERT_FALSE(k->narrow_f64(w.data(), 9, f.data())) << k->name << " " << bad;
+    }
+}
