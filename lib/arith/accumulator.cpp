@@ -440,6 +440,7 @@ class KulischNarrow final : public Accumulator {
     else if (skip_)
       --skip_;
     outgrew_ = false;
+    fresh_ = false;
     if (kHalves && budget_ >= 0 && !skip_) {
       halves_ = true;
       lo_ = ~0u;
@@ -447,7 +448,10 @@ class KulischNarrow final : public Accumulator {
       std::fill_n(floats(), d_.lanes, -0.0f);
     } else {
       halves_ = false;
-      fast_.fill(T(-0.0));
+      if constexpr (kHalves)
+        fresh_ = true;  // the lanes' -0 start is written by the op's first add (or settle())
+      else
+        fast_.fill(T(-0.0));
     }
   }
   size_t bytes_per_lane() const override { return sizeof(T); }
@@ -473,7 +477,9 @@ class KulischNarrow final : public Accumulator {
     if constexpr (sizeof(T) == 8) {
       // One pass: the finite elements are added (a NaN lane, holding its
       // specials in its payload, stays that NaN), the specials merged here.
-      const uint32_t k = k_.add_f64_screened(d_.dtype, fast_.data(), e, d_.lanes, left_.data());
+      // The op's first term is stored, not added to -0 (the same, one pass less).
+      const uint32_t k = k_.add_f64_screened(d_.dtype, fast_.data(), e, d_.lanes, fresh_, left_.data());
+      fresh_ = false;
       for (uint32_t j = 0; j < k; ++j) {
         const uint32_t i = left_[j];
         fast_[i] = LB::merge(fast_[i], special_side(decode(d_.dtype, load_bits(d_.dtype, e + i * sz))));
@@ -497,6 +503,7 @@ class KulischNarrow final : public Accumulator {
 
   bool add_exact(const LaneExact* in) override {
     widen();
+    settle();
     std::vector<T> next(d_.lanes);
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const LaneExact& l = in[i];
@@ -520,6 +527,7 @@ class KulischNarrow final : public Accumulator {
 
   bool state(LaneExact* out) const override {
     widen();
+    settle();
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       LaneExact l;
       const T f = fast_[i];
@@ -535,6 +543,7 @@ class KulischNarrow final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    settle();
     if (finalize_plain(out)) {
       if (flags) std::memset(flags, 0, d_.lanes);
       return;
@@ -593,6 +602,13 @@ class KulischNarrow final : public Accumulator {
     }
     halves_ = false;
   }
+  // Double lanes of an op with no term yet are -0: written here when read.
+  void settle() const {
+    if (fresh_) {
+      fast_.fill(T(-0.0));
+      fresh_ = false;
+    }
+  }
   const Kernels& k_;
   int unit_;
   int budget_;              // exponent-field span the float lanes hold exactly (kHalves)
@@ -602,6 +618,7 @@ class KulischNarrow final : public Accumulator {
   bool outgrew_ = false;  // this op's terms left the float window
   uint8_t skip_ = 0;      // ops still to start as doubles
   mutable bool halves_ = false;
+  mutable bool fresh_ = false;  // double lanes, no term yet: not written (see settle())
   mutable Lanes<T> fast_;
   Lanes<uint32_t> left_;               // add()'s scratch: lanes whose element is a special
   mutable std::vector<float> narrow_;  // scratch of finalize_plain()

@@ -58,11 +58,12 @@ struct Kernels {
   // returns how many. Cost (AVX2, fp32): ~9 uops per 8 lanes, one pass over
   // the packet instead of any_special's and add_f32's two.
   uint32_t (*add_f32_screened)(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left);
-  // add_f64 with the specials screened in the same pass: acc[i] +=
-  // double(e[i]) for each lane whose element is finite (the caller has
-  // proved those sums exact); a lane whose element is a NaN or an infinity
-  // is left unchanged and its index written to `left`; returns how many.
-  uint32_t (*add_f64_screened)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
+  // add_f64 with the specials screened in the same pass: for each lane whose
+  // element is finite, acc[i] = double(e[i]) when `first`, else acc[i] +=
+  // double(e[i]) (the caller has proved those sums exact); a lane whose
+  // element is a NaN or an infinity is left for the caller (acc[i] = -0 when
+  // `first`, else unchanged) and its index written to `left`; returns how many.
+  uint32_t (*add_f64_screened)(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left);
   // out[i] = in[i] rounded to the nearest float, ties to even (exact sums
   // in double lanes, rounded once into an fp32 result). False when some
   // result is not finite: a NaN or infinite input, or an overflow. Cost

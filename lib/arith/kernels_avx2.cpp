@@ -23,6 +23,21 @@ inline __m256 load8(const uint8_t* e, uint32_t i, const float* table) {
   } else if constexpr (F == Format::BF16) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e + 2 * i)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  } else if constexpr (F == Format::E5M2 || F == Format::E4M3FN || F == Format::E4M3FNUZ) {
+    // Through F16C: e5m2 is the top byte of an fp16 (the same bias); e4m3's
+    // 4-bit exponent and 3-bit mantissa sit in an fp16's low exponent bits and
+    // top mantissa bits, a power of two away (2^8 for bias 7, 2^7 for bias 8),
+    // subnormals included. Both steps are exact. Specials come out as finite
+    // garbage or as fp16's own: callers screen them.
+    (void)table;
+    const __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e + i)));
+    if constexpr (F == Format::E5M2) {
+      return _mm256_cvtph_ps(_mm_slli_epi16(c, 8));
+    } else {
+      const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x7F)), 7),
+                                     _mm_slli_epi16(_mm_and_si128(c, _mm_set1_epi16(0x80)), 8));
+      return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(F == Format::E4M3FN ? 256.0f : 128.0f));
+    }
   } else {
     // fp8 -> fp32 without a table or a denormal (which would cost a microcode
     // assist): rebias the exponent field in the integer domain; a subnormal
@@ -290,7 +305,7 @@ uint32_t add_f32_screened_t(float* acc, const uint8_t* e, uint32_t n, bool first
 }
 
 // add_f64_screened for eight lanes holding a special (rare).
-template <Format F>
+template <Format F, bool First>
 __attribute__((noinline)) uint32_t screened_f64_slow(double* acc, const uint8_t* e, uint32_t i, uint32_t* left,
                                                      uint32_t k) {
   const __m256 x = load8<F>(e, i, nullptr);
@@ -298,10 +313,12 @@ __attribute__((noinline)) uint32_t screened_f64_slow(double* acc, const uint8_t*
   _mm256_store_ps(xs, x);
   const unsigned bad = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(special8<F>(e, i, x))));
   for (unsigned j = 0; j < 8; ++j) {
-    if (bad >> j & 1)
+    if (bad >> j & 1) {
+      if (First) acc[i + j] = -0.0;
       left[k++] = i + j;
-    else
-      acc[i + j] += double(xs[j]);
+    } else {
+      acc[i + j] = First ? double(xs[j]) : acc[i + j] + double(xs[j]);
+    }
   }
   return k;
 }
@@ -309,8 +326,9 @@ __attribute__((noinline)) uint32_t screened_f64_slow(double* acc, const uint8_t*
 // `V` times eight double lanes, the specials tested once before anything is
 // stored (as screened() for floats). Cost per 8 lanes with V = 2: 1 load and
 // 1 convert of the elements, 2 widenings, 2 loads, 2 adds and 2 stores of
-// the lanes, 1 and, 1 compare, and half of the or/test/loop.
-template <Format F, int V>
+// the lanes (the first term: only the stores), 1 and, 1 compare, and half
+// of the or/test/loop.
+template <Format F, bool First, int V>
 __attribute__((always_inline)) inline uint32_t screened_f64(double* acc, const uint8_t* e, uint32_t i, uint32_t* left,
                                                             uint32_t k) {
   __m256d s[2 * V];
@@ -318,24 +336,34 @@ __attribute__((always_inline)) inline uint32_t screened_f64(double* acc, const u
   for (int v = 0; v < V; ++v) {
     const __m256 x = load8<F>(e, i + 8 * v, nullptr);
     any = _mm256_or_si256(any, special8<F>(e, i + 8 * v, x));
-    s[2 * v] = _mm256_add_pd(_mm256_loadu_pd(acc + i + 8 * v), _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
-    s[2 * v + 1] = _mm256_add_pd(_mm256_loadu_pd(acc + i + 8 * v + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    s[2 * v] = First ? lo : _mm256_add_pd(_mm256_loadu_pd(acc + i + 8 * v), lo);
+    s[2 * v + 1] = First ? hi : _mm256_add_pd(_mm256_loadu_pd(acc + i + 8 * v + 4), hi);
   }
   if (__builtin_expect(_mm256_testz_si256(any, any), 1)) {
     for (int v = 0; v < 2 * V; ++v) _mm256_storeu_pd(acc + i + 4 * v, s[v]);
     return k;
   }
-  for (int v = 0; v < V; ++v) k = screened_f64_slow<F>(acc, e, i + 8 * v, left, k);
+  for (int v = 0; v < V; ++v) k = screened_f64_slow<F, First>(acc, e, i + 8 * v, left, k);
+  return k;
+}
+
+template <Format F, bool First>
+uint32_t screened_f64_lanes(double* acc, const uint8_t* e, uint32_t n, uint32_t* left, uint32_t* at) {
+  uint32_t i = 0, k = 0;
+  for (; i + 16 <= n; i += 16) k = screened_f64<F, First, 2>(acc, e, i, left, k);
+  for (; i + 8 <= n; i += 8) k = screened_f64<F, First, 1>(acc, e, i, left, k);
+  *at = i;
   return k;
 }
 
 template <Format F>
-uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
-  uint32_t i = 0, k = 0;
-  for (; i + 16 <= n; i += 16) k = screened_f64<F, 2>(acc, e, i, left, k);
-  for (; i + 8 <= n; i += 8) k = screened_f64<F, 1>(acc, e, i, left, k);
+uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  uint32_t i;
+  uint32_t k =
+      first ? screened_f64_lanes<F, true>(acc, e, n, left, &i) : screened_f64_lanes<F, false>(acc, e, n, left, &i);
   if (i < n) {
-    const uint32_t t = P().add_f64_screened(F, acc + i, e + i * info(F).bytes, n - i, left + k);
+    const uint32_t t = P().add_f64_screened(F, acc + i, e + i * info(F).bytes, n - i, first, left + k);
     for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
     k += t;
   }
@@ -452,7 +480,15 @@ template <Format F>
 bool round_f32_t(const float* in, uint32_t n, uint8_t* dst) {
   constexpr uint32_t kBytes = info(F).bytes;
   uint32_t i = 0;
-  if constexpr (F == Format::BF16) {  // fp32's exponent range: round the bits
+  if constexpr (F == Format::FP16) {  // F16C: the hardware's IEEE conversion, to nearest, ties to even
+    const __m128i ex = _mm_set1_epi16(0x7C00);
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      // An all-ones exponent: a NaN, an infinity or an overflow, which have no rounding here.
+      if (!_mm_testz_si128(_mm_cmpeq_epi16(_mm_and_si128(h, ex), ex), _mm_set1_epi16(-1))) return false;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+    }
+  } else if constexpr (F == Format::BF16) {  // fp32's exponent range: round the bits
     for (; i + 8 <= n; i += 8) {
       const __m256i ab = _mm256_castps_si256(_mm256_loadu_ps(in + i));
       const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ab, 16), _mm256_set1_epi32(1));
@@ -555,8 +591,8 @@ void add_f64(Format f, double* acc, const uint8_t* e,
                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)} uint32_t
     add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first,
                      uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_screened_t, f, acc, e, n, first, left)} uint32_t
-    add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f64_screened_t, f, acc, e, n, left)
+    add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f64_screened_t, f, acc, e, n, first, left)
 }
 
 }  // namespace

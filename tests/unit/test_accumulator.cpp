@@ -740,14 +740,16 @@ TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
           for (uint32_t i = 0; i < n; ++i)
             ASSERT_EQ(prism::float_bits(acc[i]), prism::float_bits(want[i]))
                 << k->name << " " << in.name << " lane " << i << " first " << first;
-          // The double-lane version (Kulisch's fast lanes): no first-term form.
+          // The double-lane version (Kulisch's fast lanes).
           std::vector<double> dacc(n), dwant(n);
           for (uint32_t i = 0; i < n; ++i) {
             dacc[i] = double(acc0[i]) * 0x1p40 + 0.5;  // wider than a float holds
-            dwant[i] = ref::is_special_code(in, codes[i]) ? dacc[i] : dacc[i] + double(ref::to_f32(in, codes[i]));
+            const bool sp = ref::is_special_code(in, codes[i]);
+            const double x = sp ? 0.0 : double(ref::to_f32(in, codes[i]));
+            dwant[i] = first ? (sp ? -0.0 : x) : (sp ? dacc[i] : dacc[i] + x);
           }
           std::fill(left.begin(), left.end(), 0xFFFFFFFF);
-          const uint32_t dgot = k->add_f64_screened(Format(in.code), dacc.data(), e.data(), n, left.data());
+          const uint32_t dgot = k->add_f64_screened(Format(in.code), dacc.data(), e.data(), n, first, left.data());
           ASSERT_EQ(dgot, want_left.size()) << k->name << " " << in.name << " n=" << n << " (double lanes)";
           for (uint32_t j = 0; j < dgot; ++j) ASSERT_EQ(left[j], want_left[j]) << k->name << " " << in.name;
           for (uint32_t i = 0; i < n; ++i)
