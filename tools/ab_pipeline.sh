@@ -1,0 +1,43 @@
+#!/bin/bash
+# Before/after timing of two prism-bench builds on this noisy machine: the
+# builds take turns, ROUNDS runs each, and the median Mpps of each
+# (policy, dtype, lcores) is printed as a Markdown table.
+#
+#   tools/ab_pipeline.sh OLD/prism-bench NEW/prism-bench ROUNDS [prism-bench pipeline options]
+#   tools/ab_pipeline.sh /tmp/old/build/app/prism-bench build/app/prism-bench 3 \
+#       --policies forward,fp32_arrival,kulisch --dtypes fp32,fp16,bf16 --lcores 1,2 --repeat 1 --no-testpmd
+set -euo pipefail
+if [ $# -lt 3 ] || [ ! -x "$1" ] || [ ! -x "$2" ] || ! [[ "$3" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $0 OLD_PRISM_BENCH NEW_PRISM_BENCH ROUNDS [prism-bench pipeline options]" >&2
+  echo "  OLD and NEW must be executable prism-bench binaries; ROUNDS a whole number >= 1" >&2
+  exit 2
+fi
+old=$1 new=$2 rounds=$3
+shift 3
+runs=$(mktemp)
+trap 'rm -f "$runs"' EXIT
+for ((r = 1; r <= rounds; ++r)); do
+  for b in old new; do
+    bin=$old
+    [ "$b" = new ] && bin=$new
+    out=$("$bin" pipeline "$@" 2>&1) || { echo "$bin pipeline $* failed:" >&2; echo "$out" | tail -20 >&2; exit 1; }
+    # rows: policy dtype bytes R lcores | Mpps ...
+    echo "$out" | awk -v b="$b" '$6 == "|" && $1 != "testpmd" && $1 != "policy" {print b, $1, $2, $5, $7}' >> "$runs"
+  done
+  echo "round $r of $rounds done" >&2
+done
+python3 - "$runs" <<'PY'
+import collections, statistics, sys
+d = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    b, policy, dtype, lcores, mpps = line.split()
+    d[(policy, dtype, lcores, b)].append(float(mpps))
+print('| policy | dtype | lcores | before (Mpps) | after (Mpps) | after ÷ before |')
+print('|---|---|---|---|---|---|')
+for k in sorted({k[:3] for k in d}):
+    o, n = d.get(k + ('old',)), d.get(k + ('new',))
+    if not o or not n:
+        continue
+    o, n = statistics.median(o), statistics.median(n)
+    print(f'| {k[0]} | {k[1]} | {k[2]} | {o:.3f} | {n:.3f} | {n / o:.2f} |')
+PY
