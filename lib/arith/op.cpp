@@ -10,10 +10,6 @@ std::optional<Policy> policy_from_name(std::string_view n) {
   if (n == "fp32_binomial") return Policy::FP32_BINOMIAL;
   return std::nullopt;
 }
-std::optional<Policy> policy_from_code(uint8_t c) {
-  if (c >= 1 && c <= 3) return Policy(c);
-  return std::nullopt;
-}
 const char* name(Policy p) {
   switch (p) {
     case Policy::FP32_ARRIVAL: return "fp32_arrival";
@@ -27,15 +23,7 @@ std::optional<Exceptions> exceptions_from_name(std::string_view n) {
   if (n == "saturate") return Exceptions::SATURATE;
   return std::nullopt;
 }
-std::optional<Exceptions> exceptions_from_code(uint8_t c) {
-  if (c == 1 || c == 2) return Exceptions(c);
-  return std::nullopt;
-}
 const char* name(Exceptions e) { return e == Exceptions::IEEE ? "ieee" : "saturate"; }
-std::optional<Transport> transport_from_code(uint8_t c) {
-  if (c >= 1 && c <= 3) return Transport(c);
-  return std::nullopt;
-}
 const char* name(Transport t) {
   switch (t) {
     case Transport::ROUNDED: return "rounded";

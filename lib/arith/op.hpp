@@ -15,13 +15,22 @@ namespace prism {
 enum class Policy : uint8_t { FP32_ARRIVAL = 1, KULISCH_FIXED = 2, FP32_BINOMIAL = 3 };
 enum class Transport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
 
-std::optional<Policy> policy_from_name(std::string_view);  // fp32_arrival kulisch fp32_binomial
-std::optional<Policy> policy_from_code(uint8_t);
+std::optional<Policy> policy_from_name(std::string_view);   // fp32_arrival kulisch fp32_binomial
+inline std::optional<Policy> policy_from_code(uint8_t c) {  // inline: parse() runs it per packet
+  if (c >= 1 && c <= 3) return Policy(c);
+  return std::nullopt;
+}
 const char* name(Policy);
 std::optional<Exceptions> exceptions_from_name(std::string_view);  // ieee saturate
-std::optional<Exceptions> exceptions_from_code(uint8_t);
+inline std::optional<Exceptions> exceptions_from_code(uint8_t c) {
+  if (c == 1 || c == 2) return Exceptions(c);
+  return std::nullopt;
+}
 const char* name(Exceptions);
-std::optional<Transport> transport_from_code(uint8_t);
+inline std::optional<Transport> transport_from_code(uint8_t c) {
+  if (c >= 1 && c <= 3) return Transport(c);
+  return std::nullopt;
+}
 const char* name(Transport);
 
 // Result status bits (RESULT packets' status byte, and per element from finalize()).

@@ -6,11 +6,6 @@
 #include <cmath>
 
 namespace prism {
-std::optional<Format> format_from_code(uint8_t code) {
-  if (code < 1 || code > kFormatCount) return std::nullopt;
-  return Format(code);
-}
-
 std::optional<Format> format_from_name(std::string_view name) {
   for (const auto& fi : detail::kInfo)
     if (name == fi.name) return fi.format;

@@ -100,7 +100,10 @@ inline constexpr FormatInfo kInfo[kFormatCount] = {
 }  // namespace detail
 
 constexpr const FormatInfo& info(Format f) { return detail::kInfo[uint8_t(f) - 1]; }
-std::optional<Format> format_from_code(uint8_t code);
+inline std::optional<Format> format_from_code(uint8_t code) {  // inline: parse() runs it per packet
+  if (code < 1 || code > kFormatCount) return std::nullopt;
+  return Format(code);
+}
 std::optional<Format> format_from_name(std::string_view name);
 inline const char* name(Format f) { return info(f).name; }
 inline bool is_float(Format f) { return info(f).is_float; }
