@@ -283,27 +283,6 @@ __attribute__((always_inline)) inline uint32_t screened(float* acc, const uint8_
   return k;
 }
 
-template <Format F, bool First>
-uint32_t screened_lanes(float* acc, const uint8_t* e, uint32_t n, uint32_t* left, uint32_t* at) {
-  uint32_t i = 0, k = 0;
-  for (; i + 32 <= n; i += 32) k = screened<F, First, 4>(acc, e, i, left, k);
-  for (; i + 8 <= n; i += 8) k = screened<F, First, 1>(acc, e, i, left, k);
-  *at = i;
-  return k;
-}
-
-template <Format F>
-uint32_t add_f32_screened_t(float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
-  uint32_t i;
-  uint32_t k = first ? screened_lanes<F, true>(acc, e, n, left, &i) : screened_lanes<F, false>(acc, e, n, left, &i);
-  if (i < n) {
-    const uint32_t t = P().add_f32_screened(F, acc + i, e + i * info(F).bytes, n - i, first, left + k);
-    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
-    k += t;
-  }
-  return k;
-}
-
 // add_f64_screened for eight lanes holding a special (rare).
 template <Format F, bool First>
 __attribute__((noinline)) uint32_t screened_f64_slow(double* acc, const uint8_t* e, uint32_t i, uint32_t* left,
@@ -348,22 +327,33 @@ __attribute__((always_inline)) inline uint32_t screened_f64(double* acc, const u
   return k;
 }
 
-template <Format F, bool First>
-uint32_t screened_f64_lanes(double* acc, const uint8_t* e, uint32_t n, uint32_t* left, uint32_t* at) {
+// add_f32_screened and add_f64_screened: T is the lanes' type. Float lanes
+// go four vectors a test, double lanes two (each is 16 doubles' registers).
+template <Format F, bool First, typename T>
+uint32_t screened_lanes(T* acc, const uint8_t* e, uint32_t n, uint32_t* left, uint32_t* at) {
   uint32_t i = 0, k = 0;
-  for (; i + 16 <= n; i += 16) k = screened_f64<F, First, 2>(acc, e, i, left, k);
-  for (; i + 8 <= n; i += 8) k = screened_f64<F, First, 1>(acc, e, i, left, k);
+  if constexpr (sizeof(T) == 4) {
+    for (; i + 32 <= n; i += 32) k = screened<F, First, 4>(acc, e, i, left, k);
+    for (; i + 8 <= n; i += 8) k = screened<F, First, 1>(acc, e, i, left, k);
+  } else {
+    for (; i + 16 <= n; i += 16) k = screened_f64<F, First, 2>(acc, e, i, left, k);
+    for (; i + 8 <= n; i += 8) k = screened_f64<F, First, 1>(acc, e, i, left, k);
+  }
   *at = i;
   return k;
 }
 
-template <Format F>
-uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+template <Format F, typename T>
+uint32_t add_screened_t(T* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
   uint32_t i;
-  uint32_t k =
-      first ? screened_f64_lanes<F, true>(acc, e, n, left, &i) : screened_f64_lanes<F, false>(acc, e, n, left, &i);
+  uint32_t k = first ? screened_lanes<F, true>(acc, e, n, left, &i) : screened_lanes<F, false>(acc, e, n, left, &i);
   if (i < n) {
-    const uint32_t t = P().add_f64_screened(F, acc + i, e + i * info(F).bytes, n - i, first, left + k);
+    const uint32_t rest = n - i, off = i * info(F).bytes;
+    uint32_t t;
+    if constexpr (sizeof(T) == 4)
+      t = P().add_f32_screened(F, acc + i, e + off, rest, first, left + k);
+    else
+      t = P().add_f64_screened(F, acc + i, e + off, rest, first, left + k);
     for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
     k += t;
   }
@@ -590,9 +580,9 @@ void add_f64(Format f, double* acc, const uint8_t* e,
     add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n,
                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)} uint32_t
     add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first,
-                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_screened_t, f, acc, e, n, first, left)} uint32_t
+                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)} uint32_t
     add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f64_screened_t, f, acc, e, n, first, left)
+  PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 
 }  // namespace

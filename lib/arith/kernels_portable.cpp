@@ -114,45 +114,28 @@ bool any_special(Format f, const uint8_t* e, uint32_t n) {
   return hit;
 }
 
-template <Format F>
-uint32_t add_f32_screened_t(float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+// add_f32_screened and add_f64_screened: T is the lanes' type.
+template <Format F, typename T>
+uint32_t add_screened_t(T* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
   const float* t = table_for(F);
   const SpecialPattern sp = special_pattern(F);
   const uint32_t sz = info(F).bytes;
   uint32_t k = 0;
   for (uint32_t i = 0; i < n; ++i) {
     if ((load_bits(F, e + i * sz) & sp.mask) == sp.value) {
-      if (first) acc[i] = -0.0f;
+      if (first) acc[i] = T(-0.0);
       left[k++] = i;
     } else {
-      const float x = elem_float<F>(e, i, t);
+      const T x = T(elem_float<F>(e, i, t));
       acc[i] = first ? x : acc[i] + x;
     }
   }
   return k;
 }
-uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f32_screened_t, f, acc, e, n, first, left)
-}
-template <Format F>
-uint32_t add_f64_screened_t(double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
-  const float* t = table_for(F);
-  const SpecialPattern sp = special_pattern(F);
-  const uint32_t sz = info(F).bytes;
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    if ((load_bits(F, e + i * sz) & sp.mask) == sp.value) {
-      if (first) acc[i] = -0.0;
-      left[k++] = i;
-    } else {
-      const double x = double(elem_float<F>(e, i, t));
-      acc[i] = first ? x : acc[i] + x;
-    }
-  }
-  return k;
-}
-uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
-  PRISM_FLOAT_DISPATCH(add_f64_screened_t, f, acc, e, n, first, left)
+uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first,
+                          uint32_t* left){PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)} uint32_t
+    add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 
 void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
