@@ -86,6 +86,8 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(pid, &info);
     if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    // Where the device verifies checksums on RX, RX takes its word for the good ones (see RxStage::poll).
+    conf.rxmode.offloads |= info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
     int rc = rte_eth_dev_configure(pid, 1, 1, &conf);
     if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, pool_);
     if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, kTxDesc, rte_eth_dev_socket_id(pid), nullptr);
@@ -95,7 +97,9 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
       throw SetupError("port " + std::to_string(p.id) + ": cannot configure and start it: " + rte_strerror(-rc));
     started_.push_back(pid);
     rte_eth_promiscuous_enable(pid);
-    PRISM_LOG(INFO, "port %u: DPDK port %u (%s) started\n", p.id, pid, info.driver_name ? info.driver_name : "?");
+    PRISM_LOG(INFO, "port %u: DPDK port %u (%s) started; RX checksum offload %s\n", p.id, pid,
+              info.driver_name ? info.driver_name : "?",
+              (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) ? "on" : "off (checksums verified in software)");
   }
 
   // 3. Rings: a VOQ per (input port, shard), a TX ring per port (RX NACKs and every shard feed it).
@@ -320,6 +324,7 @@ int tel_ports(const char*, const char*, rte_tel_data* d) {
     rte_tel_data_add_dict_u64(d, (k + "_rx_bytes").c_str(), r->counters().bytes.get());
     rte_tel_data_add_dict_u64(d, (k + "_rx_backpressure").c_str(), r->counters().polls_skipped.get());
     rte_tel_data_add_dict_u64(d, (k + "_nacks").c_str(), r->counters().nacks.get());
+    rte_tel_data_add_dict_u64(d, (k + "_rx_hw_checksums").c_str(), r->counters().hw_checksums.get());
   }
   for (const auto& t : g_rt->tx()) {
     const std::string k = "port" + std::to_string(t->port());

@@ -84,8 +84,12 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       continue;
     }
     Meta* mt = meta(m);
-    const wire::Refusal r =
-        wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, dir_.config().udp_port, &mt->p);
+    // A device with RX checksum offload that found both sums good says so: they are not summed again.
+    const bool sums_good = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
+                           (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+    if (sums_good) c_.hw_checksums.add();
+    const wire::Refusal r = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)},
+                                        dir_.config().udp_port, &mt->p, true, sums_good);
     if (r != wire::Refusal::OK) {
       c_.refused[size_t(r)].add();
       // Past the UDP checks it was PRISM traffic, however broken, from a source
@@ -379,8 +383,13 @@ unsigned TxStage::poll(uint64_t now_tsc) {
   if (linearize_)
     for (uint16_t i = pending_at_; i < pending_n_; ++i)
       if (pending_[i]->nb_segs > 1 && rte_pktmbuf_linearize(pending_[i]) != 0) c_.retries.add();
+  // Lengths are read before the burst: what the device takes, it may free at once.
+  uint32_t len[kBurst];
+  for (uint16_t i = pending_at_; i < pending_n_; ++i) len[i] = rte_pktmbuf_pkt_len(pending_[i]);
   const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, uint16_t(pending_n_ - pending_at_));
-  for (uint16_t i = 0; i < sent; ++i) c_.bytes.add(rte_pktmbuf_pkt_len(pending_[pending_at_ + i]));
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < sent; ++i) bytes += len[pending_at_ + i];
+  c_.bytes.add(bytes);
   c_.packets.add(sent);
   pending_at_ = uint16_t(pending_at_ + sent);
   if (pending_at_ < pending_n_) c_.retries.add();

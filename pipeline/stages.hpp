@@ -57,7 +57,9 @@ class LinkWatch {
   bool up_ = true;
 };
 
-class Stage {
+// Cache-line aligned: each stage's counters are written by the lcore that
+// runs it, and a stage allocated beside another lcore's must not share a line.
+class alignas(RTE_CACHE_LINE_SIZE) Stage {
  public:
   virtual ~Stage() = default;
   // TSC cycles spent in polls that moved packets (the lcore loop measures them).
@@ -72,6 +74,7 @@ class Stage {
 struct RxCounters {
   Counter packets, bytes, polls_skipped, refused[size_t(wire::Refusal::kCount)], dropped[size_t(sw::Drop::kCount)];
   Counter enqueued, nacks, multi_segment;
+  Counter hw_checksums;  // packets whose sums the device verified (RX checksum offload)
 };
 
 // RX + parse + admit for one port; enqueues admitted packets on the VOQ ring

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "proto/wire.hpp"
@@ -54,6 +55,16 @@ enum class Refusal : uint8_t {
 const char* name(Refusal r);
 
 using Mac = std::array<uint8_t, 6>;
+// Equal MACs, as one 4-byte and one 2-byte compare (std::array's == calls memcmp).
+inline bool same_mac(const Mac& a, const Mac& b) {
+  uint32_t a4, b4;
+  uint16_t a2, b2;
+  std::memcpy(&a4, a.data(), 4);
+  std::memcpy(&b4, b.data(), 4);
+  std::memcpy(&a2, a.data() + 4, 2);
+  std::memcpy(&b2, b.data() + 4, 2);
+  return ((a4 ^ b4) | uint32_t(a2 ^ b2)) == 0;
+}
 
 struct Endpoint {
   Mac mac{};
@@ -76,7 +87,11 @@ struct Parsed {
 // is valid for refusals after WRONG_PORT). `port` is the UDP destination port of the receiver: the
 // switch's port (20562 by default), or a rank's own port for RESULTs and NACKs.
 // `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
-Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true);
+// `sums_verified`: the receiving device has already verified the IPv4 header
+// and UDP checksums (a NIC's RX checksum offload reported both good), so
+// they are not summed again; every other check still runs.
+Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true,
+              bool sums_verified = false);
 
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 size_t element_bytes(const Header& h);

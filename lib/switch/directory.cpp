@@ -62,7 +62,8 @@ Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
   if (p.h.kind == wire::Kind::NACK) return fail(Drop::WRONG_KIND, false);  // switches never take NACKs, nor answer one
   v.job = dir.job(p.h.job);
   if (p.h.kind == wire::Kind::RESULT) {  // never answered
-    if (!dir.is_parent(p.src) || dir.config().parent->addr.mac != p.src.mac) return fail(Drop::UNKNOWN_SOURCE, false);
+    if (!dir.is_parent(p.src) || !wire::same_mac(dir.config().parent->addr.mac, p.src.mac))
+      return fail(Drop::UNKNOWN_SOURCE, false);
     if (!v.job) return fail(Drop::UNKNOWN_JOB, false);
     v.from_parent = true;
     v.ok = true;
@@ -78,7 +79,8 @@ Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
       m = &v.job->children[size_t(v.job->child_of_id[p.h.sender])];
   }
   if (!m) return dir.registered(p.src) ? fail(Drop::NOT_A_MEMBER) : fail(Drop::UNKNOWN_SOURCE, false);
-  if (m->addr.ip != p.src.ip || m->addr.port != p.src.port || m->addr.mac != p.src.mac || m->port != in_port)
+  if (m->addr.ip != p.src.ip || m->addr.port != p.src.port || !wire::same_mac(m->addr.mac, p.src.mac) ||
+      m->port != in_port)
     return dir.registered(p.src) ? fail(Drop::SPOOFED) : fail(Drop::UNKNOWN_SOURCE, false);
   v.member = m;
   v.ok = true;

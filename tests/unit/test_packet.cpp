@@ -425,13 +425,16 @@ TEST(Checksum, OnesSumAtEveryAlignment) {
   const Bytes ones(9000, 0xFF);
   EXPECT_EQ(ones_sum(ones.data(), ones.size()), 0xFFFF);
   EXPECT_EQ(ones_sum_portable(ones.data(), ones.size()), 0xFFFF);
-  // Longer than the AVX2 path's 2 MiB blocks (its 32-bit lanes are widened between them).
+  // Longer than the AVX2 path's 512 KiB blocks (its 32-bit lanes are widened between them).
   Bytes big(5u << 20);
   for (auto& x : big) x = uint8_t(rng());
   for (size_t n : {size_t(2u << 20), big.size() - 3})
     EXPECT_EQ(uint16_t(~ones_sum(big.data(), n)), rfc1071(Bytes(big.begin(), big.begin() + long(n)))) << n;
+  // The lanes' extremes: every word the largest, then every word the smallest (each biased to -0x8000).
   const Bytes all_ones(5u << 20, 0xFF);
   EXPECT_EQ(ones_sum(all_ones.data(), all_ones.size()), 0xFFFF);
+  const Bytes all_zeros(5u << 20, 0x00);
+  EXPECT_EQ(ones_sum(all_zeros.data(), all_zeros.size()), 0);
 }
 
 // A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
@@ -459,6 +462,64 @@ TEST(Checksum, ZeroIsSentAsFfffAndAccepted) {
   EXPECT_EQ(parse(b.frame, kDefaultPort, &p), Refusal::OK);
   b.frame[41] = 1;
   EXPECT_EQ(parse(b.frame, kDefaultPort, &p), Refusal::UDP_BAD_CHECKSUM);
+}
+
+// The IPv4 header checksum is checked over the whole header, options
+// included: a header of every length 20..60 whose checksum is recomputed
+// here (RFC 1071) parses, and one changed bit anywhere in the checksum or
+// the options is refused as IP_BAD_CHECKSUM.
+TEST(Checksum, Ipv4HeaderIsCheckedWithItsOptions) {
+  Built b;
+  b.src.ip = 0x0A000001;
+  b.dst.ip = 0x0A0000FE;
+  b.src.port = b.dst.port = kDefaultPort;
+  b.h.count = 2;
+  b.body = {1, 2, 3, 4, 5, 6, 7, 8};
+  do_build(b);
+  for (size_t opt = 0; opt <= 40; opt += 4) {
+    Bytes f(b.frame.begin(), b.frame.begin() + 34);                               // Ethernet + the 20-byte header
+    for (size_t i = 0; i < opt; ++i) f.push_back(uint8_t(i + 1 == opt ? 0 : 1));  // NOPs, then end of list
+    f.insert(f.end(), b.frame.begin() + 34, b.frame.end());
+    f[14] = uint8_t(0x40 | (20 + opt) / 4);
+    wr16(&f[16], uint16_t(rd16(&f[16]) + opt));
+    f[24] = f[25] = 0;
+    wr16(&f[24], rfc1071(&f[14], 20 + opt));
+    Parsed p;
+    ASSERT_EQ(parse(f, kDefaultPort, &p), Refusal::OK) << opt << " bytes of options";
+    for (size_t at : std::vector<size_t>{24, 25, 14 + 20 + opt / 2}) {
+      if (at >= 14 + 20 + opt && at > 25) continue;  // no options to change
+      for (int bit = 0; bit < 8; ++bit) {
+        Bytes g = f;
+        g[at] ^= uint8_t(1 << bit);
+        EXPECT_EQ(parse(g, kDefaultPort, &p), Refusal::IP_BAD_CHECKSUM) << "byte " << at << " bit " << bit;
+      }
+    }
+  }
+}
+
+// With sums_verified (the device's RX checksum offload reported both sums
+// good) parse() does not sum again, and every other check still runs.
+TEST(Checksum, DeviceVerifiedSumsAreNotSummedAgain) {
+  Built b;
+  b.src.ip = 0x0A000001;
+  b.dst.ip = 0x0A0000FE;
+  b.src.port = b.dst.port = kDefaultPort;
+  b.h.count = 2;
+  b.body = {1, 2, 3, 4, 5, 6, 7, 8};
+  do_build(b);
+  Bytes bad_udp = b.frame, bad_ip = b.frame;
+  bad_udp[41] ^= 1;  // UDP checksum
+  bad_ip[25] ^= 1;   // IPv4 header checksum
+  Parsed p;
+  EXPECT_EQ(parse(bad_udp, kDefaultPort, &p), Refusal::UDP_BAD_CHECKSUM);
+  EXPECT_EQ(parse(bad_ip, kDefaultPort, &p), Refusal::IP_BAD_CHECKSUM);
+  EXPECT_EQ(parse(bad_udp, kDefaultPort, &p, true, true), Refusal::OK);
+  EXPECT_EQ(p.h.count, 2);
+  EXPECT_EQ(parse(bad_ip, kDefaultPort, &p, true, true), Refusal::OK);
+  Bytes bad_magic = b.frame;
+  bad_magic[42] ^= 1;
+  EXPECT_EQ(parse(bad_magic, kDefaultPort, &p, true, true), Refusal::BAD_MAGIC);
+  EXPECT_EQ(parse(b.frame, kDefaultPort + 1, &p, true, true), Refusal::WRONG_PORT);
 }
 
 // ------------------------------------------------------------ bounds
