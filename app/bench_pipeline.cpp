@@ -78,6 +78,9 @@ const char* kPipelineUsage =
     "                   formats, R in {2,8,32,128} and 1 vs 2 lcores around the headline case\n"
     "                   (1 KiB fp32, R = 8, one reducer lcore).\n"
     "  --ports N        switch ports the ranks are spread over (default 2)\n"
+    "  --fanout MODE    how a RESULT goes to its R ranks: copy (a whole frame each, the default) or\n"
+    "                   chain (a header mbuf each, chained to one shared payload; the bench's ports\n"
+    "                   only free what they are sent, so they take chains)\n"
     "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
     "  --repeat N       runs per case, interleaved; the median is reported (default 3)\n"
     "  --testpmd PATH   dpdk-testpmd to compare with (default: dpdk-testpmd on PATH)\n"
@@ -141,7 +144,7 @@ struct Args {
   uint32_t ports = 2, repeat = 3;
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
-  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false;
+  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, chain = false;
   uint32_t max_lcores = 1;
 };
 
@@ -169,7 +172,7 @@ uint32_t to_uint(const std::string& key, const std::string& s, uint32_t lo, uint
 Args parse_args(int argc, char** argv) {
   const cli::Args a(argc, argv, 0,
                     {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
-                     "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal"},
+                     "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout"},
                     {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     std::fputs(kPipelineUsage, stdout);
@@ -188,6 +191,9 @@ Args parse_args(int argc, char** argv) {
   r.work_dir = a.str("--work-dir");
   r.eal = a.str("--eal");
   r.use_testpmd = !a.has("--no-testpmd");
+  const std::string fanout = a.str("--fanout", "copy");
+  if (fanout != "copy" && fanout != "chain") fail("--fanout '" + fanout + "': use copy or chain");
+  r.chain = fanout == "chain";
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
   r.testpmd = a.str("--testpmd", "dpdk-testpmd");
@@ -272,7 +278,7 @@ std::string rank_mac(uint32_t r) {
 
 // The switch's configuration for one run: its ports replay `pcap[p]`.
 std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
-                        uint32_t reducers) {
+                        uint32_t reducers, bool chain) {
   std::ostringstream y;
   y << "switch: {id: 1, role: root}\nports:\n";
   for (uint32_t p = 0; p < ports; ++p) {
@@ -286,7 +292,8 @@ std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::s
     y << "      - {rank: " << r << ", port: " << r % ports << ", mac: \"" << rank_mac(r)
       << "\", ip: " << ip_str(rank_ip(r)) << "}\n";
   // Retention is kept short so the slot table (reported) is not the limit at millions of ops a second.
-  y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\nlcores: [";
+  y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\n";
+  y << "fanout: " << (chain ? "chain" : "copy") << "\nlcores: [";
   for (uint32_t l = 0; l < s.lcores; ++l) y << (l ? ", " : "") << l;
   y << "]\n";
   return y.str();
@@ -328,7 +335,7 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
   const uint32_t esz = info(s.dtype).bytes;
   for (uint32_t p = 0; p < ports; ++p)
     w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
-  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1), "bench");
+  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1, false), "bench");
   const sw::Directory dir_(cfg);
   std::vector<std::unique_ptr<PcapWriter>> pw;
   for (uint32_t p = 0; p < ports; ++p) pw.push_back(std::make_unique<PcapWriter>(w.pcap[p]));
@@ -568,8 +575,9 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
   const uint32_t reducers = std::max<uint32_t>(1, c.s.lcores - 1);
-  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers), "bench");
+  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.chain), "bench");
   pipe::RunOptions opt;
+  opt.assume_chains = a.chain;
   opt.quiet = true;
   opt.forward_only = c.mode == Mode::FORWARD;
   opt.pool = pool;
@@ -882,8 +890,11 @@ int run_pipeline(int argc, char** argv) {
     return it->second;
   };
 
-  std::printf("prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; CPU %s\n",
-              a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports, cpu_model().c_str());
+  std::printf(
+      "prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; RESULT fan-out by %s; "
+      "CPU %s\n",
+      a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports, a.chain ? "chained mbufs" : "copies",
+      cpu_model().c_str());
   std::fflush(stdout);
   // testpmd runs once per packet shape (its layout does not change with --lcores).
   std::vector<Case> tp_cases;
@@ -1093,13 +1104,16 @@ int run_pipeline(int argc, char** argv) {
         << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
         << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
         << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
-        << ", \"section\": " << json_str(r.c.section) << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps
-        << ", \"ns_per_elem\": " << r.ns_per_elem << ", \"stage_share\": {\"rx\": " << r.rx_share
-        << ", \"reduce\": " << r.reduce_share << ", \"tx\": " << r.tx_share
-        << "}, \"main_ns_per_packet\": " << r.main_ns_pkt << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt
-        << ", \"lcores_100g\": " << lcores_for(r, 100) << ", \"lcores_400g\": " << lcores_for(r, 400)
-        << ", \"slot_bytes\": " << r.slot_bytes << ", \"slots_high\": " << r.slots_high
-        << ", \"rx_backpressure_polls\": " << r.rx_backpressure
+        << ", \"section\": " << json_str(r.c.section) << ", \"fanout\": "
+        << (r.c.mode == Mode::FORWARD || r.c.mode == Mode::TESTPMD ? "null"
+            : a.chain                                              ? "\"chain\""
+                                                                   : "\"copy\"")
+        << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
+        << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
+        << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
+        << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
+        << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
+        << ", \"slots_high\": " << r.slots_high << ", \"rx_backpressure_polls\": " << r.rx_backpressure
         << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops
         << ", \"results_checked\": " << r.checked << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat
         << ", \"seconds\": " << a.time_s << ", \"baseline\": {\"forward_mpps\": " << row.fwd

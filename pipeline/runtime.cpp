@@ -131,7 +131,11 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   for (const auto& p : cfg.ports) {
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(dpdk_port_[p.id], &info);
-    chains[p.id] = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    const bool can = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) || opt.assume_chains;
+    chains[p.id] = cfg.fanout == Fanout::CHAIN && can;
+    if (cfg.fanout == Fanout::CHAIN && !can)
+      PRISM_LOG(WARNING, "port %u: fanout: chain, but the device cannot send chained mbufs: RESULTs are copied\n",
+                p.id);
   }
   for (uint32_t s = 0; s < shards; ++s) {
     std::vector<rte_ring*> in;

@@ -29,6 +29,9 @@ struct RunOptions {
   // A pool to use instead of creating one (made by make_pool(); the caller
   // frees it after the runtime): benchmarks build many runtimes in a row.
   rte_mempool* pool = nullptr;
+  // Every port takes chained mbufs whatever its device advertises (benchmarks
+  // whose net_pcap ports only free what they are sent): with `fanout: chain`.
+  bool assume_chains = false;
 };
 
 // The switch's mbuf pool: jumbo data rooms, the private area RX fills, LIFO.

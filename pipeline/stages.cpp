@@ -355,7 +355,13 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
         const auto* p = m->p.payload;
         for (size_t off = 0; off < m->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
       };
-      for (unsigned k = 0; k < n; ++k) rte_prefetch0(meta(burst[k]));
+      // Both lines of each mbuf's own header too: the bulk free reads them
+      // (reference count, segments, pool), and they were written on the RX lcore.
+      for (unsigned k = 0; k < n; ++k) {
+        rte_prefetch0(meta(burst[k]));
+        rte_prefetch0(burst[k]);
+        rte_prefetch0(&burst[k]->cacheline1);
+      }
       prefetch(0);
       for (unsigned j = 0; j < n; ++j) {
         prefetch(j + 1);

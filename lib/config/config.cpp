@@ -178,7 +178,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
   rd.only(root, "",
           {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "partial_retry_ms", "rings",
-           "arbiter", "reducers", "lcores"});
+           "arbiter", "reducers", "fanout", "lcores"});
   SwitchConfig c;
   c.path = name;
 
@@ -359,6 +359,15 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     rd.only(r, "reducers", {"shards", "slots"});
     c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, 1));
     c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
+  }
+  if (const YAML::Node f = root["fanout"]) {
+    const std::string v = rd.str(f, "fanout");
+    if (v == "copy")
+      c.fanout = Fanout::COPY;
+    else if (v == "chain")
+      c.fanout = Fanout::CHAIN;
+    else
+      rd.fail(f, "fanout", "'" + v + "' is not a fan-out (copy, chain)");
   }
   if (const YAML::Node l = root["lcores"]) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");

@@ -56,6 +56,10 @@ struct JobConfig {
 };
 
 enum class Role : uint8_t { ROOT, LEAF };
+// How a RESULT reaches several ranks: a whole frame per rank (COPY), or a
+// header mbuf per rank chained to one shared payload (CHAIN; only on devices
+// that send chained mbufs, else copied).
+enum class Fanout : uint8_t { COPY, CHAIN };
 enum class ArbiterMode : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
 
 struct ParentConfig {
@@ -80,6 +84,7 @@ struct SwitchConfig {
   uint64_t arbiter_seed = 1;
   uint32_t reducer_shards = 1;
   uint32_t slots_per_shard = 4096;
+  Fanout fanout = Fanout::COPY;
   std::vector<unsigned> lcores;  // lcores that run stages; one lcore may run them all
 
   const JobConfig* job(uint32_t id) const;

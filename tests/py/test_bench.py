@@ -115,10 +115,28 @@ def test_plot_is_a_png(quick):
     assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 2000
 
 
-def test_an_injected_fault_is_caught():
+def test_chained_fanout_results_check_out(tmp_path):
+    """--fanout chain: each RESULT copy is a header mbuf chained to one shared
+    payload; the checker reads the chained frames and finds every one right."""
+    require_bench()
+    out = tmp_path / 'chain.json'
+    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '256,1024', '--dtypes', 'fp32,bf16', '--repeat',
+              '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--fanout', 'chain', '--json', str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert 'RESULT fan-out by chained mbufs' in r.stdout
+    rows = json.loads(out.read_text())
+    assert {row['policy'] for row in rows} == {'forward', 'fp32_arrival', 'kulisch'}
+    for row in rows:
+        assert row['error'] is None and row['drops'] == 0 and row['mismatches'] == 0, row
+        assert row['results_checked'] > 0, row
+        assert row['fanout'] == (None if row['policy'] == 'forward' else 'chain'), row
+
+
+@pytest.mark.parametrize('fanout', ['copy', 'chain'])
+def test_an_injected_fault_is_caught(fanout):
     require_bench()
     r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32', '--repeat', '1',
-              '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault')
+              '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault', '--fanout', fanout)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
     assert 'CHECK FAILED' in r.stdout
     for line in r.stdout.splitlines():
@@ -134,6 +152,7 @@ def test_an_injected_fault_is_caught():
     (['--lcores', '99'], '--lcores'),
     (['--plot', 'out.svg'], '.png'),
     (['--frobnicate'], 'unknown option --frobnicate'),
+    (['--fanout', 'zero_copy'], "--fanout 'zero_copy': use copy or chain"),
     (['extra'], "unexpected argument 'extra'"),
 ])
 def test_usage_errors_exit_2_with_a_reason(args, msg):

@@ -84,7 +84,7 @@ class Veth:
         subprocess.run(['ip', 'link', 'del', self.a], capture_output=True)
 
 
-def run_tree(d: Path, dtype: str, transport: str, tag: str, link: str = 'veth') -> dict:
+def run_tree(d: Path, dtype: str, transport: str, tag: str, link: str = 'veth', fanout: str = 'copy') -> dict:
     d.mkdir(parents=True, exist_ok=True)
     if link == 'veth':
         veth = Veth(f'{os.getpid() % 10000}{tag}'[:10])
@@ -95,15 +95,16 @@ def run_tree(d: Path, dtype: str, transport: str, tag: str, link: str = 'veth') 
         leaf_dev = f'net_memif0,role=client,socket={d}/memif.sock,id=0'
         root_dev = f'net_memif0,role=server,socket={d}/memif.sock,id=0'
     try:
-        return run_tree_on(d, dtype, transport, tag, leaf_dev, root_dev)
+        return run_tree_on(d, dtype, transport, tag, leaf_dev, root_dev, fanout)
     finally:
         if veth:
             veth.close()
 
 
-def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, root_dev: str) -> dict:
-    (d / 'leaf.yaml').write_text(LEAF.format(d=d, leaf_dev=leaf_dev))
-    (d / 'root.yaml').write_text(ROOT.format(d=d, root_dev=root_dev))
+def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, root_dev: str,
+                fanout: str = 'copy') -> dict:
+    (d / 'leaf.yaml').write_text(LEAF.format(d=d, leaf_dev=leaf_dev) + f'fanout: {fanout}\n')
+    (d / 'root.yaml').write_text(ROOT.format(d=d, root_dev=root_dev) + f'fanout: {fanout}\n')
     subprocess.run([str(GEN), 'write', '--config', str(d / 'leaf.yaml'), '--config', str(d / 'root.yaml'),
                     '--job', '7', '--dtype', dtype, '--policy', 'kulisch', '--transport', transport,
                     '--elements', '1000', '--ops', '2', '--pcap-dir', str(d / 'p'), '--expected', str(d / 'exp')],
@@ -126,16 +127,22 @@ def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, ro
     assert m, leaf.stdout
     res['upstream_bytes'] = int(m.group(2))
     res['leaf_log'] = leaf.stdout
+    res['root_log'] = root_out
     return res
 
 
 # net_memif works too (run_tree(..., link='memif')) but is left out of the
 # suite: DPDK 22.11's memif can fault when its peer leaves mid-poll, which
 # makes a test of two processes that each exit on their own flaky.
-@pytest.mark.parametrize('transport,link', [('kulisch', 'veth'), ('auto', 'veth')])
-def test_leaf_and_root_equal_one_switch(tmp_path, transport, link):
+# The root's fan-out goes both ways: copied frames, and (net_af_packet sends
+# chained mbufs) header mbufs chained to one shared payload.
+@pytest.mark.parametrize('transport,link,fanout', [('kulisch', 'veth', 'copy'), ('auto', 'veth', 'chain')])
+def test_leaf_and_root_equal_one_switch(tmp_path, transport, link, fanout):
     need_binaries()
-    r = run_tree(tmp_path, 'fp32', transport, transport[0] + link[0], link)
+    r = run_tree(tmp_path, 'fp32', transport, transport[0] + link[0], link, fanout)
+    if fanout == 'chain':  # net_af_packet chains; net_pcap cannot, so port 0's copies are whole frames
+        assert 'port 1: fanout: chain, but' not in r['root_log'], r['root_log']
+        assert 'port 0: fanout: chain, but the device cannot send chained mbufs' in r['root_log'], r['root_log']
     chunks = json.loads((tmp_path / 'exp/manifest.json').read_text())['chunks']
     assert r['results'] == 4 * 2 * chunks, r  # 4 ranks x 2 ops x chunks
     assert r['missing'] == 0 and r['duplicates'] == 0 and r['inconsistent'] == 0, r

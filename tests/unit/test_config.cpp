@@ -109,50 +109,50 @@ std::string with(std::string text, const std::string& from, const std::string& t
 
 // A valid root config; the comments are its line numbers.
 const std::string kBase =
-    "switch:\n"                                                                // 1
-    "  id: 1\n"                                                                // 2
-    "  role: root\n"                                                           // 3
-    "ports:\n"                                                                 // 4
+    "switch:\n"                                                               // 1
+    "  id: 1\n"                                                               // 2
+    "  role: root\n"                                                          // 3
+    "ports:\n"                                                                // 4
     "  - {id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}\n"               // 5
     "  - {id: 1, mac: \"02:00:00:00:ff:01\", ip: 10.0.1.254}\n"               // 6
-    "jobs:\n"                                                                  // 7
-    "  - id: 7\n"                                                              // 8
-    "    group: 3\n"                                                           // 9
-    "    formats: [fp32, bf16]\n"                                              // 10
-    "    policies: [kulisch]\n"                                                // 11
-    "    members:\n"                                                           // 12
+    "jobs:\n"                                                                 // 7
+    "  - id: 7\n"                                                             // 8
+    "    group: 3\n"                                                          // 9
+    "    formats: [fp32, bf16]\n"                                             // 10
+    "    policies: [kulisch]\n"                                               // 11
+    "    members:\n"                                                          // 12
     "      - {rank: 0, port: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"  // 13
     "      - {rank: 1, port: 0, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n"  // 14
     "      - {rank: 2, port: 0, mac: \"02:00:00:00:00:02\", ip: 10.0.0.3}\n"  // 15
-    "rings:\n"                                                                 // 16
-    "  size: 256\n"                                                            // 17
-    "arbiter:\n"                                                               // 18
-    "  mode: random\n"                                                         // 19
-    "  seed: 5\n";                                                             // 20
+    "rings:\n"                                                                // 16
+    "  size: 256\n"                                                           // 17
+    "arbiter:\n"                                                              // 18
+    "  mode: random\n"                                                        // 19
+    "  seed: 5\n";                                                            // 20
 
 // The same job at a leaf: members 0 and 1 here, ranks 2..3 elsewhere.
 const std::string kLeaf =
-    "switch:\n"                                                                // 1
-    "  id: 2\n"                                                                // 2
-    "  role: leaf\n"                                                           // 3
-    "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n"          // 4
-    "jobs:\n"                                                                  // 5
-    "  - id: 7\n"                                                              // 6
-    "    group: 4\n"                                                           // 7
-    "    members:\n"                                                           // 8
-    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"           // 9
-    "      - {rank: 1, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n";          // 10
+    "switch:\n"                                                        // 1
+    "  id: 2\n"                                                        // 2
+    "  role: leaf\n"                                                   // 3
+    "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n"  // 4
+    "jobs:\n"                                                          // 5
+    "  - id: 7\n"                                                      // 6
+    "    group: 4\n"                                                   // 7
+    "    members:\n"                                                   // 8
+    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"    // 9
+    "      - {rank: 1, mac: \"02:00:00:00:00:01\", ip: 10.0.0.2}\n";   // 10
 
 // A root above two leaves.
 const std::string kTree =
-    "switch: {id: 1}\n"                                                                  // 1
-    "jobs:\n"                                                                            // 2
-    "  - id: 9\n"                                                                        // 3
-    "    members:\n"                                                                     // 4
-    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"                     // 5
-    "    children:\n"                                                                    // 6
-    "      - {id: 2, port: 1, mac: \"02:00:00:00:fe:02\", ip: 10.0.2.1, ranks: 4}\n"    // 7
-    "      - {id: 3, port: 1, mac: \"02:00:00:00:fe:03\", ip: 10.0.3.1, ranks: 3}\n";   // 8
+    "switch: {id: 1}\n"                                                                // 1
+    "jobs:\n"                                                                          // 2
+    "  - id: 9\n"                                                                      // 3
+    "    members:\n"                                                                   // 4
+    "      - {rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}\n"                    // 5
+    "    children:\n"                                                                  // 6
+    "      - {id: 2, port: 1, mac: \"02:00:00:00:fe:02\", ip: 10.0.2.1, ranks: 4}\n"   // 7
+    "      - {id: 3, port: 1, mac: \"02:00:00:00:fe:03\", ip: 10.0.3.1, ranks: 3}\n";  // 8
 
 prism::wire::Mac mac(uint8_t a, uint8_t b, uint8_t c, uint8_t d, uint8_t e, uint8_t f) { return {a, b, c, d, e, f}; }
 uint32_t ip4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return a << 24 | b << 16 | c << 8 | d; }
@@ -185,8 +185,8 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(j.id, 7u);
   EXPECT_EQ(j.group, 4);
   using F = prism::Format;
-  EXPECT_EQ(j.formats, (std::vector<F>{F::FP32, F::FP16, F::BF16, F::E4M3FN, F::E4M3FNUZ, F::E5M2, F::E5M2FNUZ,
-                                       F::INT8, F::INT32}));
+  EXPECT_EQ(j.formats, (std::vector<F>{F::FP32, F::FP16, F::BF16, F::E4M3FN, F::E4M3FNUZ, F::E5M2, F::E5M2FNUZ, F::INT8,
+                                       F::INT32}));
   using P = prism::Policy;
   EXPECT_EQ(j.policies, (std::vector<P>{P::KULISCH_FIXED, P::FP32_ARRIVAL, P::FP32_BINOMIAL}));
   EXPECT_EQ(j.slot_quota, 0u);
@@ -212,6 +212,7 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(c.arbiter_seed, 1u);
   EXPECT_EQ(c.reducer_shards, 1u);
   EXPECT_EQ(c.slots_per_shard, 4096u);
+  EXPECT_EQ(c.fanout, prism::Fanout::COPY);
   EXPECT_EQ(c.lcores, (std::vector<unsigned>{0}));
 }
 
@@ -229,7 +230,8 @@ TEST(ConfigValid, BaseConfigParses) {
 }
 
 TEST(ConfigValid, DefaultsWhenKeysAreLeftOut) {
-  const SwitchConfig c = parse_config("jobs:\n  - id: 1\n    members: [{rank: 0, mac: \"02:00:00:00:00:01\", ip: 1.2.3.4}]\n");
+  const SwitchConfig c =
+      parse_config("jobs:\n  - id: 1\n    members: [{rank: 0, mac: \"02:00:00:00:00:01\", ip: 1.2.3.4}]\n");
   EXPECT_EQ(c.id, 0);
   EXPECT_EQ(c.role, prism::Role::ROOT);
   EXPECT_EQ(c.udp_port, 20562);
@@ -346,8 +348,8 @@ TEST(ConfigErrors, MissingRequiredKeys) {
 TEST(ConfigErrors, BadMacAddress) {
   for (const char* bad : {"02:00:00:00:00", "zz:00:00:00:00:02", "02:00:00:00:00:02:03", "02-00-00-00-00-02", ""}) {
     SCOPED_TRACE(bad);
-    expect_error(with(kBase, "\"02:00:00:00:00:02\"", quoted(bad, '"')), 15,
-                 "jobs[0].members[2].mac", {quoted(bad), "not a MAC address", "02:00:00:00:00:01"});
+    expect_error(with(kBase, "\"02:00:00:00:00:02\"", quoted(bad, '"')), 15, "jobs[0].members[2].mac",
+                 {quoted(bad), "not a MAC address", "02:00:00:00:00:01"});
   }
   expect_error(with(kBase, "\"02:00:00:00:ff:01\"", "\"02:00:00:00:ff\""), 6, "ports[1].mac", {"not a MAC address"});
   expect_error(with(kBase, "mac: \"02:00:00:00:00:02\"", "mac: [2, 0]"), 15, "jobs[0].members[2].mac", {"string"});
@@ -383,9 +385,10 @@ TEST(ConfigErrors, NumbersOutOfRangeSayTheRange) {
   expect_error(with(kTree, "ranks: 3}", "ranks: 0}"), 8, "jobs[0].children[1].ranks", {"out of range", "1..65535"});
   expect_error(with(kBase, "  - id: 7\n", "  - id: 4294967296\n"), 8, "jobs[0].id", {"out of range", "0..4294967295"});
   // Top-level numbers: line, range and the key's name (its exact path is checked below).
-  for (const auto& [yaml, key, range] : {std::tuple<const char*, const char*, const char*>{"kulisch_width: 7", "kulisch_width", "8..4096"},
-                                         {"retention_ms: 3600001", "retention_ms", "0..3600000"},
-                                         {"op_timeout_ms: 3600001", "op_timeout_ms", "0..3600000"}}) {
+  for (const auto& [yaml, key, range] :
+       {std::tuple<const char*, const char*, const char*>{"kulisch_width: 7", "kulisch_width", "8..4096"},
+        {"retention_ms: 3600001", "retention_ms", "0..3600000"},
+        {"op_timeout_ms: 3600001", "op_timeout_ms", "0..3600000"}}) {
     const std::string msg = error_of(kBase + yaml + "\n");
     const Where w = where(msg);
     EXPECT_EQ(w.line, 21) << msg;
@@ -403,13 +406,15 @@ TEST(ConfigErrors, TopLevelKeyPathsHaveNoLeadingDot) {
 }
 
 TEST(ConfigErrors, NonNumbersSayANumberIsExpected) {
-  expect_error(with(kBase, "  - id: 7\n", "  - id: seven\n"), 8, "jobs[0].id", {"'seven'", "not a whole number", "0..4294967295"});
+  expect_error(with(kBase, "  - id: 7\n", "  - id: seven\n"), 8, "jobs[0].id",
+               {"'seven'", "not a whole number", "0..4294967295"});
   expect_error(with(kBase, "size: 256", "size: -256"), 17, "rings.size", {"'-256'", "not a whole number"});
   expect_error(with(kBase, "size: 256", "size: 2.5e2"), 17, "rings.size", {"not a whole number"});
   expect_error(with(kBase, "{rank: 1,", "{rank: one,"), 14, "jobs[0].members[1].rank", {"'one'", "not a whole number"});
   expect_error(with(kBase, "    group: 3", "    group: [3]"), 9, "jobs[0].group", {"number"});
   expect_error(with(kBase, "  seed: 5", "  seed: 99999999999999999999"), 20, "arbiter.seed", {"not a whole number"});
-  expect_error(with(kBase, "  seed: 5\n", "  seed: 5\nlcores: [0, x]\n"), 21, "lcores[1]", {"'x'", "not a whole number"});
+  expect_error(with(kBase, "  seed: 5\n", "  seed: 5\nlcores: [0, x]\n"), 21, "lcores[1]",
+               {"'x'", "not a whole number"});
 }
 
 TEST(ConfigErrors, DuplicatesAreRefused) {
@@ -417,11 +422,10 @@ TEST(ConfigErrors, DuplicatesAreRefused) {
   expect_error(with(kBase, "{rank: 2,", "{rank: 1,"), 15, "jobs[0].members[2].rank", {"rank 1", "twice", "job 7"});
   expect_error(with(kTree, "{id: 3,", "{id: 2,"), 8, "jobs[0].children[1].id", {"child 2", "twice"});
   // Job 7 twice in the list.
-  const std::string dup_job =
-      with(kBase, "rings:\n",
-           "  - id: 7\n"                                                                 // 16
-           "    members: [{rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}]\n"       // 17
-           "rings:\n");
+  const std::string dup_job = with(kBase, "rings:\n",
+                                   "  - id: 7\n"                                                           // 16
+                                   "    members: [{rank: 0, mac: \"02:00:00:00:00:00\", ip: 10.0.0.1}]\n"  // 17
+                                   "rings:\n");
   expect_error(dup_job, 16, "jobs[1].id", {"job 7", "twice"});
   // Two members at the same IP and UDP port.
   const std::string same_addr = with(kBase, "ip: 10.0.0.2}", "ip: 10.0.0.1}");
@@ -473,8 +477,8 @@ TEST(ConfigErrors, RootMembersAndChildrenMustCoverTheGroup) {
 }
 
 TEST(ConfigErrors, LeafNeedsParentAndGroupRootHasNoParent) {
-  expect_error(with(kLeaf, "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n", ""), 2,
-               "switch.parent", {"leaf", "parent", "mac", "ip"});
+  expect_error(with(kLeaf, "  parent: {port: 1, mac: \"02:00:00:00:fe:01\", ip: 10.0.1.1}\n", ""), 2, "switch.parent",
+               {"leaf", "parent", "mac", "ip"});
   expect_error(with(kLeaf, "  role: leaf\n", "  role: root\n"), 4, "switch.parent",
                {"root has no parent", "role: leaf"});
   expect_error(with(kLeaf, "    group: 4\n", ""), 6, "jobs[0].group", {"leaf", "group"});
@@ -501,9 +505,15 @@ TEST(ConfigErrors, RingSizeMustBeAPowerOfTwo) {
   expect_error(with(kBase, "size: 256", "size: 1048575"), 17, "rings.size", {"power of two"});
 }
 
+TEST(ConfigValid, FanoutIsCopyOrChain) {
+  EXPECT_EQ(parse_config(kBase + "fanout: chain\n").fanout, prism::Fanout::CHAIN);
+  EXPECT_EQ(parse_config(kBase + "fanout: copy\n").fanout, prism::Fanout::COPY);
+}
+
 TEST(ConfigErrors, UnknownWordsListTheValidOnes) {
   expect_error(with(kBase, "mode: random", "mode: fifo"), 19, "arbiter.mode",
                {"'fifo'", "round_robin", "random", "reverse"});
+  expect_error(kBase + "fanout: zero_copy\n", 21, "fanout", {"'zero_copy'", "copy", "chain"});
   expect_error(with(kBase, "role: root", "role: spine"), 3, "switch.role", {"'spine'", "root", "leaf"});
   expect_error(with(kBase, "[fp32, bf16]", "[fp32, fp64]"), 10, "jobs[0].formats[1]",
                {"'fp64'", "fp32", "fp16", "bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "int8", "int32"});
@@ -586,11 +596,12 @@ TEST(Addresses, MacRoundTrips) {
 }
 
 TEST(Addresses, MacRejections) {
-  for (const char* s : {"02:00:00:00:00", "zz:00:00:00:00:00", "02:00:00:00:00:0g", "02:00:00:00:00:01:02",
-                        "02-00-00-00-00-01", "0200.0000.0001", "020000000001", "2:0:0:0:0:1", "02:00:00:00:00:1",
-                        "02:00:00:00:00:001", "02:00:00:00:00:01 ", "02:00:00:00:00:01x", "02::00:00:00:00:01", "",
-                        ":::::"}) {
-    EXPECT_FALSE(prism::parse_mac(s).has_value()) << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
+  for (const char* s :
+       {"02:00:00:00:00", "zz:00:00:00:00:00", "02:00:00:00:00:0g", "02:00:00:00:00:01:02", "02-00-00-00-00-01",
+        "0200.0000.0001", "020000000001", "2:0:0:0:0:1", "02:00:00:00:00:1", "02:00:00:00:00:001", "02:00:00:00:00:01 ",
+        "02:00:00:00:00:01x", "02::00:00:00:00:01", "", ":::::"}) {
+    EXPECT_FALSE(prism::parse_mac(s).has_value())
+        << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
   }
 }
 
@@ -599,7 +610,8 @@ TEST(Addresses, MacRejections) {
 TEST(Addresses, MacRejectsSignsBlanksAndPrefixes) {
   for (const char* s : {"-1:00:00:00:00:00", "+2:00:00:00:00:00", " 2: 0: 0: 0: 0: 0", "0x:00:00:00:00:00",
                         "02:00:00:00:00:0x", "-0:-0:-0:-0:-0:-0", " 02:00:00:00:00:1"}) {
-    EXPECT_FALSE(prism::parse_mac(s).has_value()) << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
+    EXPECT_FALSE(prism::parse_mac(s).has_value())
+        << "'" << s << "' accepted as " << prism::format_mac(*prism::parse_mac(s));
   }
   EXPECT_NE(error_of(with(kBase, "\"02:00:00:00:00:02\"", "\"-1:00:00:00:00:00\"")), "no error");
 }
@@ -619,10 +631,11 @@ TEST(Addresses, Ipv4RoundTrips) {
 }
 
 TEST(Addresses, Ipv4Rejections) {
-  for (const char* s : {"1.2.3", "256.1.1.1", "1.2.3.4x", "1.2.3.4.5", "1.2.3.256", "1.2.3.1000", "1..2.3", "a.b.c.d",
-                        "1.2.3.-4", "-1.2.3.4", "+1.2.3.4", " 1.2.3.4", "1.2.3.4 ", "1.2.3.", ".1.2.3", "", "1,2,3,4",
-                        "0x1.2.3.4", "1.2.3.4/24", "::1"}) {
-    EXPECT_FALSE(prism::parse_ipv4(s).has_value()) << "'" << s << "' accepted as " << prism::format_ipv4(*prism::parse_ipv4(s));
+  for (const char* s : {"1.2.3",   "256.1.1.1", "1.2.3.4x", "1.2.3.4.5", "1.2.3.256",  "1.2.3.1000", "1..2.3",
+                        "a.b.c.d", "1.2.3.-4",  "-1.2.3.4", "+1.2.3.4",  " 1.2.3.4",   "1.2.3.4 ",   "1.2.3.",
+                        ".1.2.3",  "",          "1,2,3,4",  "0x1.2.3.4", "1.2.3.4/24", "::1"}) {
+    EXPECT_FALSE(prism::parse_ipv4(s).has_value())
+        << "'" << s << "' accepted as " << prism::format_ipv4(*prism::parse_ipv4(s));
   }
 }
 
