@@ -6,6 +6,11 @@
 #   tools/ab_pipeline.sh OLD/prism-bench NEW/prism-bench ROUNDS [prism-bench pipeline options]
 #   tools/ab_pipeline.sh /tmp/old/build/app/prism-bench build/app/prism-bench 3 \
 #       --policies forward,fp32_arrival,kulisch --dtypes fp32,fp16,bf16 --lcores 1,2 --repeat 1 --no-testpmd
+#
+# NEW_ARGS (environment) adds options for the NEW side only, to compare two
+# settings of one build, e.g. the RESULT fan-out:
+#   NEW_ARGS="--fanout chain" tools/ab_pipeline.sh build/app/prism-bench build/app/prism-bench 3 \
+#       --policies fp32_arrival,kulisch --payloads 1024,8192 --lcores 1,2 --repeat 1 --no-testpmd
 set -euo pipefail
 if [ $# -lt 3 ] || [ ! -x "$1" ] || [ ! -x "$2" ] || ! [[ "$3" =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 OLD_PRISM_BENCH NEW_PRISM_BENCH ROUNDS [prism-bench pipeline options]" >&2
@@ -18,11 +23,11 @@ runs=$(mktemp)
 trap 'rm -f "$runs"' EXIT
 for ((r = 1; r <= rounds; ++r)); do
   for b in old new; do
-    bin=$old
-    [ "$b" = new ] && bin=$new
-    out=$("$bin" pipeline "$@" 2>&1) || { echo "$bin pipeline $* failed:" >&2; echo "$out" | tail -20 >&2; exit 1; }
+    bin=$old extra=()
+    [ "$b" = new ] && bin=$new && read -r -a extra <<< "${NEW_ARGS:-}"
+    out=$("$bin" pipeline "$@" "${extra[@]}" 2>&1) || { echo "$bin pipeline $* ${extra[*]} failed:" >&2; echo "$out" | tail -20 >&2; exit 1; }
     # rows: policy dtype bytes R lcores | Mpps ...
-    echo "$out" | awk -v b="$b" '$6 == "|" && $1 != "testpmd" && $1 != "policy" {print b, $1, $2, $5, $7}' >> "$runs"
+    echo "$out" | awk -v b="$b" '$6 == "|" && $1 != "testpmd" && $1 != "policy" {print b, $1, $2, $3, $5, $7}' >> "$runs"
   done
   echo "round $r of $rounds done" >&2
 done
@@ -30,14 +35,14 @@ python3 - "$runs" <<'PY'
 import collections, statistics, sys
 d = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    b, policy, dtype, lcores, mpps = line.split()
-    d[(policy, dtype, lcores, b)].append(float(mpps))
-print('| policy | dtype | lcores | before (Mpps) | after (Mpps) | after ÷ before |')
-print('|---|---|---|---|---|---|')
-for k in sorted({k[:3] for k in d}):
+    b, policy, dtype, nbytes, lcores, mpps = line.split()
+    d[(policy, dtype, int(nbytes), int(lcores), b)].append(float(mpps))
+print('| policy | dtype | payload B | lcores | before (Mpps) | after (Mpps) | after ÷ before |')
+print('|---|---|---|---|---|---|---|')
+for k in sorted({k[:4] for k in d}):
     o, n = d.get(k + ('old',)), d.get(k + ('new',))
     if not o or not n:
         continue
     o, n = statistics.median(o), statistics.median(n)
-    print(f'| {k[0]} | {k[1]} | {k[2]} | {o:.3f} | {n:.3f} | {n / o:.2f} |')
+    print(f'| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {o:.3f} | {n:.3f} | {n / o:.2f} |')
 PY
