@@ -108,14 +108,14 @@ class RxStage final : public Stage {
 
 // Turns what a reducer emits into mbufs and queues them on the TX ring of
 // their port. A fan-out's copies share what they can: the header's bytes and
-// the checksum of header and body are made once (wire::share), and on a port
-// whose device sends chained mbufs one payload mbuf holds the body for every
-// copy (each copy is a small header mbuf chained to an indirect clone of it).
+// the checksum of header and body are made once (wire::share). Each copy is
+// a whole frame (`fanout: copy`), or, with `fanout: chain` on a port whose
+// device sends chained mbufs, a small header mbuf chained to an indirect
+// clone of one payload mbuf that holds the body for every copy.
 class Emitter final : public sw::Sink {
  public:
-  // `chains[port]`: the port's device sends chained mbufs. Where it cannot,
-  // each copy is built whole (one copy of the body here rather than a clone,
-  // a chain and a linearize at TX).
+  // `chains[port]`: copies to this port are chained (`fanout: chain`, and
+  // the device sends chained mbufs); elsewhere each copy is built whole.
   Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool, std::vector<bool> chains)
       : tx_(std::move(tx_by_port)), pool_(pool), chains_(std::move(chains)), pending_(tx_.size()) {}
   void send(sw::Out&& o) override;
