@@ -135,8 +135,9 @@ def test_chained_fanout_results_check_out(tmp_path):
 @pytest.mark.parametrize('fanout', ['copy', 'chain'])
 def test_an_injected_fault_is_caught(fanout):
     require_bench()
-    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32', '--repeat', '1',
-              '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault', '--fanout', fanout)
+    # fp16 and e5m2 too: FP32_ARRIVAL's check decodes their RESULTs through a table.
+    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32,fp16,e5m2', '--repeat',
+              '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault', '--fanout', fanout)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
     assert 'CHECK FAILED' in r.stdout
     for line in r.stdout.splitlines():
