@@ -225,11 +225,6 @@ void put_header(const Header& h, uint8_t* p) {
   p[31] = h.status;
 }
 
-size_t element_bytes(const Header& h) {
-  const Format f = h.encoding == Encoding::DTYPE ? h.dtype : h.out_dtype;
-  return size_t(h.count) * info(f).bytes;
-}
-
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified) {
   const uint8_t* f = frame.data();
   const size_t n = frame.size();

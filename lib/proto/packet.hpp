@@ -94,7 +94,9 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
               bool sums_verified = false);
 
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
-size_t element_bytes(const Header& h);
+inline size_t element_bytes(const Header& h) {
+  return size_t(h.count) * info(h.encoding == Encoding::DTYPE ? h.dtype : h.out_dtype).bytes;
+}
 
 // Builds a frame: Ethernet / IPv4 (DF, TTL 64, checksum) / UDP (checksum) /
 // header / body (payload, then sideband when flags has SIDEBAND; for encoding
