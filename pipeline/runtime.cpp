@@ -278,6 +278,8 @@ void Runtime::summary(bool report_incomplete) {
     std::printf("  port %u rx: %llu packets, %llu bytes, %llu to reducers, %llu NACKs\n", r->port(),
                 (unsigned long long)c.packets.get(), (unsigned long long)c.bytes.get(),
                 (unsigned long long)c.enqueued.get(), (unsigned long long)c.nacks.get());
+    if (c.hw_checksums.get())
+      std::printf("    checksums verified by the device %llu\n", (unsigned long long)c.hw_checksums.get());
     for (size_t i = 1; i < size_t(wire::Refusal::kCount); ++i)
       if (c.refused[i].get())
         std::printf("    refused %-20s %llu\n", wire::name(wire::Refusal(i)), (unsigned long long)c.refused[i].get());

@@ -204,6 +204,7 @@ class Summary:
     incomplete: list = field(default_factory=list)  # (job, op, chunk, got, of)
     abandoned: dict = field(default_factory=dict)  # job -> ops abandoned after op_timeout_ms
     header: str = ''
+    hw_checksums: int = 0  # packets whose sums the device verified (RX checksum offload), all ports
 
     def shard_total(self, key: str) -> int:
         return sum(s[key] for s in self.shards.values())
@@ -214,6 +215,7 @@ class Summary:
 
 _RX = re.compile(r'^  port (\d+) rx: (\d+) packets, (\d+) bytes, (\d+) to reducers, (\d+) NACKs$')
 _TX = re.compile(r'^  port (\d+) tx: (\d+) packets, (\d+) bytes$')
+_HWSUM = re.compile(r'^    checksums verified by the device (\d+)$')
 _SHARD = re.compile(r'^  shard (\d+): (\d+) packets \((\d+) contribs, (\d+) partials\), (\d+) results sent, '
                     r'(\d+) partials sent, (\d+) resent, (\d+) NACKs, (\d+) element-contributions$')
 _REFUSED = re.compile(r'^    refused (\S+)\s+(\d+)$')
@@ -234,6 +236,9 @@ def parse_summary(stdout: str) -> Summary:
         if m := _RX.match(ln):
             section = 'rx'
             s.rx[int(m[1])] = dict(zip(('packets', 'bytes', 'to_reducers', 'nacks'), map(int, m.groups()[1:])))
+        elif m := _HWSUM.match(ln):
+            assert section == 'rx', f'checksum line outside a port section: {ln!r}'
+            s.hw_checksums += int(m[1])
         elif m := _TX.match(ln):
             section = 'tx'
             s.tx[int(m[1])] = dict(zip(('packets', 'bytes'), map(int, m.groups()[1:])))

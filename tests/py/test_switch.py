@@ -723,3 +723,55 @@ def test_sigint_stops_cleanly_with_summary(tmp_path):
     check_results(run, [man])
     assert run.summary.shard_total('results_sent') == 2 * man['chunks']
     assert 'INCOMPLETE' not in out  # reported only at an idle exit
+
+
+# ------------------------------------------------------------ RX checksum offload
+def test_rx_checksum_offload_on_net_tap(tmp_path):
+    """net_tap verifies checksums on RX (RX checksum offload): the switch turns
+    the offload on, takes the device's word for the good sums (counted in the
+    summary) and still refuses a contribution whose UDP checksum is wrong.
+    The frames come from prism-gen; the kernel sends them into the tap
+    interface (scapy), so DPDK receives them."""
+    su.require_binaries()
+    scapy = pytest.importorskip('scapy.all')
+    iface = f'prtap{os.getpid() % 100000}'
+    cfg = tmp_path / 'sw.yaml'
+    cfg.write_text('\n'.join([
+        'switch: {id: 1, role: root}', 'ports:',
+        f'  - {{id: 0, device: "net_tap0,iface={iface}", mac: "{su.port_mac(0)}", ip: {su.port_ip(0)}}}',
+        'jobs:', '  - id: 7', '    members:'] +
+        [f'      - {{rank: {r}, port: 0, mac: "{su.member_mac(r)}", ip: {su.member_ip(r)}}}' for r in range(2)]) +
+        '\n')
+    g = su.run([su.GEN, 'write', '--config', cfg, '--job', 7, '--dtype', 'fp32', '--policy', 'kulisch',
+                '--elements', 64, '--ops', 2, '--pcap-dir', tmp_path / 'p', '--expected', tmp_path / 'exp'])
+    assert g.returncode == 0, g.stderr
+    good = [bytes(p) for p in scapy.rdpcap(str(tmp_path / 'p' / 'sw1.port0.pcap'))]
+    assert len(good) == 4
+    bad = bytearray(good[0])
+    bad[41] ^= 1  # the UDP checksum's low byte
+    prefix = su.file_prefix('tap')
+    sw = subprocess.Popen([str(su.SWITCH), *su.EAL_BASE, '-l', '0', '--file-prefix', prefix,
+                           '--log-level=pmd.net.tap:error', '--', '--config', str(cfg), '--exit-when-idle', '3000'],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 20
+        while subprocess.run(['ip', 'link', 'show', iface], capture_output=True).returncode != 0:
+            if sw.poll() is not None or time.time() > deadline:
+                pytest.skip(f'net_tap did not create {iface}: ' + (sw.communicate()[0] if sw.poll() is not None
+                                                                   else 'timed out'))
+            time.sleep(0.1)
+        time.sleep(0.5)  # the port starts after its interface appears
+        for f in good + [bytes(bad)]:
+            scapy.sendp(scapy.Ether(f), iface=iface, verbose=False)
+        out = sw.communicate(timeout=60)[0]
+    finally:
+        if sw.poll() is None:
+            sw.kill()
+            sw.communicate()
+        su.cleanup_prefix(prefix)
+    assert sw.returncode == 0, out
+    assert 'RX checksum offload on' in out, out
+    s = su.parse_summary(out[out.index('prism-switch 1 summary'):])
+    assert s.hw_checksums == 4, out  # the four good contributions: not summed again
+    assert s.refused['udp_bad_checksum'] == 1, out  # marked bad by the device, refused by parse()
+    assert s.shard_total('contribs') == 4 and s.jobs[7]['completed'] == 2, out
