@@ -177,7 +177,7 @@ void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
   const bool whole = body->empty() || d.port >= chains_.size() || !chains_[d.port];
   const size_t n = wire::kFrameOverhead + (whole ? body->size() : 0);
   auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, uint16_t(n)));
-  if (!buf || !wire::put_headers(buf, d.src, d.dst, sh, ip_id_++)) {
+  if (!buf || !wire::put_headers(buf, d.hdr, sh, ip_id_++)) {
     rte_pktmbuf_free(m);
     alloc_failures.add();
     return;
@@ -203,7 +203,8 @@ void Emitter::send(sw::Out&& o) {
     alloc_failures.add();
     return;
   }
-  build(m, sw::Dest{o.port, o.src, o.dst}, wire::share(o.h, o.body->size(), sum_for(o.body)), o.body);
+  build(m, sw::Dest{o.port, o.src, o.dst, wire::header_template(o.src, o.dst)},
+        wire::share(o.h, o.body->size(), sum_for(o.body)), o.body);
 }
 
 void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,

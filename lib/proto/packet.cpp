@@ -397,37 +397,51 @@ SharedPart share(const Header& h, size_t body_len, uint32_t body_sum) {
   return s;
 }
 
-bool put_headers(uint8_t* buf, const Endpoint& src, const Endpoint& dst, const SharedPart& s, uint16_t ip_id) {
-  const size_t udp_len = kUdpSize + kHeaderSize + s.body_len;
-  const size_t ip_len = kIpv4MinSize + udp_len;
-  if (ip_len > 0xFFFF) return false;
+HeaderTemplate header_template(const Endpoint& src, const Endpoint& dst) {
+  HeaderTemplate t{};
+  uint8_t* buf = t.bytes;
   std::memcpy(buf, dst.mac.data(), 6);
   std::memcpy(buf + 6, src.mac.data(), 6);
   put16(buf + 12, 0x0800);
-  // Both checksums from the fields' 16-bit words, added as numbers.
-  const uint32_t ips = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF);
   uint8_t* ip = buf + kEthSize;
   ip[0] = 0x45;
-  ip[1] = 0;
-  put16(ip + 2, uint16_t(ip_len));
-  put16(ip + 4, ip_id);
   put16(ip + 6, 0x4000);  // DF
   ip[8] = 64;             // TTL
   ip[9] = 17;             // UDP
-  put16(ip + 10, uint16_t(~fold(0x4500 + uint32_t(ip_len) + ip_id + 0x4000 + 0x4011 + ips)));
   put32(ip + 12, src.ip);
   put32(ip + 16, dst.ip);
   uint8_t* udp = ip + kIpv4MinSize;
   put16(udp, src.port);
   put16(udp + 2, dst.port);
+  // Both checksums from the fields' 16-bit words, added as numbers.
+  const uint32_t ips = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF);
+  t.ip_sum = 0x4500 + 0x4000 + 0x4011 + ips;
+  t.udp_sum = ips + 17 + src.port + dst.port;
+  return t;
+}
+
+bool put_headers(uint8_t* buf, const HeaderTemplate& t, const SharedPart& s, uint16_t ip_id) {
+  const size_t udp_len = kUdpSize + kHeaderSize + s.body_len;
+  const size_t ip_len = kIpv4MinSize + udp_len;
+  if (ip_len > 0xFFFF) return false;
+  std::memcpy(buf, t.bytes, sizeof t.bytes);
+  uint8_t* ip = buf + kEthSize;
+  put16(ip + 2, uint16_t(ip_len));
+  put16(ip + 4, ip_id);
+  put16(ip + 10, uint16_t(~fold(t.ip_sum + uint32_t(ip_len) + ip_id)));
+  uint8_t* udp = ip + kIpv4MinSize;
   put16(udp + 4, uint16_t(udp_len));
-  // Pseudo-header (addresses, protocol, length), then the UDP header (ports,
-  // length, a zero checksum), then the shared header and body.
-  const uint32_t acc = ips + 17 + 2 * uint32_t(udp_len) + src.port + dst.port + (s.sum & 0xFFFF) + (s.sum >> 16);
+  // The pseudo-header's and the UDP header's length (twice), then the shared
+  // header and body; the checksum field itself is zero in the sum.
+  const uint32_t acc = t.udp_sum + 2 * uint32_t(udp_len) + (s.sum & 0xFFFF) + (s.sum >> 16);
   const uint16_t c = uint16_t(~fold(acc));
   put16(udp + 6, c == 0 ? 0xFFFF : c);
   std::memcpy(udp + kUdpSize, s.header, kHeaderSize);
   return true;
+}
+
+bool put_headers(uint8_t* buf, const Endpoint& src, const Endpoint& dst, const SharedPart& s, uint16_t ip_id) {
+  return put_headers(buf, header_template(src, dst), s, ip_id);
 }
 
 size_t build_headers(uint8_t* buf, size_t cap, const Endpoint& src, const Endpoint& dst, const Header& h,

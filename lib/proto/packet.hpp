@@ -129,8 +129,19 @@ struct SharedPart {
   size_t body_len;
 };
 SharedPart share(const Header& h, size_t body_len, uint32_t body_sum);
+// What one destination's Ethernet, IPv4 and UDP headers keep from frame to
+// frame: their bytes with the lengths, the IPv4 id and both checksums left
+// zero, and the one's-complement sums of the constant words (unfolded), so a
+// fan-out makes them once per destination, not once per frame.
+struct HeaderTemplate {
+  uint8_t bytes[kEthSize + kIpv4MinSize + kUdpSize];
+  uint32_t ip_sum;   // the IPv4 header's constant words
+  uint32_t udp_sum;  // the pseudo-header's and UDP header's: addresses, protocol, ports
+};
+HeaderTemplate header_template(const Endpoint& src, const Endpoint& dst);
 // Writes one copy's kFrameOverhead header bytes (what build_headers() writes).
 // False, writing nothing, when the IPv4 length would not fit in 16 bits.
+bool put_headers(uint8_t* buf, const HeaderTemplate& t, const SharedPart& s, uint16_t ip_id);
 bool put_headers(uint8_t* buf, const Endpoint& src, const Endpoint& dst, const SharedPart& s, uint16_t ip_id);
 
 // Internet checksum helpers (RFC 1071), exposed for tests.

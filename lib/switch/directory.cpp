@@ -40,7 +40,8 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
       addrs_[key(c.addr)] = 1;
     }
     for (const auto* v : {&j.members, &j.children})
-      for (const Member& m : *v) j.result_dests.push_back(Dest{m.port, self(m.port), m.addr});
+      for (const Member& m : *v)
+        j.result_dests.push_back(Dest{m.port, self(m.port), m.addr, wire::header_template(self(m.port), m.addr)});
     if (jc.formats.empty()) j.format_mask = ~0u;
     for (Format f : jc.formats) j.format_mask |= 1u << uint8_t(f);
     if (jc.policies.empty()) j.policy_mask = ~0u;

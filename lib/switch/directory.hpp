@@ -47,6 +47,7 @@ struct Member {
 struct Dest {
   uint16_t port;
   wire::Endpoint src, dst;
+  wire::HeaderTemplate hdr;  // wire::header_template(src, dst)
 };
 
 struct Job {

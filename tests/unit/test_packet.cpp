@@ -931,3 +931,44 @@ TEST(Packet, SplitHeadersEqualWholeFrame) {
     ASSERT_TRUE(std::equal(whole.begin(), whole.begin() + long(n1), split.begin())) << "case " << t;
   }
 }
+
+// A fan-out makes one header template per destination and reuses it for
+// every frame: each frame's lengths, IPv4 id and both checksums must still be
+// its own (RFC 1071 and RFC 768, computed here), whatever frames came before.
+TEST(Packet, HeaderTemplateServesEveryFrameOfAFanOut) {
+  std::mt19937 rng(12);
+  for (int d = 0; d < 200; ++d) {
+    const wire::Endpoint a{{2, 0, 0, 0, 0, uint8_t(d)}, uint32_t(rng()), uint16_t(rng())};
+    const wire::Endpoint b{{2, 0, 0, 0, 1, uint8_t(d)}, uint32_t(rng()), uint16_t(rng() | 1)};
+    const wire::HeaderTemplate t = wire::header_template(a, b);
+    for (int f = 0; f < 8; ++f) {
+      wire::Header h;
+      h.kind = wire::Kind::RESULT;
+      h.group = h.terms = 4;
+      h.encoding = wire::Encoding::OUT_DTYPE;
+      h.op = uint32_t(rng());
+      h.count = uint16_t(1 + rng() % 300);
+      Bytes body(size_t(h.count) * 4);
+      for (auto& x : body) x = uint8_t(rng());
+      const uint16_t id = uint16_t(rng());
+      Bytes fr(wire::kFrameOverhead + body.size());
+      ASSERT_TRUE(wire::put_headers(fr.data(), t, wire::share(h, body.size(), wire::body_sum16(body)), id));
+      std::copy(body.begin(), body.end(), fr.begin() + long(wire::kFrameOverhead));
+      SCOPED_TRACE(testing::Message() << "destination " << d << " frame " << f);
+      EXPECT_EQ(rd16(&fr[16]), fr.size() - 14);
+      EXPECT_EQ(rd16(&fr[18]), id);
+      EXPECT_EQ(rfc1071(&fr[14], 20), 0) << "IPv4 header checksum";
+      EXPECT_EQ(rd16(&fr[38]), fr.size() - 34);
+      Bytes udp(fr.begin() + 34, fr.end());
+      const uint16_t sent = rd16(&udp[6]);
+      udp[6] = udp[7] = 0;
+      EXPECT_EQ(sent, ref_udp(a.ip, b.ip, udp.data(), udp.size())) << "UDP checksum";
+      Parsed p;
+      ASSERT_EQ(parse(fr, b.port, &p), Refusal::OK);
+      EXPECT_EQ(p.src.ip, a.ip);
+      EXPECT_EQ(p.dst.port, b.port);
+      EXPECT_EQ(p.h.op, h.op);
+      if (testing::Test::HasFailure()) return;
+    }
+  }
+}
