@@ -73,6 +73,18 @@ class Reader {
     if (!n.IsScalar()) fail(n, key, "expected a string");
     return n.Scalar();
   }
+  // The value named by one of `words`, or an error that lists them ("'x' is not `what` (a, b)").
+  template <class E>
+  E word(const YAML::Node& n, const std::string& key, const char* what,
+         std::initializer_list<std::pair<const char*, E>> words) const {
+    const std::string v = str(n, key);
+    std::string valid;
+    for (const auto& [w, e] : words) {
+      if (v == w) return e;
+      valid += std::string(valid.empty() ? "" : ", ") + w;
+    }
+    fail(n, key, "'" + v + "' is not " + what + " (" + valid + ")");
+  }
   wire::Mac mac(const YAML::Node& n, const std::string& key) const {
     const auto m = parse_mac(str(n, key));
     if (!m) fail(n, key, "'" + n.Scalar() + "' is not a MAC address (write 02:00:00:00:00:01)");
@@ -186,15 +198,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     rd.only(s, "switch", {"id", "role", "udp_port", "parent"});
     c.id = uint16_t(rd.uint_or(s, "id", "switch", 0, 65535, 0));
     c.udp_port = uint16_t(rd.uint_or(s, "udp_port", "switch", 1, 65535, wire::kDefaultPort));
-    if (const YAML::Node r = s["role"]) {
-      const std::string v = rd.str(r, "switch.role");
-      if (v == "root")
-        c.role = Role::ROOT;
-      else if (v == "leaf")
-        c.role = Role::LEAF;
-      else
-        rd.fail(r, "switch.role", "'" + v + "' is not a role (use root or leaf)");
-    }
+    if (const YAML::Node r = s["role"])
+      c.role = rd.word<Role>(r, "switch.role", "a role", {{"root", Role::ROOT}, {"leaf", Role::LEAF}});
     if (const YAML::Node p = s["parent"]) {
       rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port"});
       ParentConfig pc;
@@ -342,17 +347,11 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   }
   if (const YAML::Node a = root["arbiter"]) {
     rd.only(a, "arbiter", {"mode", "seed"});
-    if (const YAML::Node m = a["mode"]) {
-      const std::string v = rd.str(m, "arbiter.mode");
-      if (v == "round_robin")
-        c.arbiter = ArbiterMode::ROUND_ROBIN;
-      else if (v == "random")
-        c.arbiter = ArbiterMode::RANDOM;
-      else if (v == "reverse")
-        c.arbiter = ArbiterMode::REVERSE;
-      else
-        rd.fail(m, "arbiter.mode", "'" + v + "' is not an arbiter mode (round_robin, random, reverse)");
-    }
+    if (const YAML::Node m = a["mode"])
+      c.arbiter = rd.word<ArbiterMode>(m, "arbiter.mode", "an arbiter mode",
+                                       {{"round_robin", ArbiterMode::ROUND_ROBIN},
+                                        {"random", ArbiterMode::RANDOM},
+                                        {"reverse", ArbiterMode::REVERSE}});
     c.arbiter_seed = rd.uint_or(a, "seed", "arbiter", 0, ~uint64_t(0), 1);
   }
   if (const YAML::Node r = root["reducers"]) {
@@ -360,15 +359,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, 1));
     c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
   }
-  if (const YAML::Node f = root["fanout"]) {
-    const std::string v = rd.str(f, "fanout");
-    if (v == "copy")
-      c.fanout = Fanout::COPY;
-    else if (v == "chain")
-      c.fanout = Fanout::CHAIN;
-    else
-      rd.fail(f, "fanout", "'" + v + "' is not a fan-out (copy, chain)");
-  }
+  if (const YAML::Node f = root["fanout"])
+    c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out", {{"copy", Fanout::COPY}, {"chain", Fanout::CHAIN}});
   if (const YAML::Node l = root["lcores"]) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));

@@ -437,14 +437,20 @@ TEST(Checksum, OnesSumAtEveryAlignment) {
   EXPECT_EQ(ones_sum(all_zeros.data(), all_zeros.size()), 0);
 }
 
-// A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
-TEST(Checksum, ZeroIsSentAsFfffAndAccepted) {
+// A CONTRIB of two fp32 elements from 10.0.0.1 to 10.0.0.254, both on PRISM's port (not yet built).
+Built two_fp32(Bytes body) {
   Built b;
   b.src.ip = 0x0A000001;
   b.dst.ip = 0x0A0000FE;
   b.src.port = b.dst.port = kDefaultPort;
   b.h.count = 2;
-  b.body = {0, 0, 0, 0, 0, 0, 0, 0};
+  b.body = std::move(body);
+  return b;
+}
+
+// A datagram whose checksum computes to 0 carries 0xFFFF, and parse accepts it.
+TEST(Checksum, ZeroIsSentAsFfffAndAccepted) {
+  Built b = two_fp32(Bytes(8, 0));
   // Solve for the last element's two bytes: with them at 0 the datagram sums (one's complement) to S;
   // the word ~S makes the sum 0xFFFF, i.e. the checksum 0.
   do_build(b);
@@ -469,12 +475,7 @@ TEST(Checksum, ZeroIsSentAsFfffAndAccepted) {
 // here (RFC 1071) parses, and one changed bit anywhere in the checksum or
 // the options is refused as IP_BAD_CHECKSUM.
 TEST(Checksum, Ipv4HeaderIsCheckedWithItsOptions) {
-  Built b;
-  b.src.ip = 0x0A000001;
-  b.dst.ip = 0x0A0000FE;
-  b.src.port = b.dst.port = kDefaultPort;
-  b.h.count = 2;
-  b.body = {1, 2, 3, 4, 5, 6, 7, 8};
+  Built b = two_fp32({1, 2, 3, 4, 5, 6, 7, 8});
   do_build(b);
   for (size_t opt = 0; opt <= 40; opt += 4) {
     Bytes f(b.frame.begin(), b.frame.begin() + 34);                               // Ethernet + the 20-byte header
@@ -500,12 +501,7 @@ TEST(Checksum, Ipv4HeaderIsCheckedWithItsOptions) {
 // With sums_verified (the device's RX checksum offload reported both sums
 // good) parse() does not sum again, and every other check still runs.
 TEST(Checksum, DeviceVerifiedSumsAreNotSummedAgain) {
-  Built b;
-  b.src.ip = 0x0A000001;
-  b.dst.ip = 0x0A0000FE;
-  b.src.port = b.dst.port = kDefaultPort;
-  b.h.count = 2;
-  b.body = {1, 2, 3, 4, 5, 6, 7, 8};
+  Built b = two_fp32({1, 2, 3, 4, 5, 6, 7, 8});
   do_build(b);
   Bytes bad_udp = b.frame, bad_ip = b.frame;
   bad_udp[41] ^= 1;  // UDP checksum
