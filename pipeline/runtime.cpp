@@ -127,11 +127,13 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   const Arbiter mode = cfg.arbiter == ArbiterMode::RANDOM    ? Arbiter::RANDOM
                        : cfg.arbiter == ArbiterMode::REVERSE ? Arbiter::REVERSE
                                                              : Arbiter::ROUND_ROBIN;
-  std::vector<bool> chains(size_t(max_cfg_port) + 1, false);  // by config port: the device sends chained mbufs
+  // By config port: copies are chained (fanout: chain on a device that sends chains); the device sends chains.
+  std::vector<bool> chains(size_t(max_cfg_port) + 1, false), can_chain(size_t(max_cfg_port) + 1, false);
   for (const auto& p : cfg.ports) {
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(dpdk_port_[p.id], &info);
     const bool can = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) || opt.assume_chains;
+    can_chain[p.id] = can;
     chains[p.id] = cfg.fanout == Fanout::CHAIN && can;
     if (cfg.fanout == Fanout::CHAIN && !can)
       PRISM_LOG(WARNING, "port %u: fanout: chain, but the device cannot send chained mbufs: RESULTs are copied\n",
@@ -148,7 +150,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
                                                  cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
   for (const auto& p : cfg.ports)
-    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !chains[p.id]));
+    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id]));
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;
