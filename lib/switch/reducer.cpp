@@ -40,16 +40,15 @@ std::unique_ptr<SlotIndex> make_map_index() { return std::make_unique<MapIndex>(
 RecentKeys::RecentKeys(size_t capacity) : fifo_(capacity) {
   size_t n = 16, bits = 4;
   while (n < 2 * capacity) n <<= 1, ++bits;  // at most half full
-  keys_.resize(n);
-  used_.assign(n, 0);
+  table_.assign(n, Entry{});
   mask_ = n - 1;
   shift_ = 64 - bits;
 }
 
 long RecentKeys::find(const SlotKey& k) const {
   for (size_t i = home(k);; i = (i + 1) & mask_) {
-    if (!used_[i]) return -1;
-    if (keys_[i] == k) return long(i);
+    if (!table_[i].used) return -1;
+    if (table_[i].key == k) return long(i);
   }
 }
 
@@ -58,14 +57,14 @@ void RecentKeys::insert(const SlotKey& k) {
   if (count_ == fifo_.size()) {  // full: forget the oldest
     const long at = find(fifo_[head_]);
     if (at >= 0) erase_at(size_t(at));
-    head_ = (head_ + 1) % fifo_.size();
+    head_ = fifo_at(head_ + 1);
     --count_;
+    prefetch(fifo_[head_]);  // the next insert forgets this one
   }
   size_t i = home(k);
-  while (used_[i]) i = (i + 1) & mask_;
-  keys_[i] = k;
-  used_[i] = 1;
-  fifo_[(head_ + count_) % fifo_.size()] = k;
+  while (table_[i].used) i = (i + 1) & mask_;
+  table_[i] = Entry{k, 1};
+  fifo_[fifo_at(head_ + count_)] = k;
   ++count_;
 }
 
@@ -75,15 +74,15 @@ void RecentKeys::erase_at(size_t i) {
   size_t j = i;
   for (;;) {
     j = (j + 1) & mask_;
-    if (!used_[j]) break;
-    const size_t h = home(keys_[j]);
-    // keys_[j] may fill the hole at i unless its home lies in (i, j] (cyclically).
+    if (!table_[j].used) break;
+    const size_t h = home(table_[j].key);
+    // table_[j] may fill the hole at i unless its home lies in (i, j] (cyclically).
     const bool in_between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
     if (in_between) continue;
-    keys_[i] = keys_[j];
+    table_[i] = table_[j];
     i = j;
   }
-  used_[i] = 0;
+  table_[i].used = 0;
 }
 
 struct Reducer::Slot {
@@ -141,6 +140,7 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
     Slot* s = slots_[size_t(hint)].get();
     if (s->state != State::FREE && s->key == k) return s;
   }
+  tombstones_.prefetch(k);  // a key without a live slot is looked up there next (open)
   const int32_t i = index_->find(k);
   if (i < 0) return nullptr;
   hint = i;
