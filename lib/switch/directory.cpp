@@ -25,6 +25,7 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
   for (const auto& jc : cfg.jobs) {
     Job j;
     j.cfg = &jc;
+    j.index = uint32_t(jobs_.size());
     j.member_of_rank.assign(jc.group, -1);
     uint16_t max_child = 0;
     for (const auto& c : jc.children) max_child = std::max(max_child, c.id);
@@ -49,6 +50,16 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
     jobs_.emplace(jc.id, std::move(j));
   }
   if (cfg.parent) addrs_[key(cfg.parent->addr)] = 1;
+  uint32_t bits = 1;
+  while ((size_t(1) << bits) < 2 * jobs_.size()) ++bits;
+  lookup_.assign(size_t(1) << bits, JobRef{0, nullptr});
+  lookup_mask_ = (uint32_t(1) << bits) - 1;
+  lookup_shift_ = 32 - bits;
+  for (const auto& [id, j] : jobs_) {
+    uint32_t i = (id * 0x9E3779B1u) >> lookup_shift_;
+    while (lookup_[i].job) i = (i + 1) & lookup_mask_;
+    lookup_[i] = JobRef{id, &j};
+  }
 }
 
 Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {

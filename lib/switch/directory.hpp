@@ -57,6 +57,7 @@ struct Job {
   std::vector<Member> members, children;
   std::vector<Dest> result_dests;  // every member, then every child: where a RESULT goes
   uint32_t format_mask = 0, policy_mask = 0;
+  uint32_t index = 0;  // dense, 0 .. jobs - 1: per-job state elsewhere is an array by it
   bool allows(Format f) const { return format_mask & (1u << uint8_t(f)); }
   bool allows(Policy p) const { return policy_mask & (1u << uint8_t(p)); }
 };
@@ -65,10 +66,16 @@ class Directory {
  public:
   explicit Directory(const SwitchConfig& cfg);
   const SwitchConfig& config() const { return cfg_; }
+  // Every packet looks its job up: an open-addressed table of (id, job),
+  // probed from a multiplicative hash, with no division (std::unordered_map
+  // divides by a prime bucket count on every find).
   const Job* job(uint32_t id) const {
-    auto it = jobs_.find(id);
-    return it == jobs_.end() ? nullptr : &it->second;
+    for (uint32_t i = (id * 0x9E3779B1u) >> lookup_shift_;; i = (i + 1) & lookup_mask_) {
+      const JobRef& r = lookup_[i];
+      if (r.job == nullptr || r.id == id) return r.job;
+    }
   }
+  size_t jobs() const { return jobs_.size(); }
   // True when any job registers this (ip, udp port): such a sender may get NACKs.
   bool registered(const wire::Endpoint& e) const { return addrs_.count(key(e)) != 0; }
   bool is_parent(const wire::Endpoint& e) const {
@@ -85,7 +92,13 @@ class Directory {
  private:
   static uint64_t key(const wire::Endpoint& e) { return uint64_t(e.ip) << 16 | e.port; }
   const SwitchConfig& cfg_;
-  std::unordered_map<uint32_t, Job> jobs_;
+  std::unordered_map<uint32_t, Job> jobs_;  // owns them (nodes do not move)
+  struct JobRef {
+    uint32_t id;
+    const Job* job;  // null: an empty entry, where a probe ends
+  };
+  std::vector<JobRef> lookup_;  // at most half full
+  uint32_t lookup_mask_ = 0, lookup_shift_ = 32;
   std::unordered_map<uint64_t, int> addrs_;
   std::vector<wire::Endpoint> self_;  // by port id
 };

@@ -116,6 +116,10 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex
   }
   for (int32_t i = int32_t(slots) - 1; i >= 0; --i) free_.push_back(i);
   for (const auto& j : dir.config().jobs) jobs_[j.id];
+  // Per-job statistics by the job's dense index, so the hot path does not hash its id.
+  stats_of_.assign(dir.jobs(), nullptr);
+  for (auto& [id, js] : jobs_)
+    if (const Job* j = dir.job(id)) stats_of_[j->index] = &js;
 }
 
 Reducer::~Reducer() = default;
@@ -221,7 +225,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
     nack(p, wire::NackReason::ACCUMULATOR_TOO_NARROW, port, out);
     return nullptr;
   }
-  JobStats& js = jobs_[h.job];
+  JobStats& js = *stats_of_[job.index];
   if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || free_.empty()) {
     ++js.quota_refused;
     drop(Drop::NO_FREE_SLOT);
@@ -415,7 +419,7 @@ void Reducer::deliver(Slot& s, uint64_t now_ns, Sink& out) {
   s.state = State::DONE;
   s.t_done = now_ns;
   done_fifo_.emplace_back(now_ns, s.self);
-  JobStats& js = jobs_[s.key.job];
+  JobStats& js = *stats_of_[s.job->index];
   ++js.completed;
   --js.in_flight;
   send_result(s, nullptr, false, out);
@@ -519,7 +523,7 @@ void Reducer::tick(uint64_t now_ns, Sink& out) {
     if (idx < 0) continue;
     Slot& s = *slots_[size_t(idx)];
     if (s.state != State::DONE || s.t_done != t) continue;  // already recycled
-    ++jobs_[s.key.job].expired;
+    ++stats_of_[s.job->index]->expired;
     release(s, true);
   }
   // A leaf whose parent's RESULT is late sends its PARTIAL again (the parent
@@ -544,7 +548,7 @@ void Reducer::tick(uint64_t now_ns, Sink& out) {
   for (auto& sp : slots_) {
     Slot& s = *sp;
     if ((s.state == State::OPEN || s.state == State::WAIT_PARENT) && s.t_open + timeout <= now_ns) {
-      JobStats& js = jobs_[s.key.job];
+      JobStats& js = *stats_of_[s.job->index];
       ++js.timed_out;
       --js.in_flight;
       release(s, false);

@@ -159,6 +159,7 @@ class Reducer {
   std::vector<int32_t> waiting_;                        // leaf slots waiting for the parent's RESULT
   RecentKeys tombstones_;
   std::unordered_map<uint32_t, JobStats> jobs_;
+  std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;
   size_t mtu_;
   std::vector<uint8_t> scratch_;

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
+#include <map>
 #include <random>
 #include <set>
 #include <tuple>
@@ -360,5 +362,46 @@ TEST(RecentKeys, MatchesASetWithFifoEviction) {
       ASSERT_EQ(rk.size(), ref.size());
     }
     for (const auto& [j, o, c] : ref) ASSERT_TRUE(rk.contains({j, o, c}));
+  }
+}
+
+// The directory finds each job by id through its own open-addressed table:
+// checked against std::map over job counts that fill the table to different
+// loads, with ids chosen to collide (multiples of a large power of two), and
+// ids that are absent answer null. Each job's dense index is its own.
+TEST(Directory, FindsEveryJobByIdAndNoOther) {
+  for (int jobs : {1, 2, 3, 5, 16, 33}) {
+    std::mt19937_64 rng{uint64_t(jobs)};
+    std::string yaml =
+        "switch: {id: 1, role: root}\nports:\n  - {id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}\njobs:\n";
+    std::map<uint32_t, int> ref;  // id -> position in the config
+    while (int(ref.size()) < jobs) {
+      const uint32_t id = (ref.size() % 2) ? uint32_t(rng()) : uint32_t(ref.size() + 1) << 24;
+      if (ref.count(id)) continue;
+      ref[id] = int(ref.size());
+      char member[160];
+      std::snprintf(
+          member, sizeof member,
+          "  - id: %u\n    members:\n      - {rank: 0, port: 0, mac: \"02:00:00:00:01:%02x\", ip: 10.0.%zu.1}\n", id,
+          unsigned(ref.size()), ref.size());
+      yaml += member;
+    }
+    const SwitchConfig cfg = parse_config(yaml);
+    const Directory dir(cfg);
+    ASSERT_EQ(dir.jobs(), size_t(jobs));
+    std::set<uint32_t> indices;
+    for (const auto& [id, at] : ref) {
+      const Job* j = dir.job(id);
+      ASSERT_NE(j, nullptr) << "job " << id << " of " << jobs;
+      EXPECT_EQ(j->cfg->id, id);
+      EXPECT_EQ(j->cfg, &cfg.jobs[size_t(at)]);
+      EXPECT_LT(j->index, uint32_t(jobs));
+      indices.insert(j->index);
+    }
+    EXPECT_EQ(indices.size(), size_t(jobs));
+    for (int k = 0; k < 2000; ++k) {
+      const uint32_t id = k < 64 ? uint32_t(k) << 24 : uint32_t(rng());
+      if (!ref.count(id)) EXPECT_EQ(dir.job(id), nullptr) << "absent id " << id;
+    }
   }
 }
