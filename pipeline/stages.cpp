@@ -161,7 +161,7 @@ uint32_t Emitter::sum_for(const std::shared_ptr<const std::vector<uint8_t>>& bod
   return sum_;
 }
 
-void Emitter::queue(uint16_t port, rte_mbuf* m) {
+void Emitter::queue_slow(uint16_t port, rte_mbuf* m) {
   if (port >= pending_.size() || !tx_[port]) {  // no such port: count and drop
     rte_pktmbuf_free(m);
     alloc_failures.add();

@@ -11,6 +11,7 @@ policy's RESULTs must be reported wrong and the exit status must say so.
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 import shutil
@@ -81,10 +82,44 @@ def test_each_policy_is_paired_with_its_baselines(quick):
         key = (x['dtype'], x['payload_bytes'], x['ranks'], x['lcores'])
         assert x['baseline']['forward_mpps'] == pytest.approx(fwd[key])
         assert x['baseline']['vs_forward'] == pytest.approx(x['mpps'] / fwd[key], rel=1e-4)
+        # Each ratio's range over the rounds holds its median.
+        for k in ('vs_forward', 'vs_testpmd', 'vs_fp32_arrival'):
+            lo, hi = x['baseline'][k + '_range']
+            if x['baseline'][k] > 0:
+                assert lo <= x['baseline'][k] * (1 + 1e-4) and x['baseline'][k] <= hi * (1 + 1e-4), x
         if TESTPMD:
             t = tpm[key[:3]]
             assert x['baseline']['testpmd_mpps'] == pytest.approx(t)
             assert x['baseline']['vs_testpmd'] == pytest.approx(x['mpps'] / t, rel=1e-4)
+
+
+TARGET = re.compile(r'target (.+?)\s+lcores=(\d) +([0-9.]+) \(>= ([0-9.]+)\) (PASS|MISS)  rounds ([0-9.]+)-([0-9.]+), '
+                    r'(every round passed|every round missed|rounds split)$')
+
+
+def test_targets_give_the_rounds_range_and_a_consistent_verdict(tmp_path):
+    """Each target line: the median ratio, its verdict, and the lowest and
+    highest per-round ratio, which must hold the median and agree with the
+    words (firm pass, firm miss, or split). The JSON row carries the same."""
+    require_bench()
+    out = tmp_path / 't.json'
+    r = bench('--policies', 'forward,fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32', '--ranks', '8',
+              '--lcores', '2', '--repeat', '3', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--json', str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    lines = [l for l in r.stdout.splitlines() if l.startswith('target ')]
+    assert len(lines) == 3, r.stdout[-3000:]  # fp32_arrival / forward, kulisch / fp32_arrival and its stretch
+    rows = {x['policy']: x for x in json.loads(out.read_text())}
+    for line in lines:
+        m = TARGET.match(line)
+        assert m, line
+        what, med, goal, verdict, lo, hi, words = m[1], float(m[3]), float(m[4]), m[5], float(m[6]), float(m[7]), m[8]
+        assert lo <= med <= hi, line
+        assert verdict == ('PASS' if med >= goal else 'MISS'), line
+        assert words == ('every round passed' if lo >= goal else 'every round missed' if hi < goal else 'rounds split'), line
+        b = rows['kulisch' if what.startswith('kulisch') else 'fp32_arrival']['baseline']
+        key = 'vs_fp32_arrival' if what.startswith('kulisch') else 'vs_forward'
+        assert b[key] == pytest.approx(med, abs=0.006)
+        assert b[key + '_range'] == pytest.approx([lo, hi], abs=0.006)
 
 
 def test_derived_figures_agree_with_the_measured_rate(quick):
