@@ -81,6 +81,8 @@ const char* kPipelineUsage =
     "  --fanout MODE    how a RESULT goes to its R ranks: copy (a whole frame each, the default) or\n"
     "                   chain (a header mbuf each, chained to one shared payload; the bench's ports\n"
     "                   only free what they are sent, so they take chains)\n"
+    "  --staged         keep the rings between stages with lcores=1 (by default one lcore runs each\n"
+    "                   packet to completion, RX -> reducer -> TX, as prism-switch does)\n"
     "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
     "  --repeat N       runs per case, interleaved; the median is reported (default 3)\n"
     "  --testpmd PATH   dpdk-testpmd to compare with (default: dpdk-testpmd on PATH)\n"
@@ -144,7 +146,7 @@ struct Args {
   uint32_t ports = 2, repeat = 3;
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
-  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, chain = false;
+  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, chain = false, staged = false;
   uint32_t max_lcores = 1;
 };
 
@@ -170,10 +172,11 @@ uint32_t to_uint(const std::string& key, const std::string& s, uint32_t lo, uint
 }
 
 Args parse_args(int argc, char** argv) {
-  const cli::Args a(argc, argv, 0,
-                    {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
-                     "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout"},
-                    {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--help", "-h"});
+  const cli::Args a(
+      argc, argv, 0,
+      {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup", "--repeat",
+       "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout"},
+      {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--staged", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     std::fputs(kPipelineUsage, stdout);
     std::exit(0);
@@ -194,6 +197,7 @@ Args parse_args(int argc, char** argv) {
   const std::string fanout = a.str("--fanout", "copy");
   if (fanout != "copy" && fanout != "chain") fail("--fanout '" + fanout + "': use copy or chain");
   r.chain = fanout == "chain";
+  r.staged = a.has("--staged");
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
   r.testpmd = a.str("--testpmd", "dpdk-testpmd");
@@ -600,6 +604,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.chain), "bench");
   pipe::RunOptions opt;
   opt.assume_chains = a.chain;
+  opt.staged = a.staged;
   opt.quiet = true;
   opt.forward_only = c.mode == Mode::FORWARD;
   opt.pool = pool;

@@ -169,6 +169,22 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   // Spread reducers first over the workers (the heavy stages), RX/TX on the main lcore.
   if (lcores_.size() == 1) {
     lcores_[0].stages = all;
+    for (auto& r : red_) r->same_lcore_as_rx(true);
+    // Run to completion: the rings between stages on one lcore only cost
+    // (two enqueues and two dequeues a packet). The arbiter's order is then
+    // the order RX polls its ports, round robin; the random and reverse
+    // orders, which exist to vary arrival order on purpose, keep the VOQs.
+    // The rings stay for NACKs from RX and for frames TX could not take.
+    if (!opt.staged && mode == Arbiter::ROUND_ROBIN) {
+      run_to_completion_ = true;
+      std::vector<ReduceStage*> shards;
+      for (auto& r : red_) shards.push_back(r.get());
+      for (size_t i = 0; i < rx_.size(); ++i) rx_[i]->run_to_completion(shards, uint32_t(i));
+      std::vector<TxStage*> tx_by_port(size_t(max_cfg_port) + 1, nullptr);
+      for (auto& t : tx_) tx_by_port[t->port()] = t.get();
+      for (auto& r : red_) r->emitter().send_direct(tx_by_port);
+      PRISM_LOG(INFO, "one lcore runs every stage: packets run to completion (RX -> reducer -> TX, no rings)\n");
+    }
   } else {
     for (auto& s : rx_) lcores_[0].stages.push_back(s.get());
     for (auto& s : tx_) lcores_[0].stages.push_back(s.get());

@@ -32,6 +32,10 @@ struct RunOptions {
   // Every port takes chained mbufs whatever its device advertises (benchmarks
   // whose net_pcap ports only free what they are sent): with `fanout: chain`.
   bool assume_chains = false;
+  // Keep the VOQ and TX rings between the stages even when one lcore runs
+  // them all (which otherwise runs each packet to completion): benchmarks
+  // compare the two.
+  bool staged = false;
 };
 
 // The switch's mbuf pool: jumbo data rooms, the private area RX fills, LIFO.
@@ -69,6 +73,9 @@ class Runtime {
   };
   std::vector<LcoreStages> lcore_map() const;
   uint64_t tsc_hz() const { return tsc_hz_; }
+  // One lcore runs every stage and each packet goes RX -> reducer -> TX in
+  // one call chain, without the rings.
+  bool run_to_completion() const { return run_to_completion_; }
 
  private:
   struct Lcore {
@@ -96,6 +103,7 @@ class Runtime {
   std::vector<std::unique_ptr<TxStage>> tx_;
   std::vector<Lcore> lcores_;
   uint64_t tsc_hz_ = 0, start_tsc_ = 0;
+  bool run_to_completion_ = false;
   static std::atomic<bool> stop_;
 };
 

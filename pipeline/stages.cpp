@@ -63,11 +63,17 @@ void RxStage::refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack
 // Cost per packet: parse (~40 ns: headers, checksums over the header, not the
 // payload's elements) + admit (two hash lookups) + one ring enqueue per burst.
 unsigned RxStage::poll(uint64_t now_tsc) {
-  // Backpressure: finish handing on the last burst before taking more.
+  // Backpressure: finish handing on the last burst before taking more (run
+  // to completion: until the reducers' frames have TX room).
   if (pending_n_ && !hand_on()) {
     c_.polls_skipped.add();
     return 0;
   }
+  for (ReduceStage* r : direct_)
+    if (!r->ready()) {
+      c_.polls_skipped.add();
+      return 0;
+    }
 
   if (!link_.up(dpdk_port_, now_tsc)) return 0;
   rte_mbuf* burst[kBurst];
@@ -109,8 +115,23 @@ unsigned RxStage::poll(uint64_t now_tsc) {
         uint16_t(voq_.size() == 1 ? 0 : sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, uint32_t(voq_.size())));
     pending_[pending_n_++] = m;
   }
-  hand_on();  // what does not fit waits for the next poll
+  if (direct_.empty())
+    hand_on();  // what does not fit waits for the next poll
+  else
+    hand_direct(now_tsc);
   return n;
+}
+
+void RxStage::hand_direct(uint64_t now_tsc) {
+  for (uint16_t at = 0; at < pending_n_;) {
+    const uint16_t shard = pending_shard_[at];
+    uint16_t end = uint16_t(at + 1);
+    while (end < pending_n_ && pending_shard_[end] == shard) ++end;
+    direct_[shard]->take(direct_input_, pending_ + at, unsigned(end - at), now_tsc);
+    at = end;
+  }
+  c_.enqueued.add(pending_n_);
+  pending_n_ = pending_at_ = 0;
 }
 
 // One ring operation per run of packets for the same shard: a ring's head and
@@ -230,7 +251,9 @@ bool Emitter::flush() {
     auto& q = pending_[port];
     if (q.empty()) continue;
     const unsigned put =
-        rte_ring_enqueue_burst(tx_[port], reinterpret_cast<void**>(q.data()), unsigned(q.size()), nullptr);
+        port < direct_tx_.size() && direct_tx_[port]
+            ? direct_tx_[port]->send(q.data(), unsigned(q.size()))
+            : rte_ring_enqueue_burst(tx_[port], reinterpret_cast<void**>(q.data()), unsigned(q.size()), nullptr);
     q.erase(q.begin(), q.begin() + long(put));
     pending_n_ -= put;
   }
@@ -339,38 +362,7 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
     rte_mbuf* burst[kBurst];
     const unsigned n = rte_ring_dequeue_burst(in_[i], reinterpret_cast<void**>(burst), kBurst, nullptr);
     if (!n) continue;
-    c_.bursts.add();
-    c_.dequeued.add(n);
-    served_[i].add(n);
-    if (forward_only_) {
-      // The ring says where the packets came in: the mbufs themselves are
-      // not touched on this lcore (each line read here is one RX must take back).
-      for (unsigned j = 0; j < n; ++j) emitter_.forward(in_port_[i], burst[j]);
-    } else {
-      // The packets were written on the RX lcore: fetch the next ones' metadata
-      // and elements while this one is added (hides the cross-core misses).
-      auto prefetch = [&](unsigned k) {
-        if (k >= n) return;
-        const Meta* m = meta(burst[k]);
-        rte_prefetch0(m);
-        const auto* p = m->p.payload;
-        for (size_t off = 0; off < m->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
-      };
-      // Both lines of each mbuf's own header too: the bulk free reads them
-      // (reference count, segments, pool), and they were written on the RX lcore.
-      for (unsigned k = 0; k < n; ++k) {
-        rte_prefetch0(meta(burst[k]));
-        rte_prefetch0(burst[k]);
-        rte_prefetch0(&burst[k]->cacheline1);
-      }
-      prefetch(0);
-      for (unsigned j = 0; j < n; ++j) {
-        prefetch(j + 1);
-        Meta* mt = meta(burst[j]);
-        red_.on_packet(mt->p, mt->v, now_ns, emitter_);
-      }
-      rte_pktmbuf_free_bulk(burst, n);
-    }
+    serve(i, burst, n, now_ns);
     moved += n;
     emitter_.flush();
   }
@@ -378,7 +370,72 @@ unsigned ReduceStage::poll(uint64_t now_tsc) {
   return moved;
 }
 
+// One burst from input `input`: the reducer's work, then the mbufs freed.
+void ReduceStage::serve(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t now_ns) {
+  c_.bursts.add();
+  c_.dequeued.add(n);
+  served_[input].add(n);
+  if (forward_only_) {
+    // The ring says where the packets came in: the mbufs themselves are
+    // not touched on this lcore (each line read here is one RX must take back).
+    for (unsigned j = 0; j < n; ++j) emitter_.forward(in_port_[input], burst[j]);
+  } else {
+    // The packets were written on the RX lcore: fetch the next ones' metadata
+    // and elements while this one is added (hides the cross-core misses).
+    auto prefetch = [&](unsigned k) {
+      if (k >= n || !prefetch_) return;
+      const Meta* m = meta(burst[k]);
+      rte_prefetch0(m);
+      const auto* p = m->p.payload;
+      for (size_t off = 0; off < m->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
+    };
+    // Both lines of each mbuf's own header too: the bulk free reads them
+    // (reference count, segments, pool), and they were written on the RX lcore.
+    for (unsigned k = 0; k < n && prefetch_; ++k) {
+      rte_prefetch0(meta(burst[k]));
+      rte_prefetch0(burst[k]);
+      rte_prefetch0(&burst[k]->cacheline1);
+    }
+    prefetch(0);
+    for (unsigned j = 0; j < n; ++j) {
+      prefetch(j + 1);
+      Meta* mt = meta(burst[j]);
+      red_.on_packet(mt->p, mt->v, now_ns, emitter_);
+    }
+    rte_pktmbuf_free_bulk(burst, n);
+  }
+}
+
+void ReduceStage::take(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t now_tsc) {
+  serve(input, burst, n, uint64_t(double(now_tsc) * ns_per_tsc_));
+  emitter_.flush();
+}
+
 // --- TX ---------------------------------------------------------------------
+
+unsigned TxStage::send(rte_mbuf** m, unsigned n) {
+  if (pending_at_ < pending_n_ || !link_.last()) return 0;  // the ring's frames first; none while the link is down
+  if (linearize_)
+    for (unsigned i = 0; i < n; ++i)
+      if (m[i]->nb_segs > 1 && rte_pktmbuf_linearize(m[i]) != 0) c_.retries.add();
+  uint32_t len[kBurst];
+  unsigned done = 0;
+  while (done < n) {
+    const uint16_t k = uint16_t(std::min<unsigned>(kBurst, n - done));
+    for (uint16_t i = 0; i < k; ++i) len[i] = rte_pktmbuf_pkt_len(m[done + i]);  // before the device may free them
+    const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, m + done, k);
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < sent; ++i) bytes += len[i];
+    c_.bytes.add(bytes);
+    c_.packets.add(sent);
+    done += sent;
+    if (sent < k) {
+      c_.retries.add();
+      break;
+    }
+  }
+  return done;
+}
 
 unsigned TxStage::poll(uint64_t now_tsc) {
   if (!link_.up(dpdk_port_, now_tsc)) return 0;

@@ -71,6 +71,9 @@ class alignas(RTE_CACHE_LINE_SIZE) Stage {
   virtual bool drained() const = 0;
 };
 
+class ReduceStage;
+class TxStage;
+
 struct RxCounters {
   Counter packets, bytes, polls_skipped, refused[size_t(wire::Refusal::kCount)], dropped[size_t(sw::Drop::kCount)];
   Counter enqueued, nacks, multi_segment;
@@ -89,10 +92,19 @@ class RxStage final : public Stage {
   const RxCounters& counters() const { return c_; }
   uint64_t last_rx_tsc() const { return last_rx_.load(std::memory_order_relaxed); }
   uint16_t port() const { return cfg_port_; }
+  // Run to completion: when one lcore runs every stage, admitted packets go
+  // straight to their shard's reducer (`shards[s]`, where this port is input
+  // `input`), not through a VOQ ring. The reducer's frames then go straight
+  // to the ports too (Emitter::send_direct).
+  void run_to_completion(std::vector<ReduceStage*> shards, uint32_t input) {
+    direct_ = std::move(shards);
+    direct_input_ = input;
+  }
 
  private:
   void refuse(rte_mbuf* m, const wire::Parsed* p, sw::Drop why, bool nack);
-  bool hand_on();  // enqueues what is pending; false while a ring is full
+  bool hand_on();                      // enqueues what is pending; false while a ring is full
+  void hand_direct(uint64_t now_tsc);  // run to completion: each shard's run to its reducer
   uint16_t cfg_port_, dpdk_port_;
   const sw::Directory& dir_;
   std::vector<rte_ring*> voq_;  // one per shard
@@ -104,6 +116,8 @@ class RxStage final : public Stage {
   RxCounters c_;
   std::atomic<uint64_t> last_rx_{0};
   LinkWatch link_;
+  std::vector<ReduceStage*> direct_;  // by shard; empty: staged (VOQ rings)
+  uint32_t direct_input_ = 0;
 };
 
 // Turns what a reducer emits into mbufs and queues them on the TX ring of
@@ -125,6 +139,9 @@ class Emitter final : public sw::Sink {
   void forward(uint16_t port, rte_mbuf* m) { queue(port, m); }
   // Queues what is pending; false while some is still waiting for ring space.
   bool flush();
+  // Run to completion: frames for port p go straight to tx[p]'s device, not
+  // through its TX ring (null entries keep the ring).
+  void send_direct(std::vector<TxStage*> tx) { direct_tx_ = std::move(tx); }
   bool drained() const { return pending_n_ == 0; }
   Counter frames, payload_copies, alloc_failures;
 
@@ -159,6 +176,7 @@ class Emitter final : public sw::Sink {
   std::shared_ptr<const std::vector<uint8_t>> last_body_;
   rte_mbuf* last_payload_ = nullptr;
   uint16_t ip_id_ = 0;
+  std::vector<TxStage*> direct_tx_;  // by port; empty: TX rings
 };
 
 enum class Arbiter : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
@@ -189,8 +207,19 @@ class ReduceStage final : public Stage {
   uint32_t inputs() const { return uint32_t(in_.size()); }
   uint32_t shard() const { return shard_; }
   const Emitter& emitter() const { return emitter_; }
+  Emitter& emitter() { return emitter_; }
+  // Run to completion: a burst from input `input` (its RX stage's port),
+  // handed over directly by the RX stage on this lcore. Takes them all.
+  void take(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t now_tsc);
+  // False while the frames already made wait for TX room: RX then takes no
+  // more (the same backpressure a full TX ring gives).
+  bool ready() { return emitter_.flush(); }
+  // RX runs on this lcore too: the packets' lines are already in its cache,
+  // so they are not prefetched.
+  void same_lcore_as_rx(bool same) { prefetch_ = !same; }
 
  private:
+  void serve(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t now_ns);
   uint32_t shard_;
   std::vector<rte_ring*> in_;
   std::vector<uint16_t> in_port_;
@@ -198,6 +227,7 @@ class ReduceStage final : public Stage {
   sw::Reducer red_;
   Arbiter mode_;
   bool forward_only_;
+  bool prefetch_ = true;
   std::mt19937_64 rng_;
   std::vector<uint32_t> order_;
   uint32_t next_ = 0;
@@ -227,6 +257,9 @@ class TxStage final : public Stage {
   bool drained() const override { return (pending_n_ == 0 && rte_ring_empty(ring_)) || !link_.last(); }
   const TxCounters& counters() const { return c_; }
   uint16_t port() const { return cfg_port_; }
+  // Run to completion: sends frames made on this lcore straight to the
+  // device, behind what the ring already gave it. Returns how many it took.
+  unsigned send(rte_mbuf** m, unsigned n);
 
  private:
   uint16_t cfg_port_, dpdk_port_;

@@ -2,7 +2,8 @@
 """Instructions per contribution in the switch's lcore loop, by function.
 
     tools/profile_pipeline.py [--build build] [--policies forward,fp32_arrival,kulisch]
-                              [--dtype fp32] [--payload 1024] [--ranks 8] [--top 12] [--json FILE] [--cache-sim]
+                              [--dtype fp32] [--payload 1024] [--ranks 8] [--top 12] [--json FILE]
+                              [--cache-sim] [--staged]
 
 Runs `prism-bench pipeline` under callgrind (valgrind) once per policy, with
 one lcore running every stage, and counts only what runs inside the lcore
@@ -110,7 +111,7 @@ def profile(args, policy: str, work: str) -> dict:
            '--toggle-collect=*rx_rewrite*', '--toggle-collect=*tx_verify*', bench, 'pipeline', '--policies', policy,
            '--dtypes', args.dtype, '--payloads', str(args.payload), '--ranks', str(args.ranks), '--lcores', '1',
            '--repeat', '1', '--time', str(args.time), '--warmup', '0.2', '--no-testpmd', '--no-forward', '--sampled-checks',
-           '--work-dir', os.path.join(work, policy)]
+           '--work-dir', os.path.join(work, policy)] + (['--staged'] if args.staged else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         sys.exit(f'profile_pipeline: {" ".join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}')
@@ -146,6 +147,8 @@ def main() -> int:
     ap.add_argument('--time', type=float, default=1.5, help='seconds per run (valgrind runs ~50x slower)')
     ap.add_argument('--top', type=int, default=12)
     ap.add_argument('--json')
+    ap.add_argument('--staged', action='store_true',
+                    help='keep the rings between stages (by default one lcore runs packets to completion)')
     ap.add_argument('--cache-sim', action='store_true',
                     help='also count simulated D1 and LL (2 MiB) misses per contribution')
     args = ap.parse_args()
