@@ -609,7 +609,7 @@ TEST(Kernels, ExponentRangeAgrees) {
   for (Format f :
        {Format::FP32, Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
     const uint32_t sz = prism::info(f).bytes;
-    for (uint32_t n : {0u, 1u, 7u, 8u, 15u, 16u, 31u, 32u, 33u, 64u, 100u, 1024u}) {
+    for (uint32_t n : {0u, 1u, 7u, 8u, 15u, 16u, 31u, 32u, 33u, 64u, 100u, 127u, 128u, 129u, 160u, 255u, 1024u}) {
       for (int trial = 0; trial < 20; ++trial) {
         std::vector<uint8_t> e(size_t(n) * sz);
         for (auto& b : e) b = uint8_t(rng());
@@ -711,7 +711,8 @@ TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
           uint32_t c = uint32_t(rng()) & uint32_t((uint64_t(1) << (8 * in.bytes)) - 1);
           if (trial % 3 == 0 && rng() % 5 == 0) {  // a special at a random place
             for (uint32_t t = 0; t < (1u << (8 * std::min(in.bytes, 2))) && !ref::is_special_code(in, c); ++t)
-              c = uint32_t(rng()) & uint32_t((uint64_t(1) << (8 * in.bytes)) - 1) | (in.bytes == 4 ? 0x7F800000u : 0u);
+              c = (uint32_t(rng()) & uint32_t((uint64_t(1) << (8 * in.bytes)) - 1)) |
+                  (in.bytes == 4 ? 0x7F800000u : 0u);
           } else if (in.bytes == 4) {
             c &= 0xBFFFFFFFu;  // fp32: mostly moderate exponents, so sums are not all overflow
           }

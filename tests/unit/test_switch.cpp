@@ -401,7 +401,9 @@ TEST(Directory, FindsEveryJobByIdAndNoOther) {
     EXPECT_EQ(indices.size(), size_t(jobs));
     for (int k = 0; k < 2000; ++k) {
       const uint32_t id = k < 64 ? uint32_t(k) << 24 : uint32_t(rng());
-      if (!ref.count(id)) EXPECT_EQ(dir.job(id), nullptr) << "absent id " << id;
+      if (!ref.count(id)) {
+        EXPECT_EQ(dir.job(id), nullptr) << "absent id " << id;
+      }
     }
   }
 }
