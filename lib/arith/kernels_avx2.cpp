@@ -144,7 +144,8 @@ inline uint32_t checked8f(float* acc, __m256 b, uint32_t base, uint32_t* left, u
 template <Format F>
 uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
-  uint32_t i = 0, k = 0;
+  size_t i = 0;  // 64-bit: no address arithmetic per access
+  uint32_t k = 0;
   // Four vectors a test: their sums are kept in registers and stored only
   // when every lane was exact; otherwise checked8f redoes them one by one
   // (nothing was stored yet). Per 8 lanes: the conversion, 1 load, 1 add,
@@ -161,13 +162,14 @@ uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* l
     if (__builtin_expect(_mm256_movemask_ps(ok) == 0xFF, 1)) {
       for (int v = 0; v < 4; ++v) _mm256_storeu_ps(acc + i + 8 * v, s[v]);
     } else {
-      for (int v = 0; v < 4; ++v) k = checked8f(acc + i + 8 * v, load8<F>(e, i + 8 * v, table), i + 8 * v, left, k);
+      for (int v = 0; v < 4; ++v)
+        k = checked8f(acc + i + 8 * v, load8<F>(e, i + 8 * v, table), uint32_t(i + 8 * v), left, k);
     }
   }
-  for (; i + 8 <= n; i += 8) k = checked8f(acc + i, load8<F>(e, i, table), i, left, k);
+  for (; i + 8 <= n; i += 8) k = checked8f(acc + i, load8<F>(e, i, table), uint32_t(i), left, k);
   if (i < n) {
-    const uint32_t t = P().add_f32_checked(F, acc + i, e + i * info(F).bytes, n - i, left + k);
-    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    const uint32_t t = P().add_f32_checked(F, acc + i, e + i * info(F).bytes, uint32_t(n - i), left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += uint32_t(i);
     k += t;
   }
   return k;
@@ -176,15 +178,16 @@ uint32_t add_f32_checked_t(float* acc, const uint8_t* e, uint32_t n, uint32_t* l
 template <Format F>
 uint32_t add_f64_checked_t(double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   const float* table = info(F).bytes == 1 ? fp8_table(F) : nullptr;
-  uint32_t i = 0, k = 0;
+  size_t i = 0;
+  uint32_t k = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = load8<F>(e, i, table);
-    k = checked8(acc + i, _mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), i,
-                 left, k);
+    k = checked8(acc + i, _mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)),
+                 uint32_t(i), left, k);
   }
   if (i < n) {
-    const uint32_t t = P().add_f64_checked(F, acc + i, e + i * info(F).bytes, n - i, left + k);
-    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    const uint32_t t = P().add_f64_checked(F, acc + i, e + i * info(F).bytes, uint32_t(n - i), left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += uint32_t(i);
     k += t;
   }
   return k;
