@@ -397,6 +397,17 @@ inline uint32_t fold_lanes(__m256i v) {
   return uint32_t(_mm_cvtsi128_si32(x)) & uint32_t((uint64_t(1) << Bits) - 1);
 }
 
+// The unsigned min (Min) or max of two vectors of Bits-wide lanes.
+template <int Bits, bool Min>
+inline __m256i minmax_lanes(__m256i a, __m256i b) {
+  if constexpr (Bits == 8)
+    return Min ? _mm256_min_epu8(a, b) : _mm256_max_epu8(a, b);
+  else if constexpr (Bits == 16)
+    return Min ? _mm256_min_epu16(a, b) : _mm256_max_epu16(a, b);
+  else
+    return Min ? _mm256_min_epu32(a, b) : _mm256_max_epu32(a, b);
+}
+
 // The exponent fields of the smallest and largest non-zero magnitudes are
 // the window: a float's magnitude orders like its bits. Per vector: an and,
 // a subtract (a zero wraps to all-ones, so the min passes it by), a min and
@@ -411,22 +422,8 @@ void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t*
   const auto mag = [&](size_t at) {
     return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + at * (Bits / 8))), magmask);
   };
-  const auto vmin = [](__m256i a, __m256i b) {
-    if constexpr (Bits == 8)
-      return _mm256_min_epu8(a, b);
-    else if constexpr (Bits == 16)
-      return _mm256_min_epu16(a, b);
-    else
-      return _mm256_min_epu32(a, b);
-  };
-  const auto vmax = [](__m256i a, __m256i b) {
-    if constexpr (Bits == 8)
-      return _mm256_max_epu8(a, b);
-    else if constexpr (Bits == 16)
-      return _mm256_max_epu16(a, b);
-    else
-      return _mm256_max_epu32(a, b);
-  };
+  const auto vmin = [](__m256i a, __m256i b) { return minmax_lanes<Bits, true>(a, b); };
+  const auto vmax = [](__m256i a, __m256i b) { return minmax_lanes<Bits, false>(a, b); };
   const auto dec = [&](__m256i x) {
     if constexpr (Bits == 8)
       return _mm256_sub_epi8(x, one);
