@@ -141,16 +141,14 @@ bool wide_to_double(const Wide& v, int unit, double* out) {
 }
 
 // Lanes of sums rounded into a narrow float format in one batch (round_f32;
-// double lanes through round-to-odd floats, which round again to each sum's
-// own result). False when a lane is a NaN, an infinity or overflows.
+// double lanes through round_f64, which rounds each sum once). False when a
+// lane is a NaN, an infinity or overflows.
 template <class T>
-bool round_lanes(const Kernels& k, Format out, const T* lanes, uint32_t n, std::vector<float>& scratch, uint8_t* dst) {
-  if constexpr (sizeof(T) == 4) {
+bool round_lanes(const Kernels& k, Format out, const T* lanes, uint32_t n, uint8_t* dst) {
+  if constexpr (sizeof(T) == 4)
     return k.round_f32(out, lanes, n, dst);
-  } else {
-    scratch.resize(n);
-    return k.odd_f64(lanes, n, scratch.data()) && k.round_f32(out, scratch.data(), n, dst);
-  }
+  else
+    return k.round_f64(out, lanes, n, dst);
 }
 
 // ---------------------------------------------------------------------------
@@ -328,7 +326,7 @@ class KulischWide final : public Accumulator {
   // bank rewritten one by one. False when the batch meets a NaN or an
   // overflow: the per-lane path does it all.
   bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
-    if (d_.out == Format::FP32 || !is_float(d_.out) || !round_lanes(k_, d_.out, fast_.data(), d_.lanes, narrow_, out))
+    if (d_.out == Format::FP32 || !is_float(d_.out) || !round_lanes(k_, d_.out, fast_.data(), d_.lanes, out))
       return false;
     if (flags) std::memset(flags, 0, d_.lanes);
     if (!any_dirty_) return true;
@@ -401,7 +399,6 @@ class KulischWide final : public Accumulator {
   bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;
   Lanes<uint8_t> dirty_;
-  mutable std::vector<float> narrow_;  // scratch of finalize_mostly_plain() (double lanes)
 };
 
 // ---------------------------------------------------------------------------
@@ -584,7 +581,7 @@ class KulischNarrow final : public Accumulator {
       }
       return is_float(d_.out) && k_.round_f32(d_.out, floats(), d_.lanes, out);
     }
-    return d_.out != Format::FP32 && is_float(d_.out) && round_lanes(k_, d_.out, fast_.data(), d_.lanes, narrow_, out);
+    return d_.out != Format::FP32 && is_float(d_.out) && round_lanes(k_, d_.out, fast_.data(), d_.lanes, out);
   }
   // The float lanes in the first half of fast_'s memory (halves_ only).
   float* floats() const { return reinterpret_cast<float*>(const_cast<T*>(fast_.data())); }
@@ -620,8 +617,7 @@ class KulischNarrow final : public Accumulator {
   mutable bool halves_ = false;
   mutable bool fresh_ = false;  // double lanes, no term yet: not written (see settle())
   mutable Lanes<T> fast_;
-  Lanes<uint32_t> left_;               // add()'s scratch: lanes whose element is a special
-  mutable std::vector<float> narrow_;  // scratch of finalize_plain()
+  Lanes<uint32_t> left_;  // add()'s scratch: lanes whose element is a special
 };
 
 // ---------------------------------------------------------------------------

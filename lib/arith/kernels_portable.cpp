@@ -210,6 +210,9 @@ bool narrow_f64(const double* in, uint32_t n, float* out) {
   }
   return ok;
 }
+bool round_f64(Format out, const double* in, uint32_t n, uint8_t* dst) {
+  return round_f64_by_odd(odd_f64, round_f32, out, in, n, dst);
+}
 }  // namespace
 
 const float* fp8_table(Format f) {
@@ -222,9 +225,9 @@ const float* fp8_table(Format f) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable",       any_special,      add_f32,   add_f64,   add_f64_checked,
-                         add_f32_checked,  exp_range,        add_i64,   round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64};
+  static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64};
   return k;
 }
 

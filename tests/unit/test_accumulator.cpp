@@ -7,6 +7,7 @@
 // Plus order independence, portable vs AVX2 kernels, reset, memory per lane.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <stdexcept>
 
 #include "acc_util.hpp"
@@ -690,6 +691,67 @@ TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
       w[pos] = bad;
       std::vector<float> f(9);
       for (const prism::Kernels* k : ks) ASSERT_FALSE(k->odd_f64(w.data(), 9, f.data())) << k->name << " " << bad;
+    }
+}
+
+// round_f64 (the fused odd_f64 + round_f32) against ref::round_to on each
+// double's exact bits. Each batch holds one probe near a midpoint of the
+// output format (exactly on it, or a double's step either side, which
+// rounds to the midpoint as a float) among values with full 53-bit
+// significands, so a step of eight lanes takes the fast path unless the
+// probe sends it through round-to-odd: a missed midpoint (normal or
+// subnormal range) shows up as a wrong last bit. Batches end at every
+// offset in a vector, so the tails are covered too.
+TEST(Kernels, RoundF64IsTheDoublesOwnRounding) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(29);
+  for (const Fmt& out : {ref::kFP16, ref::kBF16, ref::kE5M2, ref::kE4M3FN}) {
+    auto random_double = [&] {
+      std::uniform_int_distribution<int> ex(out.unit() - 2, out.emax());
+      const double m = 1.0 + double(rng() >> 12) * 0x1p-52;
+      return std::ldexp(m, ex(rng)) * ((rng() & 1) ? -1.0 : 1.0);
+    };
+    size_t batches = 0;
+    const uint32_t step = out.bytes == 2 ? 5 : 1;
+    for (uint32_t c = 0; c + 1 < (1u << (8 * out.bytes)); c += step) {
+      if (ref::is_special_code(out, c) || ref::is_special_code(out, c + 1) || (c + 1) == out.sign_bit()) continue;
+      const double a = double(ref::to_f32(out, c)), b = double(ref::to_f32(out, c + 1));
+      const double mid = (a + b) / 2;
+      const double probe = std::array<double, 3>{mid, std::nextafter(mid, 1e300), std::nextafter(mid, -1e300)}[c % 3];
+      const uint32_t n = 8 + uint32_t(rng() % 33);
+      std::vector<double> v(n);
+      for (auto& x : v) x = random_double();
+      v[rng() % n] = probe;
+      if (c % 7 == 0) v[rng() % n] = (rng() & 1) ? 0.0 : -0.0;
+      std::vector<uint32_t> want(n);
+      bool overflow = false;
+      for (uint32_t i = 0; i < n; ++i) {
+        const ref::Exact x = ref::exact_of(v[i]);
+        const ref::Rounded r = ref::round_to(out, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
+        want[i] = r.bits;
+        overflow |= r.overflow;
+      }
+      for (const prism::Kernels* k : ks) {
+        std::vector<uint8_t> got(size_t(n) * out.bytes);
+        const bool ok = k->round_f64(Format(out.code), v.data(), n, got.data());
+        ASSERT_EQ(ok, !overflow) << k->name << " " << out.name << " code " << c;
+        if (!ok) continue;
+        for (uint32_t i = 0; i < n; ++i)
+          ASSERT_EQ(ref::load_le(&got[size_t(i) * out.bytes], out.bytes), want[i])
+              << k->name << " " << out.name << ": " << v[i] << " (probe near code " << c << ")";
+      }
+      batches += !overflow;
+    }
+    EXPECT_GT(batches, 100u) << out.name;
+  }
+  for (double bad : {double(NAN), double(INFINITY), -1e39, 1e300, 65520.0, -70000.0})
+    for (uint32_t pos = 0; pos < 9; ++pos) {
+      std::vector<double> w(9, 1.0);
+      w[pos] = bad;
+      std::vector<uint8_t> got(18);
+      for (const prism::Kernels* k : ks)
+        ASSERT_FALSE(k->round_f64(Format::FP16, w.data(), 9, got.data())) << k->name << " " << bad << " at " << pos;
     }
 }
 
