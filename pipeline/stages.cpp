@@ -439,26 +439,39 @@ unsigned TxStage::send(rte_mbuf** m, unsigned n) {
 
 unsigned TxStage::poll(uint64_t now_tsc) {
   if (!link_.up(dpdk_port_, now_tsc)) return 0;
-  if (pending_at_ == pending_n_) {
-    pending_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(pending_), kBurst, nullptr));
-    pending_at_ = 0;
-    if (!pending_n_) return 0;
+  // Several bursts a pass while the ring holds them: taking one burst a pass
+  // against RX's one never wins back a pass that found the ring empty, so
+  // the ring would stay full, and every frame in it holds a buffer out of
+  // the cache (a working set of ring size x data room).
+  unsigned total = 0;
+  for (unsigned b = 0; b < kTxBurstsPerPoll; ++b) {
+    if (pending_at_ == pending_n_) {
+      pending_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(pending_), kBurst, nullptr));
+      pending_at_ = 0;
+      if (!pending_n_) break;
+    }
+    const uint16_t want = uint16_t(pending_n_ - pending_at_);
+    if (linearize_)
+      for (uint16_t i = pending_at_; i < pending_n_; ++i)
+        if (pending_[i]->nb_segs > 1 && rte_pktmbuf_linearize(pending_[i]) != 0) c_.retries.add();
+    // Lengths are read before the burst: what the device takes, it may free at once.
+    uint32_t len[kBurst];
+    for (uint16_t i = pending_at_; i < pending_n_; ++i) len[i] = rte_pktmbuf_pkt_len(pending_[i]);
+    const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, want);
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < sent; ++i) bytes += len[pending_at_ + i];
+    c_.bytes.add(bytes);
+    c_.packets.add(sent);
+    total += sent;
+    pending_at_ = uint16_t(pending_at_ + sent);
+    if (pending_at_ < pending_n_) {  // the device is full: the rest next pass
+      c_.retries.add();
+      break;
+    }
+    pending_n_ = pending_at_ = 0;
+    if (want < kBurst) break;  // the ring had no more
   }
-  if (linearize_)
-    for (uint16_t i = pending_at_; i < pending_n_; ++i)
-      if (pending_[i]->nb_segs > 1 && rte_pktmbuf_linearize(pending_[i]) != 0) c_.retries.add();
-  // Lengths are read before the burst: what the device takes, it may free at once.
-  uint32_t len[kBurst];
-  for (uint16_t i = pending_at_; i < pending_n_; ++i) len[i] = rte_pktmbuf_pkt_len(pending_[i]);
-  const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, uint16_t(pending_n_ - pending_at_));
-  uint64_t bytes = 0;
-  for (uint16_t i = 0; i < sent; ++i) bytes += len[pending_at_ + i];
-  c_.bytes.add(bytes);
-  c_.packets.add(sent);
-  pending_at_ = uint16_t(pending_at_ + sent);
-  if (pending_at_ < pending_n_) c_.retries.add();
-  if (pending_at_ == pending_n_) pending_n_ = pending_at_ = 0;
-  return sent;
+  return total;
 }
 
 }  // namespace prism::pipe

@@ -245,6 +245,9 @@ struct TxCounters {
 };
 
 // Drains one port's TX ring into the port.
+// Bursts a TX stage may send in one poll when its ring holds them.
+inline constexpr unsigned kTxBurstsPerPoll = 4;
+
 class TxStage final : public Stage {
  public:
   // `linearize`: the device cannot send chained mbufs (a fan-out's shared

@@ -60,9 +60,9 @@ uint64_t sum32_portable(const uint8_t* p, size_t n, size_t* done) {
 // is all the fold keeps), 128 bytes a step. vpmaddwd adds word pairs into
 // 32-bit lanes as signed numbers, so each word is biased by -0x8000 (xor)
 // and the bias is added back at the end. A pair moves a lane by less than
-// 2^16 a step: in a block of 2^12 steps each of the four accumulators stays
-// within 2^28 and their sum within 2^30, so they are added as 32-bit lanes
-// and widened into 64 bits once a block.
+// 2^16, two pairs by less than 2^17: in a block of 2^12 steps each of the
+// two accumulators stays within 2^29 and their sum within 2^30, so they are
+// added as 32-bit lanes and widened into 64 bits once a block.
 __attribute__((target("avx2"))) inline __m256i word_pairs(const uint8_t* p) {
   const __m256i bias = _mm256_set1_epi16(int16_t(0x8000)), one = _mm256_set1_epi16(1);
   return _mm256_madd_epi16(_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), bias), one);
@@ -71,16 +71,14 @@ __attribute__((target("avx2"))) uint64_t sum32_avx2(const uint8_t* p, size_t n, 
   int64_t total = 0;
   size_t i = 0;
   while (i + 32 <= n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
     const size_t block_end = std::min(n, i + (size_t(1) << 19));  // 2^12 steps of 128 bytes
     for (; i + 128 <= block_end; i += 128) {
-      a0 = _mm256_add_epi32(a0, word_pairs(p + i));
-      a1 = _mm256_add_epi32(a1, word_pairs(p + i + 32));
-      a2 = _mm256_add_epi32(a2, word_pairs(p + i + 64));
-      a3 = _mm256_add_epi32(a3, word_pairs(p + i + 96));
+      a0 = _mm256_add_epi32(a0, _mm256_add_epi32(word_pairs(p + i), word_pairs(p + i + 32)));
+      a1 = _mm256_add_epi32(a1, _mm256_add_epi32(word_pairs(p + i + 64), word_pairs(p + i + 96)));
     }
     for (; i + 32 <= block_end; i += 32) a0 = _mm256_add_epi32(a0, word_pairs(p + i));  // at most 3 more steps
-    const __m256i a = _mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3));
+    const __m256i a = _mm256_add_epi32(a0, a1);
     const __m256i w = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(a)),
                                        _mm256_cvtepi32_epi64(_mm256_extracti128_si256(a, 1)));
     __m128i s = _mm_add_epi64(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
