@@ -413,7 +413,8 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
 // of every round has every element's sign flipped, checksum fixed: its op's
 // RESULT is then wrong and the verifier must say so.
 struct Rewriter {
-  uint64_t seen = 0;
+  uint64_t round = 0;     // replayed rounds completed on this port
+  uint32_t in_round = 0;  // frames seen in the current round (no division per frame)
   uint32_t per_round = 1, ops = 1, esz = 4;
   bool fault = false;
 };
@@ -440,10 +441,15 @@ inline void st16(uint8_t* p, uint16_t v) {
 uint16_t rx_rewrite(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t, void* arg) {
   auto* rw = static_cast<Rewriter*>(arg);
   for (uint16_t i = 0; i < n; ++i) {
-    const uint64_t at = rw->seen++, round = at / rw->per_round;
+    const uint64_t round = rw->round;
+    const bool first_of_round = rw->in_round == 0;
+    if (++rw->in_round == rw->per_round) {
+      rw->in_round = 0;
+      ++rw->round;
+    }
     if (rte_pktmbuf_data_len(pkts[i]) < wire::kFrameOverhead) continue;
     uint8_t* f = rte_pktmbuf_mtod(pkts[i], uint8_t*);
-    if (rw->fault && at % rw->per_round == 0) flip_signs(f, rte_pktmbuf_data_len(pkts[i]), rw->esz);
+    if (rw->fault && first_of_round) flip_signs(f, rte_pktmbuf_data_len(pkts[i]), rw->esz);
     if (!round) continue;
     const uint16_t o_hi = ld16(f + kOpOffset), o_lo = ld16(f + kOpOffset + 2);
     const uint32_t op = (uint32_t(o_hi) << 16 | o_lo) + uint32_t(round * rw->ops);
