@@ -703,15 +703,17 @@ bool round_f64(Format out, const double* in, uint32_t n, uint8_t* dst) {
 }
 
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
-void add_f64(Format f, double* acc, const uint8_t* e,
-             uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
-    add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n,
-                    uint32_t* left){PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)} uint32_t
-    add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n,
-                    uint32_t* left){PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)} uint32_t
-    add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first,
-                     uint32_t* left){PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)} uint32_t
-    add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
+uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
+}
+uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
+}
+uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
+}
+uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 

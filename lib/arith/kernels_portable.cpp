@@ -83,9 +83,8 @@ uint32_t add_f32_checked(Format f, float* acc, const uint8_t* e, uint32_t n, uin
   PRISM_FLOAT_DISPATCH(add_f32_checked_t, f, acc, e, n, left)
 }
 void add_f32(Format f, float* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f32_t, f, acc, e, n) }
-void add_f64(Format f, double* acc, const uint8_t* e,
-             uint32_t n){PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n)} uint32_t
-    add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
+void add_f64(Format f, double* acc, const uint8_t* e, uint32_t n) { PRISM_FLOAT_DISPATCH(add_f64_t, f, acc, e, n) }
+uint32_t add_f64_checked(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_f64_checked_t, f, acc, e, n, left)
 }
 
@@ -132,9 +131,10 @@ uint32_t add_screened_t(T* acc, const uint8_t* e, uint32_t n, bool first, uint32
   }
   return k;
 }
-uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first,
-                          uint32_t* left){PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)} uint32_t
-    add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+uint32_t add_f32_screened(Format f, float* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
+  PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
+}
+uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, bool first, uint32_t* left) {
   PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 

@@ -81,7 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (const auto mac = parse_mac(text)) {
       std::string lower = text;
       for (char& ch : lower) ch = char(ch >= 'A' && ch <= 'F' ? ch - 'A' + 'a' : ch);
-      if (format_mac(*mac) != lower) std::fprintf(stderr, "parse_mac accepted '%s' as %s\n", text.c_str(), format_mac(*mac).c_str());
+      if (format_mac(*mac) != lower)
+        std::fprintf(stderr, "parse_mac accepted '%s' as %s\n", text.c_str(), format_mac(*mac).c_str());
       FUZZ_CHECK(format_mac(*mac) == lower);
     }
     if (const auto ip = parse_ipv4(text)) {

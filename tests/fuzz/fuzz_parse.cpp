@@ -32,10 +32,9 @@ constexpr uint16_t kPort = wire::kDefaultPort;
 
 bool same_header(const wire::Header& a, const wire::Header& b) {
   return a.magic == b.magic && a.version == b.version && a.kind == b.kind && a.job == b.job && a.op == b.op &&
-         a.chunk == b.chunk && a.sender == b.sender && a.group == b.group && a.terms == b.terms &&
-         a.count == b.count && a.dtype == b.dtype && a.out_dtype == b.out_dtype && a.policy == b.policy &&
-         a.encoding == b.encoding && a.transport == b.transport && a.exceptions == b.exceptions &&
-         a.flags == b.flags && a.status == b.status;
+         a.chunk == b.chunk && a.sender == b.sender && a.group == b.group && a.terms == b.terms && a.count == b.count &&
+         a.dtype == b.dtype && a.out_dtype == b.out_dtype && a.policy == b.policy && a.encoding == b.encoding &&
+         a.transport == b.transport && a.exceptions == b.exceptions && a.flags == b.flags && a.status == b.status;
 }
 
 bool same_endpoint(const wire::Endpoint& a, const wire::Endpoint& b) {
@@ -53,7 +52,7 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
   FUZZ_CHECK(h.magic == wire::kMagic && h.version == wire::kVersion);
   FUZZ_CHECK(p.dst.port == kPort);
   FUZZ_CHECK((h.flags & ~wire::hflag::ALL) == 0);  // flags bits 3-7 must be 0
-  if (h.kind == wire::Kind::NACK) {  // reason 1..7, terms 0, count 0, empty body
+  if (h.kind == wire::Kind::NACK) {                // reason 1..7, terms 0, count 0, empty body
     FUZZ_CHECK(h.status >= 1 && h.status <= 7 && h.terms == 0 && h.count == 0);
     FUZZ_CHECK(p.payload_len == 0 && p.sideband == nullptr);
     (void)wire::name(wire::NackReason(h.status));

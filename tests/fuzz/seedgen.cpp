@@ -90,12 +90,25 @@ LaneExact lane(uint8_t side_bits, int64_t v = 0, int shift = 0) {
 // Lanes that cover every kind of record: empty, zero, specials, small and
 // large values of both signs, fp32-policy bits, the widest magnitude.
 std::vector<LaneExact> lane_zoo() {
-  std::vector<LaneExact> z = {
-      lane(side::NEG_ZERO_ONLY), lane(0), lane(side::NAN_INPUT), lane(side::POS_INF), lane(side::NEG_INF),
-      lane(side::POS_INF | side::NEG_INF), lane(side::NAN_INPUT | side::NEG_INF), lane(0, 1), lane(0, -1),
-      lane(0, 0x7FFFFF, 149), lane(0, -0x12345678, 40), lane(0, 1, 278), lane(0, -0xFFFFFF, 270),
-      lane(side::INVALID, 3, 8), lane(side::OVERFLOW, -5, 100), lane(side::INVALID | side::OVERFLOW),
-      lane(0, 0x7FFFFFFFFFFFFFFF, 300), lane(0, 0x100, 0), lane(0, 1, 375)};
+  std::vector<LaneExact> z = {lane(side::NEG_ZERO_ONLY),
+                              lane(0),
+                              lane(side::NAN_INPUT),
+                              lane(side::POS_INF),
+                              lane(side::NEG_INF),
+                              lane(side::POS_INF | side::NEG_INF),
+                              lane(side::NAN_INPUT | side::NEG_INF),
+                              lane(0, 1),
+                              lane(0, -1),
+                              lane(0, 0x7FFFFF, 149),
+                              lane(0, -0x12345678, 40),
+                              lane(0, 1, 278),
+                              lane(0, -0xFFFFFF, 270),
+                              lane(side::INVALID, 3, 8),
+                              lane(side::OVERFLOW, -5, 100),
+                              lane(side::INVALID | side::OVERFLOW),
+                              lane(0, 0x7FFFFFFFFFFFFFFF, 300),
+                              lane(0, 0x100, 0),
+                              lane(0, 1, 375)};
   return z;
 }
 
@@ -206,7 +219,8 @@ void hand_made() {
   std::vector<LaneExact> many(600, lane(0, 0x3F8000, 149));
   for (size_t i = 0; i < many.size(); i += 7) many[i] = lane(0, -int64_t(i) - 1, int(i % 200));
   j = 0;
-  for (const auto& f : kulisch_frames(many, wire::max_body(1500), Format::FP32)) put("kulisch-chunk" + std::to_string(j++), f);
+  for (const auto& f : kulisch_frames(many, wire::max_body(1500), Format::FP32))
+    put("kulisch-chunk" + std::to_string(j++), f);
   for (const auto& f : kulisch_frames({lane(side::NEG_ZERO_ONLY), lane(0, 7)}, wire::max_body(1500), Format::E4M3FN))
     put("kulisch-e4m3fn", f);
   for (const auto& f : kulisch_frames({lane(0, -300), lane(0, 65535 * 127)}, wire::max_body(1500), Format::INT8))
@@ -251,9 +265,12 @@ void split_capture(const std::string& path) {
   if (all.size() < 24) throw std::runtime_error(path + ": not a pcap file");
   const uint32_t magic = rd32(all.data(), false);
   bool swap;
-  if (magic == 0xA1B2C3D4 || magic == 0xA1B23C4D) swap = false;
-  else if (magic == 0xD4C3B2A1 || magic == 0x4D3CB2A1) swap = true;
-  else throw std::runtime_error(path + ": not a pcap file");
+  if (magic == 0xA1B2C3D4 || magic == 0xA1B23C4D)
+    swap = false;
+  else if (magic == 0xD4C3B2A1 || magic == 0x4D3CB2A1)
+    swap = true;
+  else
+    throw std::runtime_error(path + ": not a pcap file");
   std::string base = path.substr(path.find_last_of('/') + 1);
   base = base.substr(0, base.rfind('.'));
   std::set<Bytes> seen;
