@@ -523,6 +523,12 @@ TEST(Kernels, BatchRoundingMatchesRoundFloatTo) {
     probes.push_back(0.0f);
     probes.push_back(-0.0f);
     probes.push_back(prism::bits_float(1));  // an fp32 subnormal
+    // The overflow edge: halfway between the largest finite value and the
+    // next step (a tie: overflow where that value's last bit is odd), and
+    // a float either side of it.
+    const float top = prism::to_float(f, fi.max_finite), tie = top + std::ldexp(1.0f, fi.emax - fi.mbits - 1);
+    for (float v : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, INFINITY)})
+      probes.insert(probes.end(), {v, -v});
     std::shuffle(probes.begin(), probes.end(), rng);
     size_t taken = 0, refused = 0;
     for (size_t at = 0; at < probes.size(); at += 37) {
