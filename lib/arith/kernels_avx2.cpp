@@ -561,28 +561,33 @@ bool round_f32_t(const float* in, uint32_t n, uint8_t* dst) {
       if (!_mm_testz_si128(_mm_cmpeq_epi16(_mm_and_si128(h, ex), ex), _mm_set1_epi16(-1))) return false;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
     }
-  } else if constexpr (F == Format::E5M2) {
-    // e5m2 is fp16's top byte (same exponent field and bias). F16C converts
-    // toward zero and a compare of the half widened back marks the lanes that
-    // lost bits: with that sticky last bit the half is the float rounded to
-    // odd, and fp16 keeps 8 bits more than e5m2 at every magnitude
-    // (subnormals included), so rounding it again, to nearest even on its
-    // low byte, is the float's own rounding (Boldo and Melquiond). A float
-    // past fp16's range truncates to 65504 with the sticky bit, which rounds
-    // up to the all-ones exponent: refused, as overflow must be.
-    const __m128i low7f = _mm_set1_epi16(0x7F), one = _mm_set1_epi16(1), mag = _mm_set1_epi16(0x7FFF),
-                  sign = _mm_set1_epi16(0x80), ex = _mm_set1_epi16(0x7C);
+  } else if constexpr (F == Format::E5M2 || F == Format::E4M3FN) {
+    // Through a half. e5m2 is fp16's top byte (the same exponent field and
+    // bias); e4m3fn is a half's sign, low exponent field and top three
+    // mantissa bits once the float is scaled by 2^-8 (exact: bias 7 against
+    // fp16's 15), subnormals included. F16C converts toward zero and a
+    // compare of the half widened back marks the lanes that lost bits: with
+    // that sticky last bit the half is the float rounded to odd, and it
+    // keeps 7 or 8 bits more than the format at every magnitude, so rounding
+    // it again, to nearest even on its low bits, is the float's own rounding
+    // (Boldo and Melquiond). A float past fp16's range truncates to 65504
+    // with the sticky bit, which rounds past the largest code: refused, as
+    // every overflow, infinity and NaN is.
+    constexpr int kLow = F == Format::E5M2 ? 8 : 7;  // the half's bits below the format's last
+    const __m256 scale = _mm256_set1_ps(F == Format::E5M2 ? 1.0f : 0x1p-8f);
+    const __m128i half = _mm_set1_epi16((1 << (kLow - 1)) - 1), one = _mm_set1_epi16(1), mag = _mm_set1_epi16(0x7FFF),
+                  sign = _mm_set1_epi16(0x80), top = _mm_set1_epi16(int16_t(info(F).max_finite));
     __m128i bad = _mm_setzero_si128();
     for (; i + 8 <= n; i += 8) {
-      const __m256 a = _mm256_loadu_ps(in + i);
+      const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(in + i), scale);
       const __m128i t = _mm256_cvtps_ph(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
       const __m256i lost = _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtph_ps(t), a, _CMP_NEQ_UQ));
       const __m128i sticky = _mm_packs_epi32(_mm256_castsi256_si128(lost), _mm256_extracti128_si256(lost, 1));
       const __m128i h = _mm_or_si128(t, _mm_and_si128(sticky, one));
       const __m128i m = _mm_and_si128(h, mag);
       const __m128i r =
-          _mm_srli_epi16(_mm_add_epi16(_mm_add_epi16(m, low7f), _mm_and_si128(_mm_srli_epi16(m, 8), one)), 8);
-      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(r, ex), ex));
+          _mm_srli_epi16(_mm_add_epi16(_mm_add_epi16(m, half), _mm_and_si128(_mm_srli_epi16(m, kLow), one)), kLow);
+      bad = _mm_or_si128(bad, _mm_cmpgt_epi16(r, top));
       const __m128i code = _mm_or_si128(r, _mm_and_si128(_mm_srli_epi16(h, 8), sign));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi16(code, code));
     }
