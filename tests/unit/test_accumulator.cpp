@@ -638,6 +638,19 @@ TEST(Kernels, ExponentRangeAgrees) {
   }
 }
 
+// ref::round_to of each double's exact bits into `out`: the codes, and
+// whether any of them overflows (the kernels must then refuse the batch).
+std::vector<uint32_t> exact_roundings(const Fmt& out, const double* v, uint32_t n, bool* overflow) {
+  std::vector<uint32_t> want(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const ref::Exact x = ref::exact_of(v[i]);
+    const ref::Rounded r = ref::round_to(out, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
+    want[i] = r.bits;
+    *overflow |= r.overflow;
+  }
+  return want;
+}
+
 // Round-to-odd to float, then the batch rounding into a narrow format, must
 // give each double's own correctly rounded value (ref::round_to on its exact
 // bits): random doubles across each format's range with all 53 bits set at
@@ -668,14 +681,8 @@ TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
     size_t taken = 0;
     for (size_t at = 0; at < v.size(); at += 37) {
       const uint32_t n = uint32_t(std::min<size_t>(37, v.size() - at));
-      std::vector<uint32_t> want(n);
       bool overflow = false;
-      for (uint32_t i = 0; i < n; ++i) {
-        const ref::Exact x = ref::exact_of(v[at + i]);
-        const ref::Rounded r = ref::round_to(out, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
-        want[i] = r.bits;
-        overflow |= r.overflow;
-      }
+      const std::vector<uint32_t> want = exact_roundings(out, v.data() + at, n, &overflow);
       for (const prism::Kernels* k : ks) {
         std::vector<float> f(n);
         ASSERT_TRUE(k->odd_f64(v.data() + at, n, f.data())) << k->name;
@@ -730,14 +737,8 @@ TEST(Kernels, RoundF64IsTheDoublesOwnRounding) {
       for (auto& x : v) x = random_double();
       v[rng() % n] = probe;
       if (c % 7 == 0) v[rng() % n] = (rng() & 1) ? 0.0 : -0.0;
-      std::vector<uint32_t> want(n);
       bool overflow = false;
-      for (uint32_t i = 0; i < n; ++i) {
-        const ref::Exact x = ref::exact_of(v[i]);
-        const ref::Rounded r = ref::round_to(out, x.neg, ref::Big::from_mag(x.sig), x.exp, false);
-        want[i] = r.bits;
-        overflow |= r.overflow;
-      }
+      const std::vector<uint32_t> want = exact_roundings(out, v.data(), n, &overflow);
       for (const prism::Kernels* k : ks) {
         std::vector<uint8_t> got(size_t(n) * out.bytes);
         const bool ok = k->round_f64(Format(out.code), v.data(), n, got.data());
