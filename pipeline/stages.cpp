@@ -413,21 +413,26 @@ void ReduceStage::take(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t no
 
 // --- TX ---------------------------------------------------------------------
 
-unsigned TxStage::send(rte_mbuf** m, unsigned n) {
-  if (pending_at_ < pending_n_ || !link_.last()) return 0;  // the ring's frames first; none while the link is down
+uint16_t TxStage::burst(rte_mbuf** m, uint16_t k) {
   if (linearize_)
-    for (unsigned i = 0; i < n; ++i)
+    for (uint16_t i = 0; i < k; ++i)
       if (m[i]->nb_segs > 1 && rte_pktmbuf_linearize(m[i]) != 0) c_.retries.add();
   uint32_t len[kBurst];
+  for (uint16_t i = 0; i < k; ++i) len[i] = rte_pktmbuf_pkt_len(m[i]);  // before the device may free them
+  const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, m, k);
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < sent; ++i) bytes += len[i];
+  c_.bytes.add(bytes);
+  c_.packets.add(sent);
+  return sent;
+}
+
+unsigned TxStage::send(rte_mbuf** m, unsigned n) {
+  if (pending_at_ < pending_n_ || !link_.last()) return 0;  // the ring's frames first; none while the link is down
   unsigned done = 0;
   while (done < n) {
     const uint16_t k = uint16_t(std::min<unsigned>(kBurst, n - done));
-    for (uint16_t i = 0; i < k; ++i) len[i] = rte_pktmbuf_pkt_len(m[done + i]);  // before the device may free them
-    const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, m + done, k);
-    uint64_t bytes = 0;
-    for (uint16_t i = 0; i < sent; ++i) bytes += len[i];
-    c_.bytes.add(bytes);
-    c_.packets.add(sent);
+    const uint16_t sent = burst(m + done, k);
     done += sent;
     if (sent < k) {
       c_.retries.add();
@@ -451,17 +456,7 @@ unsigned TxStage::poll(uint64_t now_tsc) {
       if (!pending_n_) break;
     }
     const uint16_t want = uint16_t(pending_n_ - pending_at_);
-    if (linearize_)
-      for (uint16_t i = pending_at_; i < pending_n_; ++i)
-        if (pending_[i]->nb_segs > 1 && rte_pktmbuf_linearize(pending_[i]) != 0) c_.retries.add();
-    // Lengths are read before the burst: what the device takes, it may free at once.
-    uint32_t len[kBurst];
-    for (uint16_t i = pending_at_; i < pending_n_; ++i) len[i] = rte_pktmbuf_pkt_len(pending_[i]);
-    const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, pending_ + pending_at_, want);
-    uint64_t bytes = 0;
-    for (uint16_t i = 0; i < sent; ++i) bytes += len[pending_at_ + i];
-    c_.bytes.add(bytes);
-    c_.packets.add(sent);
+    const uint16_t sent = burst(pending_ + pending_at_, want);
     total += sent;
     pending_at_ = uint16_t(pending_at_ + sent);
     if (pending_at_ < pending_n_) {  // the device is full: the rest next pass

@@ -265,6 +265,9 @@ class TxStage final : public Stage {
   unsigned send(rte_mbuf** m, unsigned n);
 
  private:
+  // One rte_eth_tx_burst of k <= kBurst frames (linearized first where the
+  // device cannot send chains), counted; returns how many the device took.
+  uint16_t burst(rte_mbuf** m, uint16_t k);
   uint16_t cfg_port_, dpdk_port_;
   rte_ring* ring_;
   bool linearize_;
