@@ -78,9 +78,11 @@ const char* kPipelineUsage =
     "                   formats, R in {2,8,32,128} and 1 vs 2 lcores around the headline case\n"
     "                   (1 KiB fp32, R = 8, one reducer lcore).\n"
     "  --ports N        switch ports the ranks are spread over (default 2)\n"
-    "  --fanout MODE    how a RESULT goes to its R ranks: copy (a whole frame each, the default) or\n"
-    "                   chain (a header mbuf each, chained to one shared payload; the bench's ports\n"
-    "                   only free what they are sent, so they take chains)\n"
+    "  --fanout MODE    how a RESULT goes to its R ranks: copy (a whole frame each, made by the\n"
+    "                   reducer; the default), chain (a header mbuf each, chained to one shared\n"
+    "                   payload; the bench's ports only free what they are sent, so they take\n"
+    "                   chains) or egress (one frame per port from the reducer, copied by the\n"
+    "                   port's TX stage; on lcores=1 as copy)\n"
     "  --staged         keep the rings between stages with lcores=1 (by default one lcore runs each\n"
     "                   packet to completion, RX -> reducer -> TX, as prism-switch does)\n"
     "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
@@ -147,6 +149,7 @@ struct Args {
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
   bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, chain = false, staged = false;
+  std::string fanout = "copy";  // --fanout: copy, chain or egress
   uint32_t max_lcores = 1;
 };
 
@@ -194,9 +197,10 @@ Args parse_args(int argc, char** argv) {
   r.work_dir = a.str("--work-dir");
   r.eal = a.str("--eal");
   r.use_testpmd = !a.has("--no-testpmd");
-  const std::string fanout = a.str("--fanout", "copy");
-  if (fanout != "copy" && fanout != "chain") fail("--fanout '" + fanout + "': use copy or chain");
-  r.chain = fanout == "chain";
+  r.fanout = a.str("--fanout", "copy");
+  if (r.fanout != "copy" && r.fanout != "chain" && r.fanout != "egress")
+    fail("--fanout '" + r.fanout + "': use copy, chain or egress");
+  r.chain = r.fanout == "chain";
   r.staged = a.has("--staged");
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
@@ -285,7 +289,7 @@ std::string rank_mac(uint32_t r) {
 
 // The switch's configuration for one run: its ports replay `pcap[p]`.
 std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
-                        uint32_t reducers, bool chain) {
+                        uint32_t reducers, const std::string& fanout) {
   std::ostringstream y;
   y << "switch: {id: 1, role: root}\nports:\n";
   for (uint32_t p = 0; p < ports; ++p) {
@@ -300,7 +304,7 @@ std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::s
       << "\", ip: " << ip_str(rank_ip(r)) << "}\n";
   // Retention is kept short so the slot table (reported) is not the limit at millions of ops a second.
   y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\n";
-  y << "fanout: " << (chain ? "chain" : "copy") << "\nlcores: [";
+  y << "fanout: " << fanout << "\nlcores: [";
   for (uint32_t l = 0; l < s.lcores; ++l) y << (l ? ", " : "") << l;
   y << "]\n";
   return y.str();
@@ -342,7 +346,7 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
   const uint32_t esz = info(s.dtype).bytes;
   for (uint32_t p = 0; p < ports; ++p)
     w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
-  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1, false), "bench");
+  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1, "copy"), "bench");
   const sw::Directory dir_(cfg);
   std::vector<std::unique_ptr<PcapWriter>> pw;
   for (uint32_t p = 0; p < ports; ++p) pw.push_back(std::make_unique<PcapWriter>(w.pcap[p]));
@@ -584,6 +588,7 @@ Snap take(const pipe::Runtime& rt) {
   }
   for (const auto& t : rt.tx()) {
     s.tx += t->counters().packets.get();
+    s.drops += t->counters().alloc_failures.get();
     s.busy.push_back(t->busy_tsc.get());
   }
   return s;
@@ -607,7 +612,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
   const uint32_t reducers = std::max<uint32_t>(1, c.s.lcores - 1);
-  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.chain), "bench");
+  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.fanout), "bench");
   pipe::RunOptions opt;
   opt.assume_chains = a.chain;
   opt.staged = a.staged;
@@ -930,7 +935,10 @@ int run_pipeline(int argc, char** argv) {
   std::printf(
       "prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; RESULT fan-out by %s; "
       "CPU %s\n",
-      a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports, a.chain ? "chained mbufs" : "copies",
+      a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports,
+      a.chain                ? "chained mbufs"
+      : a.fanout == "egress" ? "copies at each port's TX stage"
+                             : "copies",
       cpu_model().c_str());
   std::fflush(stdout);
   // testpmd runs once per packet shape (its layout does not change with --lcores).
@@ -1161,10 +1169,8 @@ int run_pipeline(int argc, char** argv) {
         << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
         << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
         << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
-        << ", \"section\": " << json_str(r.c.section) << ", \"fanout\": "
-        << (r.c.mode == Mode::FORWARD || r.c.mode == Mode::TESTPMD ? "null"
-            : a.chain                                              ? "\"chain\""
-                                                                   : "\"copy\"")
+        << ", \"section\": " << json_str(r.c.section)
+        << ", \"fanout\": " << (r.c.mode == Mode::FORWARD || r.c.mode == Mode::TESTPMD ? "null" : json_str(a.fanout))
         << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
         << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
         << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt

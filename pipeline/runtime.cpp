@@ -127,14 +127,16 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   const Arbiter mode = cfg.arbiter == ArbiterMode::RANDOM    ? Arbiter::RANDOM
                        : cfg.arbiter == ArbiterMode::REVERSE ? Arbiter::REVERSE
                                                              : Arbiter::ROUND_ROBIN;
-  // By config port: copies are chained (fanout: chain on a device that sends chains); the device sends chains.
-  std::vector<bool> chains(size_t(max_cfg_port) + 1, false), can_chain(size_t(max_cfg_port) + 1, false);
+  // By config port: how a fan-out's copies are made (fanout:, as the device allows); the device sends chains.
+  std::vector<Copies> copies(size_t(max_cfg_port) + 1, Copies::WHOLE);
+  std::vector<bool> can_chain(size_t(max_cfg_port) + 1, false);
   for (const auto& p : cfg.ports) {
     rte_eth_dev_info info{};
     rte_eth_dev_info_get(dpdk_port_[p.id], &info);
     const bool can = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) || opt.assume_chains;
     can_chain[p.id] = can;
-    chains[p.id] = cfg.fanout == Fanout::CHAIN && can;
+    if (cfg.fanout == Fanout::CHAIN && can) copies[p.id] = Copies::CHAINED;
+    if (cfg.fanout == Fanout::EGRESS) copies[p.id] = Copies::AT_EGRESS;
     if (cfg.fanout == Fanout::CHAIN && !can)
       PRISM_LOG(WARNING, "port %u: fanout: chain, but the device cannot send chained mbufs: RESULTs are copied\n",
                 p.id);
@@ -146,11 +148,11 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
       in.push_back(voq[i][s]);
       in_ports.push_back(cfg.ports[i].id);
     }
-    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, in_ports, tx_ring, chains, pool_, mode, cfg.arbiter_seed,
+    red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, in_ports, tx_ring, copies, pool_, mode, cfg.arbiter_seed,
                                                  cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
   for (const auto& p : cfg.ports)
-    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id]));
+    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id], pool_));
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;
@@ -305,9 +307,14 @@ void Runtime::summary(bool report_incomplete) {
       if (c.dropped[i].get())
         std::printf("    dropped %-20s %llu\n", sw::name(sw::Drop(i)), (unsigned long long)c.dropped[i].get());
   }
-  for (const auto& t : tx_)
+  for (const auto& t : tx_) {
     std::printf("  port %u tx: %llu packets, %llu bytes\n", t->port(), (unsigned long long)t->counters().packets.get(),
                 (unsigned long long)t->counters().bytes.get());
+    if (t->counters().copies.get() || t->counters().alloc_failures.get())  // fanout: egress
+      std::printf("    copies made at egress %llu, lost for want of a buffer %llu\n",
+                  (unsigned long long)t->counters().copies.get(),
+                  (unsigned long long)t->counters().alloc_failures.get());
+  }
   for (const auto& rs : red_) {
     const sw::ReducerStats& s = rs->reducer().stats();
     std::printf(
@@ -354,6 +361,8 @@ int tel_ports(const char*, const char*, rte_tel_data* d) {
     const std::string k = "port" + std::to_string(t->port());
     rte_tel_data_add_dict_u64(d, (k + "_tx_packets").c_str(), t->counters().packets.get());
     rte_tel_data_add_dict_u64(d, (k + "_tx_bytes").c_str(), t->counters().bytes.get());
+    rte_tel_data_add_dict_u64(d, (k + "_tx_copies").c_str(), t->counters().copies.get());
+    rte_tel_data_add_dict_u64(d, (k + "_tx_alloc_failures").c_str(), t->counters().alloc_failures.get());
   }
   return 0;
 }

@@ -14,6 +14,18 @@
 
 namespace prism::pipe {
 
+uint64_t fanout_flag() {
+  static const uint64_t flag = [] {
+    const rte_mbuf_dynflag desc{"prism_dynflag_fanout", 0};
+    const int bit = rte_mbuf_dynflag_register(&desc);
+    if (bit < 0)
+      throw std::runtime_error(std::string("cannot register the mbuf flag for egress replication: ") +
+                               rte_strerror(rte_errno));
+    return uint64_t(1) << bit;
+  }();
+  return flag;
+}
+
 bool LinkWatch::up(uint16_t dpdk_port, uint64_t now_tsc) {
   if (now_tsc >= next_) {
     rte_eth_link link{};
@@ -194,11 +206,11 @@ void Emitter::queue_slow(uint16_t port, rte_mbuf* m) {
 }
 
 void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
-                    const std::shared_ptr<const std::vector<uint8_t>>& body) {
-  const bool whole = body->empty() || d.port >= chains_.size() || !chains_[d.port];
+                    const std::shared_ptr<const std::vector<uint8_t>>& body, uint16_t ip_id) {
+  const bool whole = body->empty() || d.port >= copies_.size() || copies_[d.port] != Copies::CHAINED;
   const size_t n = wire::kFrameOverhead + (whole ? body->size() : 0);
   auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, uint16_t(n)));
-  if (!buf || !wire::put_headers(buf, d.hdr, sh, ip_id_++)) {
+  if (!buf || !wire::put_headers(buf, d.hdr, sh, ip_id)) {
     rte_pktmbuf_free(m);
     alloc_failures.add();
     return;
@@ -225,23 +237,56 @@ void Emitter::send(sw::Out&& o) {
     return;
   }
   build(m, sw::Dest{o.port, o.src, o.dst, wire::header_template(o.src, o.dst)},
-        wire::share(o.h, o.body->size(), sum_for(o.body)), o.body);
+        wire::share(o.h, o.body->size(), sum_for(o.body)), o.body, ip_id_++);
 }
 
 void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
                        std::span<const sw::Dest> to) {
   const wire::SharedPart sh = wire::share(h, body->size(), sum_for(body));
+  const uint16_t id0 = ip_id_;
+  ip_id_ = uint16_t(ip_id_ + to.size());
+  // A port whose TX stage replicates gets one frame, its first destination's,
+  // carrying the fan-out; the others get every copy from here.
+  auto made_here = [&](const sw::Dest& d) {
+    if (!replicated_at_egress(d.port)) return true;
+    if (port_seen_[d.port]) return false;
+    port_seen_[d.port] = 1;
+    return true;
+  };
+  std::fill(port_seen_.begin(), port_seen_.end(), 0);
+  size_t need = 0;
+  for (const sw::Dest& d : to) need += made_here(d);
+  std::fill(port_seen_.begin(), port_seen_.end(), 0);
   rte_mbuf* ms[kBurst];
-  for (size_t at = 0; at < to.size(); at += kBurst) {
-    const unsigned n = unsigned(std::min<size_t>(kBurst, to.size() - at));
-    if (rte_pktmbuf_alloc_bulk(pool_, ms, n) != 0) {  // all or nothing: then one at a time
-      for (unsigned j = 0; j < n; ++j) {
-        ms[j] = rte_pktmbuf_alloc(pool_);
-        if (!ms[j]) alloc_failures.add();
-      }
+  unsigned have = 0, used = 0;
+  for (size_t j = 0; j < to.size(); ++j) {
+    const sw::Dest& d = to[j];
+    if (!made_here(d)) {
+      frames.add();  // the port's TX stage makes it
+      continue;
     }
-    for (unsigned j = 0; j < n; ++j)
-      if (ms[j]) build(ms[j], to[at + j], sh, body);
+    if (used == have) {  // buffers for up to the rest, in one allocation
+      have = unsigned(std::min<size_t>(kBurst, need));
+      need -= have;
+      used = 0;
+      if (rte_pktmbuf_alloc_bulk(pool_, ms, have) != 0)  // all or nothing: then one at a time
+        for (unsigned k = 0; k < have; ++k) ms[k] = rte_pktmbuf_alloc(pool_);
+    }
+    rte_mbuf* m = ms[used++];
+    if (!m) {
+      alloc_failures.add();
+      continue;
+    }
+    if (replicated_at_egress(d.port)) {
+      Replication& f = meta(m)->f;
+      f.dests = to.data();
+      f.sh = sh;
+      f.n = uint16_t(to.size());
+      f.first = uint16_t(j);
+      f.ip_id = id0;
+      m->ol_flags |= fanout_flag_;
+    }
+    build(m, d, sh, body, uint16_t(id0 + j));
   }
 }
 
@@ -301,13 +346,13 @@ class RteHashIndex final : public sw::SlotIndex {
 }  // namespace
 
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
-                         std::vector<uint16_t> in_ports, std::vector<rte_ring*> tx_by_port, std::vector<bool> chains,
+                         std::vector<uint16_t> in_ports, std::vector<rte_ring*> tx_by_port, std::vector<Copies> copies,
                          rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots, uint64_t tsc_hz,
                          bool forward_only)
     : shard_(shard),
       in_(std::move(inputs)),
       in_port_(std::move(in_ports)),
-      emitter_(std::move(tx_by_port), pool, std::move(chains)),
+      emitter_(std::move(tx_by_port), pool, std::move(copies)),
       red_(dir, slots, std::make_unique<RteHashIndex>(shard, slots)),
       mode_(mode),
       forward_only_(forward_only),
@@ -427,8 +472,74 @@ uint16_t TxStage::burst(rte_mbuf** m, uint16_t k) {
   return sent;
 }
 
+TxStage::TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, rte_mempool* pool)
+    : cfg_port_(cfg_port),
+      dpdk_port_(dpdk_port),
+      ring_(ring),
+      linearize_(linearize),
+      pool_(pool),
+      fanout_flag_(fanout_flag()) {}
+
+TxStage::~TxStage() {
+  if (pending_at_ < pending_n_) rte_pktmbuf_free_bulk(pending_ + pending_at_, unsigned(pending_n_ - pending_at_));
+  if (in_at_ < in_n_) rte_pktmbuf_free_bulk(in_ + in_at_, unsigned(in_n_ - in_at_));
+  if (fanout_) rte_pktmbuf_free(fanout_);
+}
+
+uint16_t TxStage::copies(rte_mbuf** out, uint16_t room) {
+  const Replication& f = meta(fanout_)->f;
+  const uint8_t* from = rte_pktmbuf_mtod(fanout_, const uint8_t*);
+  const uint16_t len = rte_pktmbuf_data_len(fanout_);
+  uint16_t k = 0;
+  while (k < room && fanout_next_ < f.n) {
+    const sw::Dest& d = f.dests[fanout_next_];
+    const uint16_t i = fanout_next_++;
+    if (d.port != cfg_port_) continue;
+    rte_mbuf* c = rte_pktmbuf_alloc(pool_);
+    auto* buf = c ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(c, len)) : nullptr;
+    if (!buf || !wire::put_headers(buf, d.hdr, f.sh, uint16_t(f.ip_id + i))) {
+      if (c) rte_pktmbuf_free(c);
+      c_.alloc_failures.add();
+      continue;
+    }
+    std::memcpy(buf + wire::kFrameOverhead, from + wire::kFrameOverhead, len - wire::kFrameOverhead);
+    c_.copies.add();
+    out[k++] = c;
+  }
+  if (fanout_next_ >= f.n) {
+    rte_pktmbuf_free(fanout_);  // our reference: the device holds its own while it sends the frame
+    fanout_ = nullptr;
+  }
+  return k;
+}
+
+uint16_t TxStage::fill(rte_mbuf** out) {
+  uint16_t n = 0;
+  while (n < kBurst) {
+    if (fanout_) {
+      n = uint16_t(n + copies(out + n, uint16_t(kBurst - n)));
+      continue;  // full, or the fan-out is done
+    }
+    if (in_at_ == in_n_) {
+      in_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(in_), kBurst, nullptr));
+      in_at_ = 0;
+      if (!in_n_) break;
+    }
+    rte_mbuf* m = in_[in_at_++];
+    if (m->ol_flags & fanout_flag_) {  // the first destination's frame goes first; its copies follow
+      m->ol_flags &= ~fanout_flag_;
+      rte_mbuf_refcnt_update(m, 1);
+      fanout_ = m;
+      fanout_next_ = uint16_t(meta(m)->f.first + 1);
+    }
+    out[n++] = m;
+  }
+  return n;
+}
+
 unsigned TxStage::send(rte_mbuf** m, unsigned n) {
-  if (pending_at_ < pending_n_ || !link_.last()) return 0;  // the ring's frames first; none while the link is down
+  // The ring's frames first; none while the link is down.
+  if (pending_at_ < pending_n_ || in_at_ < in_n_ || fanout_ || !link_.last()) return 0;
   unsigned done = 0;
   while (done < n) {
     const uint16_t k = uint16_t(std::min<unsigned>(kBurst, n - done));
@@ -451,7 +562,7 @@ unsigned TxStage::poll(uint64_t now_tsc) {
   unsigned total = 0;
   for (unsigned b = 0; b < kTxBurstsPerPoll; ++b) {
     if (pending_at_ == pending_n_) {
-      pending_n_ = uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(pending_), kBurst, nullptr));
+      pending_n_ = fill(pending_);
       pending_at_ = 0;
       if (!pending_n_) break;
     }

@@ -31,12 +31,30 @@ inline constexpr uint16_t kBurst = 32;
 // What RX learned about a packet, carried in the mbuf's private area so the
 // reducer does not parse it again. The Parsed pointers point into the mbuf.
 // (The input port is not here: the VOQ ring a packet arrives on says it.)
+//
+// A RESULT's frame queued for egress replication carries its fan-out here
+// instead (and the fan-out flag, fanout_flag(), in ol_flags): the reducer
+// builds one frame per port, for the port's first destination, and the
+// port's TX stage copies it for the port's other destinations, as a switch's
+// replication engine does after its pipeline. Each copy is then made on the
+// lcore that sends it, in buffers that lcore frees.
+struct Replication {
+  const sw::Dest* dests;  // the job's result destinations (the directory's: they outlive the runtime's frames)
+  wire::SharedPart sh;
+  uint16_t n;      // dests[0, n): copies go to those on the frame's port, after dests[first]
+  uint16_t first;  // whose frame this is
+  uint16_t ip_id;  // dests[i]'s copy has IPv4 id ip_id + i
+};
 struct Meta {
   wire::Parsed p;
   sw::Verdict v;
+  Replication f;
 };
 inline Meta* meta(rte_mbuf* m) { return static_cast<Meta*>(rte_mbuf_to_priv(m)); }
 inline constexpr uint16_t kPrivSize = uint16_t((sizeof(Meta) + RTE_MBUF_PRIV_ALIGN - 1) & ~(RTE_MBUF_PRIV_ALIGN - 1));
+// The mbuf dynamic flag that marks a frame carrying a Replication (registered
+// with DPDK on first use; throws if it cannot be).
+uint64_t fanout_flag();
 
 // A counter one lcore writes and the telemetry thread reads.
 struct Counter {
@@ -120,18 +138,30 @@ class RxStage final : public Stage {
   uint32_t direct_input_ = 0;
 };
 
+// How a fan-out's copies for one port are made (config::Fanout, as the port's device allows).
+enum class Copies : uint8_t {
+  WHOLE,      // a whole frame each, here (`fanout: copy`)
+  CHAINED,    // a header mbuf each, chained to a clone of one payload mbuf (`fanout: chain`)
+  AT_EGRESS,  // one whole frame here, copied by the port's TX stage (`fanout: egress`)
+};
+
 // Turns what a reducer emits into mbufs and queues them on the TX ring of
 // their port. A fan-out's copies share what they can: the header's bytes and
 // the checksum of header and body are made once (wire::share). Each copy is
-// a whole frame (`fanout: copy`), or, with `fanout: chain` on a port whose
+// a whole frame (`fanout: copy`); or, with `fanout: chain` on a port whose
 // device sends chained mbufs, a small header mbuf chained to an indirect
-// clone of one payload mbuf that holds the body for every copy.
+// clone of one payload mbuf that holds the body for every copy; or, with
+// `fanout: egress`, one whole frame per port that its TX stage copies.
 class Emitter final : public sw::Sink {
  public:
-  // `chains[port]`: copies to this port are chained (`fanout: chain`, and
-  // the device sends chained mbufs); elsewhere each copy is built whole.
-  Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool, std::vector<bool> chains)
-      : tx_(std::move(tx_by_port)), pool_(pool), chains_(std::move(chains)), pending_(tx_.size()) {}
+  // `copies[port]`: how copies to that port are made (WHOLE past its end).
+  Emitter(std::vector<rte_ring*> tx_by_port, rte_mempool* pool, std::vector<Copies> copies)
+      : tx_(std::move(tx_by_port)),
+        pool_(pool),
+        copies_(std::move(copies)),
+        pending_(tx_.size()),
+        port_seen_(tx_.size()),
+        fanout_flag_(fanout_flag()) {}
   void send(sw::Out&& o) override;
   void send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
                 std::span<const sw::Dest> to) override;
@@ -148,7 +178,13 @@ class Emitter final : public sw::Sink {
  private:
   // One copy: `m` is a fresh mbuf (the caller's) that becomes the frame.
   void build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
-             const std::shared_ptr<const std::vector<uint8_t>>& body);
+             const std::shared_ptr<const std::vector<uint8_t>>& body, uint16_t ip_id);
+  // Whether copies for `port` are made at its TX stage (whole copies through
+  // its ring) rather than here (chained copies, or run to completion).
+  bool replicated_at_egress(uint16_t port) const {
+    return port < copies_.size() && copies_[port] == Copies::AT_EGRESS && tx_[port] &&
+           !(port < direct_tx_.size() && direct_tx_[port]);
+  }
   // Inline while the port's queue has room; growing it, or a port that does
   // not exist, goes out of line (the fast path then saves no registers).
   void queue(uint16_t port, rte_mbuf* m) {
@@ -165,7 +201,7 @@ class Emitter final : public sw::Sink {
   uint32_t sum_for(const std::shared_ptr<const std::vector<uint8_t>>& body);
   std::vector<rte_ring*> tx_;
   rte_mempool* pool_;
-  std::vector<bool> chains_;
+  std::vector<Copies> copies_;
   std::shared_ptr<const std::vector<uint8_t>> sum_body_;  // whose one's-complement sum sum_ is
   uint32_t sum_ = 0;
   // Frames waiting for their port's TX ring, by port: each port's run goes
@@ -177,6 +213,8 @@ class Emitter final : public sw::Sink {
   rte_mbuf* last_payload_ = nullptr;
   uint16_t ip_id_ = 0;
   std::vector<TxStage*> direct_tx_;  // by port; empty: TX rings
+  std::vector<uint8_t> port_seen_;   // send_all's scratch: ports given a replicated frame, by port
+  uint64_t fanout_flag_;
 };
 
 enum class Arbiter : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
@@ -193,7 +231,7 @@ class ReduceStage final : public Stage {
   // out of its input port unchanged, with no slot and no arithmetic.
   // `in_ports[i]`: the switch port whose packets `inputs[i]` carries.
   ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs, std::vector<uint16_t> in_ports,
-              std::vector<rte_ring*> tx_by_port, std::vector<bool> chains, rte_mempool* pool, Arbiter mode,
+              std::vector<rte_ring*> tx_by_port, std::vector<Copies> copies, rte_mempool* pool, Arbiter mode,
               uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only = false);
   const char* kind() const override { return "reduce"; }
   unsigned poll(uint64_t now_tsc) override;
@@ -242,6 +280,7 @@ class ReduceStage final : public Stage {
 
 struct TxCounters {
   Counter packets, bytes, retries;
+  Counter copies, alloc_failures;  // egress replication: copies made, and copies lost for want of a buffer
 };
 
 // Drains one port's TX ring into the port.
@@ -252,12 +291,15 @@ class TxStage final : public Stage {
  public:
   // `linearize`: the device cannot send chained mbufs (a fan-out's shared
   // payload is then copied behind each header here, at TX).
-  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize)
-      : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring), linearize_(linearize) {}
+  // `pool`: where the copies of replicated frames (Replication) come from.
+  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, rte_mempool* pool);
+  ~TxStage() override;
   const char* kind() const override { return "tx"; }
   unsigned poll(uint64_t now_tsc) override;
   // Nothing left to send, or nowhere to send it (the link is down).
-  bool drained() const override { return (pending_n_ == 0 && rte_ring_empty(ring_)) || !link_.last(); }
+  bool drained() const override {
+    return (pending_n_ == 0 && in_at_ == in_n_ && !fanout_ && rte_ring_empty(ring_)) || !link_.last();
+  }
   const TxCounters& counters() const { return c_; }
   uint16_t port() const { return cfg_port_; }
   // Run to completion: sends frames made on this lcore straight to the
@@ -268,11 +310,22 @@ class TxStage final : public Stage {
   // One rte_eth_tx_burst of k <= kBurst frames (linearized first where the
   // device cannot send chains), counted; returns how many the device took.
   uint16_t burst(rte_mbuf** m, uint16_t k);
+  // Up to kBurst frames to send into out[]: the ring's, with the copies of
+  // each replicated frame behind it. Returns how many.
+  uint16_t fill(rte_mbuf** out);
+  // Copies of fanout_ for the next destinations on this port, into out[0, room).
+  uint16_t copies(rte_mbuf** out, uint16_t room);
   uint16_t cfg_port_, dpdk_port_;
   rte_ring* ring_;
   bool linearize_;
-  rte_mbuf* pending_[kBurst];
+  rte_mempool* pool_;
+  uint64_t fanout_flag_;
+  rte_mbuf* pending_[kBurst];  // frames for the device
   uint16_t pending_n_ = 0, pending_at_ = 0;
+  rte_mbuf* in_[kBurst];  // taken from the ring, not yet in pending_
+  uint16_t in_n_ = 0, in_at_ = 0;
+  rte_mbuf* fanout_ = nullptr;  // the replicated frame being copied (our reference), and its next destination
+  uint16_t fanout_next_ = 0;
   TxCounters c_;
   LinkWatch link_;
 };

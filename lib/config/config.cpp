@@ -360,7 +360,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
   }
   if (const YAML::Node f = root["fanout"])
-    c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out", {{"copy", Fanout::COPY}, {"chain", Fanout::CHAIN}});
+    c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out",
+                               {{"copy", Fanout::COPY}, {"chain", Fanout::CHAIN}, {"egress", Fanout::EGRESS}});
   if (const YAML::Node l = root["lcores"]) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));

@@ -56,10 +56,12 @@ struct JobConfig {
 };
 
 enum class Role : uint8_t { ROOT, LEAF };
-// How a RESULT reaches several ranks: a whole frame per rank (COPY), or a
-// header mbuf per rank chained to one shared payload (CHAIN; only on devices
-// that send chained mbufs, else copied).
-enum class Fanout : uint8_t { COPY, CHAIN };
+// How a RESULT reaches several ranks: a whole frame per rank made by the
+// reducer (COPY), a header mbuf per rank chained to one shared payload (CHAIN;
+// only on devices that send chained mbufs, else copied), or one frame per
+// port from the reducer, copied for the port's other ranks by the port's TX
+// stage (EGRESS; on one lcore, where packets run to completion, as COPY).
+enum class Fanout : uint8_t { COPY, CHAIN, EGRESS };
 enum class ArbiterMode : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
 
 struct ParentConfig {

@@ -195,7 +195,7 @@ def dump(pcap: Path) -> list[dict]:
 @dataclass
 class Summary:
     rx: dict = field(default_factory=dict)          # port -> {packets, bytes, to_reducers, nacks}
-    tx: dict = field(default_factory=dict)          # port -> {packets, bytes}
+    tx: dict = field(default_factory=dict)          # port -> {packets, bytes, copies, copies_lost}
     refused: Counter = field(default_factory=Counter)   # parser refusal name -> n (all ports)
     rx_dropped: Counter = field(default_factory=Counter)  # RX drop reason -> n (all ports)
     shards: dict = field(default_factory=dict)      # shard -> {packets, contribs, ..., resent, nacks}
@@ -216,6 +216,7 @@ class Summary:
 _RX = re.compile(r'^  port (\d+) rx: (\d+) packets, (\d+) bytes, (\d+) to reducers, (\d+) NACKs$')
 _TX = re.compile(r'^  port (\d+) tx: (\d+) packets, (\d+) bytes$')
 _HWSUM = re.compile(r'^    checksums verified by the device (\d+)$')
+_TXCOPIES = re.compile(r'^    copies made at egress (\d+), lost for want of a buffer (\d+)$')
 _SHARD = re.compile(r'^  shard (\d+): (\d+) packets \((\d+) contribs, (\d+) partials\), (\d+) results sent, '
                     r'(\d+) partials sent, (\d+) resent, (\d+) NACKs, (\d+) element-contributions$')
 _REFUSED = re.compile(r'^    refused (\S+)\s+(\d+)$')
@@ -241,7 +242,11 @@ def parse_summary(stdout: str) -> Summary:
             s.hw_checksums += int(m[1])
         elif m := _TX.match(ln):
             section = 'tx'
-            s.tx[int(m[1])] = dict(zip(('packets', 'bytes'), map(int, m.groups()[1:])))
+            tx_port = int(m[1])
+            s.tx[tx_port] = dict(zip(('packets', 'bytes'), map(int, m.groups()[1:])), copies=0, copies_lost=0)
+        elif m := _TXCOPIES.match(ln):
+            assert section == 'tx', f'copies line outside a TX port section: {ln!r}'
+            s.tx[tx_port].update(copies=int(m[1]), copies_lost=int(m[2]))
         elif m := _SHARD.match(ln):
             section = 'shard'
             s.shards[int(m[1])] = dict(zip(('packets', 'contribs', 'partials', 'results_sent', 'partials_sent',

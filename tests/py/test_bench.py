@@ -150,29 +150,35 @@ def test_plot_is_a_png(quick):
     assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 2000
 
 
-def test_chained_fanout_results_check_out(tmp_path):
+@pytest.mark.parametrize('fanout,says', [('chain', 'chained mbufs'), ('egress', "copies at each port's TX stage")])
+def test_other_fanouts_results_check_out(tmp_path, fanout, says):
     """--fanout chain: each RESULT copy is a header mbuf chained to one shared
-    payload; the checker reads the chained frames and finds every one right."""
+    payload. --fanout egress: the reducer makes one frame per port and each
+    port's TX stage copies it (on two lcores). The checker reads the frames
+    and finds every one right."""
     require_bench()
-    out = tmp_path / 'chain.json'
-    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '256,1024', '--dtypes', 'fp32,bf16', '--repeat',
-              '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--fanout', 'chain', '--json', str(out))
+    out = tmp_path / f'{fanout}.json'
+    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '256,1024', '--dtypes', 'fp32,bf16', '--lcores',
+              '1,2', '--repeat', '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--fanout', fanout,
+              '--json', str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert 'RESULT fan-out by chained mbufs' in r.stdout
+    assert f'RESULT fan-out by {says}' in r.stdout
     rows = json.loads(out.read_text())
     assert {row['policy'] for row in rows} == {'forward', 'fp32_arrival', 'kulisch'}
+    assert {row['lcores'] for row in rows} == {1, 2}
     for row in rows:
         assert row['error'] is None and row['drops'] == 0 and row['mismatches'] == 0, row
         assert row['results_checked'] > 0, row
-        assert row['fanout'] == (None if row['policy'] == 'forward' else 'chain'), row
+        assert row['fanout'] == (None if row['policy'] == 'forward' else fanout), row
 
 
-@pytest.mark.parametrize('fanout', ['copy', 'chain'])
+@pytest.mark.parametrize('fanout', ['copy', 'chain', 'egress'])
 def test_an_injected_fault_is_caught(fanout):
     require_bench()
     # fp16 and e5m2 too: FP32_ARRIVAL's check decodes their RESULTs through a table.
-    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32,fp16,e5m2', '--repeat',
-              '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault', '--fanout', fanout)
+    r = bench('--policies', 'fp32_arrival,kulisch', '--payloads', '1024', '--dtypes', 'fp32,fp16,e5m2', '--lcores',
+              '1,2', '--repeat', '1', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--inject-fault', '--fanout',
+              fanout)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-2000:]
     assert 'CHECK FAILED' in r.stdout
     for line in r.stdout.splitlines():
@@ -188,7 +194,7 @@ def test_an_injected_fault_is_caught(fanout):
     (['--lcores', '99'], '--lcores'),
     (['--plot', 'out.svg'], '.png'),
     (['--frobnicate'], 'unknown option --frobnicate'),
-    (['--fanout', 'zero_copy'], "--fanout 'zero_copy': use copy or chain"),
+    (['--fanout', 'zero_copy'], "--fanout 'zero_copy': use copy, chain or egress"),
     (['extra'], "unexpected argument 'extra'"),
 ])
 def test_usage_errors_exit_2_with_a_reason(args, msg):

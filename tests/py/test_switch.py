@@ -436,6 +436,40 @@ def test_backpressure_small_rings_loses_nothing(tmp_path):
     assert s.shard_total('results_sent') == 64 * man['chunks'] * 2
 
 
+
+@pytest.mark.parametrize('lcores', ['0-1', '0'])
+def test_egress_replication(tmp_path, lcores):
+    """fanout: egress, 64 ranks on 4 ports, two shards, rings of 64. On two
+    lcores each reducer queues one RESULT frame per port and the port's TX
+    stage copies it for the port's other ranks; on one lcore packets run to
+    completion and the reducer makes every copy. Either way every member gets
+    every chunk exactly once, bit for bit the golden; tshark finds every sent
+    frame's IPv4 and UDP checksums good; and the copies each TX stage counts
+    are its RESULT frames less the one per chunk the reducer made."""
+    R, ports, ops = 64, 4, 2
+    sc = Scenario(tmp_path, ranks=R, ports=ports, shards=2, lcores=[0, 1] if lcores == '0-1' else None,
+                  extra={'fanout': 'egress', 'rings': '{size: 64}'})
+    man = sc.generate('fp16', 'kulisch', 3600, ops, values='specials', chunk=256)
+    run = sc.run_switch(lcores=lcores)
+    assert run.rc == 0, run.describe()
+    res = check_results(run, [man])
+    ref_check(man, res['assembled'])
+    s = run.summary
+    assert not s.rx_dropped and not s.shard_dropped, run.describe()
+    results = man['chunks'] * ops
+    assert len(res['results']) == R * results
+    on_port = Counter(f['out_port'] for f in run.of_kind(RESULT))
+    for p in range(ports):
+        assert on_port[p] == R // ports * results
+        made_at_tx = on_port[p] - results if lcores == '0-1' else 0
+        assert (s.tx[p]['copies'], s.tx[p]['copies_lost']) == (made_at_tx, 0), run.describe()
+        r = subprocess.run(['tshark', '-n', '-r', str(sc.tx_pcap(p)), '-o', 'ip.check_checksum:TRUE',
+                            '-o', 'udp.check_checksum:TRUE', '-T', 'fields', '-e', 'ip.checksum.status',
+                            '-e', 'udp.checksum.status'], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        status = Counter(r.stdout.split('\n')[:-1])
+        assert status == Counter({'1\t1': on_port[p]}), status  # tshark: 1 = Good
+
 # ------------------------------------------------------------ admission NACKs
 @pytest.mark.parametrize('what', ['too_narrow', 'format_not_allowed', 'policy_not_allowed', 'no_free_slot'])
 def test_admission_refusals(tmp_path, what):

@@ -505,15 +505,16 @@ TEST(ConfigErrors, RingSizeMustBeAPowerOfTwo) {
   expect_error(with(kBase, "size: 256", "size: 1048575"), 17, "rings.size", {"power of two"});
 }
 
-TEST(ConfigValid, FanoutIsCopyOrChain) {
+TEST(ConfigValid, FanoutIsCopyChainOrEgress) {
   EXPECT_EQ(parse_config(kBase + "fanout: chain\n").fanout, prism::Fanout::CHAIN);
   EXPECT_EQ(parse_config(kBase + "fanout: copy\n").fanout, prism::Fanout::COPY);
+  EXPECT_EQ(parse_config(kBase + "fanout: egress\n").fanout, prism::Fanout::EGRESS);
 }
 
 TEST(ConfigErrors, UnknownWordsListTheValidOnes) {
   expect_error(with(kBase, "mode: random", "mode: fifo"), 19, "arbiter.mode",
                {"'fifo'", "round_robin", "random", "reverse"});
-  expect_error(kBase + "fanout: zero_copy\n", 21, "fanout", {"'zero_copy'", "copy", "chain"});
+  expect_error(kBase + "fanout: zero_copy\n", 21, "fanout", {"'zero_copy'", "copy", "chain", "egress"});
   expect_error(with(kBase, "role: root", "role: spine"), 3, "switch.role", {"'spine'", "root", "leaf"});
   expect_error(with(kBase, "[fp32, bf16]", "[fp32, fp64]"), 10, "jobs[0].formats[1]",
                {"'fp64'", "fp32", "fp16", "bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "int8", "int32"});
