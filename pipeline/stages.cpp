@@ -247,8 +247,10 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
   ip_id_ = uint16_t(ip_id_ + to.size());
   // A port whose TX stage replicates gets one frame, its first destination's,
   // carrying the fan-out; the others get every copy from here.
+  const bool egress_fits = to.size() <= 0xFFFF;  // Replication's indices are 16-bit
+  auto egress = [&](const sw::Dest& d) { return egress_fits && replicated_at_egress(d.port); };
   auto made_here = [&](const sw::Dest& d) {
-    if (!replicated_at_egress(d.port)) return true;
+    if (!egress(d)) return true;
     if (port_seen_[d.port]) return false;
     port_seen_[d.port] = 1;
     return true;
@@ -277,7 +279,7 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
       alloc_failures.add();
       continue;
     }
-    if (replicated_at_egress(d.port)) {
+    if (egress(d)) {
       Replication& f = meta(m)->f;
       f.dests = to.data();
       f.sh = sh;
