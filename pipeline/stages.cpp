@@ -205,7 +205,7 @@ void Emitter::queue_slow(uint16_t port, rte_mbuf* m) {
   frames.add();
 }
 
-void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
+bool Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
                     const std::shared_ptr<const std::vector<uint8_t>>& body, uint16_t ip_id) {
   const bool whole = body->empty() || d.port >= copies_.size() || copies_[d.port] != Copies::CHAINED;
   const size_t n = wire::kFrameOverhead + (whole ? body->size() : 0);
@@ -213,7 +213,7 @@ void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
   if (!buf || !wire::put_headers(buf, d.hdr, sh, ip_id)) {
     rte_pktmbuf_free(m);
     alloc_failures.add();
-    return;
+    return false;
   }
   if (whole) {
     if (!body->empty()) std::memcpy(buf + wire::kFrameOverhead, body->data(), body->size());
@@ -224,10 +224,11 @@ void Emitter::build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
       if (clone) rte_pktmbuf_free(clone);
       rte_pktmbuf_free(m);
       alloc_failures.add();
-      return;
+      return false;
     }
   }
   queue(d.port, m);
+  return true;
 }
 
 void Emitter::send(sw::Out&& o) {
@@ -249,6 +250,7 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
   // carrying the fan-out; the others get every copy from here.
   const bool egress_fits = to.size() <= 0xFFFF;  // Replication's indices are 16-bit
   auto egress = [&](const sw::Dest& d) { return egress_fits && replicated_at_egress(d.port); };
+  constexpr uint8_t kLost = 2;  // port_seen_: the port's frame could not be made (1: it was)
   auto made_here = [&](const sw::Dest& d) {
     if (!egress(d)) return true;
     if (port_seen_[d.port]) return false;
@@ -263,8 +265,11 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
   unsigned have = 0, used = 0;
   for (size_t j = 0; j < to.size(); ++j) {
     const sw::Dest& d = to[j];
-    if (!made_here(d)) {
-      frames.add();  // the port's TX stage makes it
+    if (!made_here(d)) {  // the port's TX stage makes it, unless the port's frame was lost
+      if (port_seen_[d.port] == kLost)
+        alloc_failures.add();
+      else
+        frames.add();
       continue;
     }
     if (used == have) {  // buffers for up to the rest, in one allocation
@@ -277,6 +282,7 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
     rte_mbuf* m = ms[used++];
     if (!m) {
       alloc_failures.add();
+      if (egress(d)) port_seen_[d.port] = kLost;
       continue;
     }
     if (egress(d)) {
@@ -288,7 +294,7 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
       f.ip_id = id0;
       m->ol_flags |= fanout_flag_;
     }
-    build(m, d, sh, body, uint16_t(id0 + j));
+    if (!build(m, d, sh, body, uint16_t(id0 + j)) && egress(d)) port_seen_[d.port] = kLost;
   }
 }
 

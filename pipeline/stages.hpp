@@ -177,7 +177,8 @@ class Emitter final : public sw::Sink {
 
  private:
   // One copy: `m` is a fresh mbuf (the caller's) that becomes the frame.
-  void build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
+  // False when it could not be made (`m` is freed and the loss counted).
+  bool build(rte_mbuf* m, const sw::Dest& d, const wire::SharedPart& sh,
              const std::shared_ptr<const std::vector<uint8_t>>& body, uint16_t ip_id);
   // Whether copies for `port` are made at its TX stage (whole copies through
   // its ring) rather than here (chained copies, or run to completion).
