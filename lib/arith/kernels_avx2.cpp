@@ -217,6 +217,12 @@ bool any_masked(const uint8_t* e, uint32_t nbytes, uint32_t mask, uint32_t value
   const __m256i m = splat<Bits>(mask), v = splat<Bits>(value);
   __m256i hit = _mm256_setzero_si256();
   uint32_t i = 0;
+  auto test = [&](uint32_t at) {
+    return cmpeq<Bits>(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + at)), m), v);
+  };
+  for (; i + 128 <= nbytes; i += 128)  // four vectors a step: the loop's own cost a quarter as often
+    hit = _mm256_or_si256(
+        hit, _mm256_or_si256(_mm256_or_si256(test(i), test(i + 32)), _mm256_or_si256(test(i + 64), test(i + 96))));
   for (; i + 32 <= nbytes; i += 32) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e + i));
     hit = _mm256_or_si256(hit, cmpeq<Bits>(_mm256_and_si256(x, m), v));
