@@ -152,7 +152,8 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
                                                  cfg.slots_per_shard, tsc_hz_, opt.forward_only));
   }
   for (const auto& p : cfg.ports)
-    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id], pool_));
+    tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id],
+                                            copies[p.id] == Copies::AT_EGRESS, pool_));
 
   // 5. Lcores: the configured ones the EAL enabled (all of them by default); stages dealt out in turn.
   std::vector<unsigned> ids;

@@ -246,10 +246,23 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
   const wire::SharedPart sh = wire::share(h, body->size(), sum_for(body));
   const uint16_t id0 = ip_id_;
   ip_id_ = uint16_t(ip_id_ + to.size());
+  if (!egress_ || to.size() > 0xFFFF) {  // every copy from here (Replication's indices are 16-bit)
+    rte_mbuf* ms[kBurst];
+    for (size_t at = 0; at < to.size(); at += kBurst) {
+      const unsigned n = unsigned(std::min<size_t>(kBurst, to.size() - at));
+      if (rte_pktmbuf_alloc_bulk(pool_, ms, n) != 0)  // all or nothing: then one at a time
+        for (unsigned j = 0; j < n; ++j) ms[j] = rte_pktmbuf_alloc(pool_);
+      for (unsigned j = 0; j < n; ++j)
+        if (ms[j])
+          build(ms[j], to[at + j], sh, body, uint16_t(id0 + at + j));
+        else
+          alloc_failures.add();
+    }
+    return;
+  }
   // A port whose TX stage replicates gets one frame, its first destination's,
   // carrying the fan-out; the others get every copy from here.
-  const bool egress_fits = to.size() <= 0xFFFF;  // Replication's indices are 16-bit
-  auto egress = [&](const sw::Dest& d) { return egress_fits && replicated_at_egress(d.port); };
+  auto egress = [&](const sw::Dest& d) { return replicated_at_egress(d.port); };
   constexpr uint8_t kLost = 2;  // port_seen_: the port's frame could not be made (1: it was)
   auto made_here = [&](const sw::Dest& d) {
     if (!egress(d)) return true;
@@ -480,11 +493,13 @@ uint16_t TxStage::burst(rte_mbuf** m, uint16_t k) {
   return sent;
 }
 
-TxStage::TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, rte_mempool* pool)
+TxStage::TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, bool replicates,
+                 rte_mempool* pool)
     : cfg_port_(cfg_port),
       dpdk_port_(dpdk_port),
       ring_(ring),
       linearize_(linearize),
+      replicates_(replicates),
       pool_(pool),
       fanout_flag_(fanout_flag()) {}
 
@@ -522,6 +537,8 @@ uint16_t TxStage::copies(rte_mbuf** out, uint16_t room) {
 }
 
 uint16_t TxStage::fill(rte_mbuf** out) {
+  if (!replicates_)  // the ring's frames as they are
+    return uint16_t(rte_ring_dequeue_burst(ring_, reinterpret_cast<void**>(out), kBurst, nullptr));
   uint16_t n = 0;
   while (n < kBurst) {
     if (fanout_) {

@@ -161,7 +161,9 @@ class Emitter final : public sw::Sink {
         copies_(std::move(copies)),
         pending_(tx_.size()),
         port_seen_(tx_.size()),
-        fanout_flag_(fanout_flag()) {}
+        fanout_flag_(fanout_flag()) {
+    note_egress();
+  }
   void send(sw::Out&& o) override;
   void send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
                 std::span<const sw::Dest> to) override;
@@ -171,7 +173,10 @@ class Emitter final : public sw::Sink {
   bool flush();
   // Run to completion: frames for port p go straight to tx[p]'s device, not
   // through its TX ring (null entries keep the ring).
-  void send_direct(std::vector<TxStage*> tx) { direct_tx_ = std::move(tx); }
+  void send_direct(std::vector<TxStage*> tx) {
+    direct_tx_ = std::move(tx);
+    note_egress();
+  }
   bool drained() const { return pending_n_ == 0; }
   Counter frames, payload_copies, alloc_failures;
 
@@ -216,6 +221,11 @@ class Emitter final : public sw::Sink {
   std::vector<TxStage*> direct_tx_;  // by port; empty: TX rings
   std::vector<uint8_t> port_seen_;   // send_all's scratch: ports given a replicated frame, by port
   uint64_t fanout_flag_;
+  bool egress_ = false;  // some port's copies are made at its TX stage
+  void note_egress() {
+    egress_ = false;
+    for (uint16_t p = 0; p < tx_.size(); ++p) egress_ |= replicated_at_egress(p);
+  }
 };
 
 enum class Arbiter : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
@@ -292,8 +302,9 @@ class TxStage final : public Stage {
  public:
   // `linearize`: the device cannot send chained mbufs (a fan-out's shared
   // payload is then copied behind each header here, at TX).
-  // `pool`: where the copies of replicated frames (Replication) come from.
-  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, rte_mempool* pool);
+  // `replicates`: frames carrying a Replication may come on the ring
+  // (`fanout: egress`); `pool`: where their copies come from.
+  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, bool replicates, rte_mempool* pool);
   ~TxStage() override;
   const char* kind() const override { return "tx"; }
   unsigned poll(uint64_t now_tsc) override;
@@ -318,7 +329,7 @@ class TxStage final : public Stage {
   uint16_t copies(rte_mbuf** out, uint16_t room);
   uint16_t cfg_port_, dpdk_port_;
   rte_ring* ring_;
-  bool linearize_;
+  bool linearize_, replicates_;
   rte_mempool* pool_;
   uint64_t fanout_flag_;
   rte_mbuf* pending_[kBurst];  // frames for the device
