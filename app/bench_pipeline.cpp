@@ -148,7 +148,7 @@ struct Args {
   uint32_t ports = 2, repeat = 3;
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
-  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, chain = false, staged = false;
+  bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, staged = false;
   std::string fanout = "copy";  // --fanout: copy, chain or egress
   uint32_t max_lcores = 1;
 };
@@ -200,7 +200,6 @@ Args parse_args(int argc, char** argv) {
   r.fanout = a.str("--fanout", "copy");
   if (r.fanout != "copy" && r.fanout != "chain" && r.fanout != "egress")
     fail("--fanout '" + r.fanout + "': use copy, chain or egress");
-  r.chain = r.fanout == "chain";
   r.staged = a.has("--staged");
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
@@ -614,7 +613,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   const uint32_t reducers = std::max<uint32_t>(1, c.s.lcores - 1);
   const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.fanout), "bench");
   pipe::RunOptions opt;
-  opt.assume_chains = a.chain;
+  opt.assume_chains = a.fanout == "chain";
   opt.staged = a.staged;
   opt.quiet = true;
   opt.forward_only = c.mode == Mode::FORWARD;
@@ -936,7 +935,7 @@ int run_pipeline(int argc, char** argv) {
       "prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; RESULT fan-out by %s; "
       "CPU %s\n",
       a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports,
-      a.chain                ? "chained mbufs"
+      a.fanout == "chain"    ? "chained mbufs"
       : a.fanout == "egress" ? "copies at each port's TX stage"
                              : "copies",
       cpu_model().c_str());

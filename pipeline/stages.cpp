@@ -262,10 +262,9 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
   }
   // A port whose TX stage replicates gets one frame, its first destination's,
   // carrying the fan-out; the others get every copy from here.
-  auto egress = [&](const sw::Dest& d) { return replicated_at_egress(d.port); };
   constexpr uint8_t kLost = 2;  // port_seen_: the port's frame could not be made (1: it was)
   auto made_here = [&](const sw::Dest& d) {
-    if (!egress(d)) return true;
+    if (!replicated_at_egress(d.port)) return true;
     if (port_seen_[d.port]) return false;
     port_seen_[d.port] = 1;
     return true;
@@ -295,10 +294,10 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
     rte_mbuf* m = ms[used++];
     if (!m) {
       alloc_failures.add();
-      if (egress(d)) port_seen_[d.port] = kLost;
+      if (replicated_at_egress(d.port)) port_seen_[d.port] = kLost;
       continue;
     }
-    if (egress(d)) {
+    if (replicated_at_egress(d.port)) {
       Replication& f = meta(m)->f;
       f.dests = to.data();
       f.sh = sh;
@@ -307,7 +306,7 @@ void Emitter::send_all(const wire::Header& h, const std::shared_ptr<const std::v
       f.ip_id = id0;
       m->ol_flags |= fanout_flag_;
     }
-    if (!build(m, d, sh, body, uint16_t(id0 + j)) && egress(d)) port_seen_[d.port] = kLost;
+    if (!build(m, d, sh, body, uint16_t(id0 + j)) && replicated_at_egress(d.port)) port_seen_[d.port] = kLost;
   }
 }
 
