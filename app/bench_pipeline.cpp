@@ -14,6 +14,11 @@
 // Baselines, on the same devices and the same captures:
 //   forward  the same pipeline with the reducers replaced by a forwarder:
 //            parse + admit + VOQ ring + TX ring + TX, no slot, no arithmetic
+//   ideal    forward plus the data work any reducer must do for a
+//            contribution: its elements added into an accumulator that stays
+//            in L1, and a result body written (pipe::Baseline::IDEAL). A
+//            ceiling for every policy: what no reducer design can beat on
+//            these packets, lcores and devices
 //   testpmd  dpdk-testpmd in io forwarding mode, one forwarding lcore
 //
 // Output: a table, JSON (--json) and a gnuplot PNG (--plot). Targets are
@@ -68,7 +73,10 @@ const char* kPipelineUsage =
     "io forwarding on the same devices and packets. Every run's RESULTs are checked against the\n"
     "reference before a figure is reported.\n"
     "\n"
-    "  --policies LIST  forward fp32_arrival kulisch fp32_binomial (default forward,fp32_arrival,kulisch)\n"
+    "  --policies LIST  forward ideal fp32_arrival kulisch fp32_binomial (default forward,fp32_arrival,kulisch)\n"
+    "                   ideal: forward-only plus only the data work any reducer must do (the elements\n"
+    "                   added into an accumulator that stays in L1, a result body written); a ceiling\n"
+    "                   for every policy, float formats only\n"
     "  --dtypes LIST    fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32 (default fp32)\n"
     "  --payloads LIST  bytes of elements per contribution, 64..8192 (default 1024)\n"
     "  --ranks LIST     R, contributions per op, 1..1024 (default 8)\n"
@@ -110,10 +118,11 @@ constexpr size_t kKindOffset = 14 + 20 + 8 + 3;
 
 // --- what is measured ---------------------------------------------------------
 
-enum class Mode : uint8_t { FORWARD, ARRIVAL, KULISCH, BINOMIAL, TESTPMD };
+enum class Mode : uint8_t { FORWARD, IDEAL, ARRIVAL, KULISCH, BINOMIAL, TESTPMD };
 const char* mode_name(Mode m) {
   switch (m) {
     case Mode::FORWARD: return "forward";
+    case Mode::IDEAL: return "ideal";
     case Mode::ARRIVAL: return "fp32_arrival";
     case Mode::KULISCH: return "kulisch";
     case Mode::BINOMIAL: return "fp32_binomial";
@@ -209,9 +218,9 @@ Args parse_args(int argc, char** argv) {
     fail("--plot '" + r.plot + "': give a file name ending in .png");
 
   auto mode = [](const std::string& s) {
-    for (Mode m : {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL})
+    for (Mode m : {Mode::FORWARD, Mode::IDEAL, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL})
       if (s == mode_name(m)) return m;
-    fail("unknown policy '" + s + "': use forward, fp32_arrival, kulisch or fp32_binomial");
+    fail("unknown policy '" + s + "': use forward, ideal, fp32_arrival, kulisch or fp32_binomial");
   };
   auto dtype = [](const std::string& s) {
     auto f = format_from_name(s);
@@ -247,11 +256,11 @@ Args parse_args(int argc, char** argv) {
     add("quick", modes, {Format::FP32, Format::FP16}, {256, 1024}, {8}, {2});
   } else {
     const std::vector<Mode> m3 = {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH};
-    add("payload", {Mode::FORWARD, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL}, {Format::FP32},
+    add("payload", {Mode::FORWARD, Mode::IDEAL, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL}, {Format::FP32},
         {256, 512, 1024, 2048, 4096, 8192}, {8}, {2});
     add("format", m3, {Format::FP16, Format::BF16, Format::E4M3FN, Format::E5M2, Format::INT32}, {1024}, {8}, {2});
     add("ranks", m3, {Format::FP32}, {1024}, {2, 32, 128}, {2});
-    add("lcores", m3, {Format::FP32}, {1024}, {8}, {1});
+    add("lcores", {Mode::FORWARD, Mode::IDEAL, Mode::ARRIVAL, Mode::KULISCH}, {Format::FP32}, {1024}, {8}, {1});
   }
   // Every policy case is paired with forward-only on its shape (unless --no-forward).
   std::vector<Case> all;
@@ -475,8 +484,10 @@ uint16_t rx_rewrite(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t, v
 struct Verifier {
   const Workload* w = nullptr;
   uint16_t udp_port = wire::kDefaultPort;
-  bool forward = false;
+  bool forward = false;  // forward-only or ideal: the contributions come back out
+  bool ideal = false;    // ideal: with the elements (and so the UDP checksum) overwritten
   uint64_t frames = 0, results = 0, checked = 0, bad = 0, full_until = 0;
+  uint64_t rewritten = 0;  // ideal: frames whose elements no longer match their UDP checksum
   std::string first_bad;
   std::vector<uint8_t> scratch;
   // The output format's values by code, for the 8- and 16-bit formats that
@@ -509,11 +520,15 @@ struct Verifier {
     scratch.resize(len);
     const auto* f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch.data()));
     wire::Parsed p;
-    const wire::Refusal r = wire::parse({f, len}, udp_port, &p);
+    const wire::Refusal r = wire::parse({f, len}, udp_port, &p, true, ideal);
     ++checked;
     if (r != wire::Refusal::OK)
       return mismatch(std::string("a frame the switch sent does not parse: ") + wire::name(r));
-    if (forward) return;  // the contribution itself, unchanged
+    // The ideal reducer wrote a body over the elements: the checksum, left as
+    // it was, then fails (but for one body in 65536 or so, counted as not rewritten).
+    if (wire::Parsed q; ideal && wire::parse({f, len}, udp_port, &q) == wire::Refusal::UDP_BAD_CHECKSUM) ++rewritten;
+    if (forward && p.h.kind == wire::Kind::CONTRIB && p.h.count == w->elements) return;  // the contribution, back out
+    if (forward) return mismatch("op " + std::to_string(p.h.op) + ": not the contribution it forwards");
     const Workload& wl = *w;
     const uint32_t op = p.h.op % wl.ops;
     const Expected& e = wl.expect[op];
@@ -616,13 +631,15 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   opt.assume_chains = a.fanout == "chain";
   opt.staged = a.staged;
   opt.quiet = true;
-  opt.forward_only = c.mode == Mode::FORWARD;
+  opt.forward_only = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL;
+  opt.ideal_reducer = c.mode == Mode::IDEAL;
   opt.pool = pool;
   pipe::Runtime rt(cfg, opt);
   std::vector<Rewriter> rw(w.ports);
   Verifier v;
   v.w = &w;
   v.forward = opt.forward_only;
+  v.ideal = opt.ideal_reducer;
   // The first round's frames (R RESULTs per op) are all checked; forward-only's are its input, unchanged.
   v.full_until = a.sampled_checks || v.forward ? 0 : uint64_t(w.ops) * c.s.ranks;
   v.prepare();
@@ -697,10 +714,13 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   }
   if (v.bad)
     res.error = v.first_bad;
-  else if (c.mode != Mode::FORWARD && v.results == 0)
+  else if (!opt.forward_only && v.results == 0)
     res.error = "no RESULT was sent";
   else if (v.checked == 0)
     res.error = "nothing was checked";
+  else if (v.ideal && v.rewritten * 2 < v.checked)
+    res.error = "the ideal reducer sent " + std::to_string(v.checked - v.rewritten) + " of " +
+                std::to_string(v.checked) + " checked frames with their elements as they came";
   return res;
 }
 
@@ -822,9 +842,10 @@ struct Row {
   Result r;                                      // the median run (by Mpps)
   double fwd = 0, tp = 0;                        // Mpps of the paired baselines (medians); 0: none
   double vs_fwd = 0, vs_tp = 0, vs_arrival = 0;  // medians of the per-round ratios
+  double ideal = 0, vs_ideal = 0;                // the ideal reducer's Mpps, and this over it (policies)
   // The lowest and highest per-round ratio: how far one round's verdict can
   // move on this machine (a median near its line is not a firm pass or miss).
-  std::pair<double, double> fwd_range{0, 0}, tp_range{0, 0}, arrival_range{0, 0};
+  std::pair<double, double> fwd_range{0, 0}, tp_range{0, 0}, arrival_range{0, 0}, ideal_range{0, 0};
 };
 
 std::string run_dir_default() {
@@ -1055,6 +1076,11 @@ int run_pipeline(int argc, char** argv) {
         row.tp = o.r.mpps;
         row.vs_tp = paired(k, j, &row.tp_range);
       }
+      if (row.r.c.mode >= Mode::ARRIVAL && o.r.c.mode == Mode::IDEAL && same_shape(o.r.c.s, row.r.c.s, true) &&
+          o.r.error.empty()) {
+        row.ideal = o.r.mpps;
+        row.vs_ideal = paired(k, j, &row.ideal_range);
+      }
       if ((row.r.c.mode == Mode::KULISCH || row.r.c.mode == Mode::BINOMIAL) && o.r.c.mode == Mode::ARRIVAL &&
           same_shape(o.r.c.s, row.r.c.s, true) && o.r.mpps > 0)
         row.vs_arrival = paired(k, j, &row.arrival_range);
@@ -1135,8 +1161,15 @@ int run_pipeline(int argc, char** argv) {
   };
   std::printf("\n");
   for (uint32_t lc : {2u, 1u}) {
-    if (const Row* r = find(Mode::ARRIVAL, Format::FP32, lc))
+    if (const Row* r = find(Mode::ARRIVAL, Format::FP32, lc)) {
       target("fp32_arrival / forward (1 KiB fp32, R=8)", lc, r->vs_fwd, r->fwd_range, 0.8);
+      // Not targets: how far this layout lets any reducer go, and how close FP32_ARRIVAL comes.
+      if (const Row* i = find(Mode::IDEAL, Format::FP32, lc); i && i->vs_fwd > 0)
+        std::printf(
+            "  ceiling: ideal / forward %.2f (rounds %.2f-%.2f); fp32_arrival / ideal %.2f (rounds %.2f-%.2f)\n",
+            i->vs_fwd, i->fwd_range.first, i->fwd_range.second, r->vs_ideal, r->ideal_range.first,
+            r->ideal_range.second);
+    }
     if (const Row* r = find(Mode::FORWARD, Format::FP32, lc))
       target("forward / testpmd (1 KiB fp32, R=8)", lc, r->vs_tp, r->tp_range, 0.5);
     if (const Row* r = find(Mode::KULISCH, Format::FP32, lc)) {
@@ -1169,7 +1202,7 @@ int run_pipeline(int argc, char** argv) {
         << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
         << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
         << ", \"section\": " << json_str(r.c.section)
-        << ", \"fanout\": " << (r.c.mode == Mode::FORWARD || r.c.mode == Mode::TESTPMD ? "null" : json_str(a.fanout))
+        << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || r.c.mode == Mode::TESTPMD ? "null" : json_str(a.fanout))
         << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
         << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
         << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
@@ -1180,8 +1213,10 @@ int run_pipeline(int argc, char** argv) {
         << ", \"results_checked\": " << r.checked << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat
         << ", \"seconds\": " << a.time_s << ", \"baseline\": {\"forward_mpps\": " << row.fwd
         << ", \"testpmd_mpps\": " << row.tp << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp
-        << ", \"vs_fp32_arrival\": " << row.vs_arrival << ", \"vs_forward_range\": [" << row.fwd_range.first << ", "
-        << row.fwd_range.second << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
+        << ", \"vs_fp32_arrival\": " << row.vs_arrival << ", \"ideal_mpps\": " << row.ideal
+        << ", \"vs_ideal\": " << row.vs_ideal << ", \"vs_ideal_range\": [" << row.ideal_range.first << ", "
+        << row.ideal_range.second << "], \"vs_forward_range\": [" << row.fwd_range.first << ", " << row.fwd_range.second
+        << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
         << "], \"vs_fp32_arrival_range\": [" << row.arrival_range.first << ", " << row.arrival_range.second
         << "]}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}"
         << (i + 1 < rows.size() ? "," : "") << "\n";

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "arith/kernels.hpp"
+
 namespace prism::pipe {
 
 uint64_t fanout_flag() {
@@ -368,14 +370,14 @@ class RteHashIndex final : public sw::SlotIndex {
 ReduceStage::ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs,
                          std::vector<uint16_t> in_ports, std::vector<rte_ring*> tx_by_port, std::vector<Copies> copies,
                          rte_mempool* pool, Arbiter mode, uint64_t seed, uint32_t slots, uint64_t tsc_hz,
-                         bool forward_only)
+                         Baseline baseline)
     : shard_(shard),
       in_(std::move(inputs)),
       in_port_(std::move(in_ports)),
       emitter_(std::move(tx_by_port), pool, std::move(copies)),
       red_(dir, slots, std::make_unique<RteHashIndex>(shard, slots)),
       mode_(mode),
-      forward_only_(forward_only),
+      baseline_(baseline),
       rng_(seed + shard),
       tsc_hz_(tsc_hz),
       ns_per_tsc_(1e9 / double(tsc_hz)) {
@@ -440,34 +442,66 @@ void ReduceStage::serve(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t n
   c_.bursts.add();
   c_.dequeued.add(n);
   served_[input].add(n);
-  if (forward_only_) {
-    // The ring says where the packets came in: the mbufs themselves are
-    // not touched on this lcore (each line read here is one RX must take back).
+  if (baseline_ != Baseline::NONE) {
+    if (baseline_ == Baseline::IDEAL) ideal(burst, n);
+    // The ring says where the packets came in: forward-only does not touch
+    // the mbufs on this lcore (each line read here is one RX must take back).
     for (unsigned j = 0; j < n; ++j) emitter_.forward(in_port_[input], burst[j]);
   } else {
-    // The packets were written on the RX lcore: fetch the next ones' metadata
-    // and elements while this one is added (hides the cross-core misses).
-    auto prefetch = [&](unsigned k) {
-      if (k >= n || !prefetch_) return;
-      const Meta* m = meta(burst[k]);
-      rte_prefetch0(m);
-      const auto* p = m->p.payload;
-      for (size_t off = 0; off < m->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
-    };
-    // Both lines of each mbuf's own header too: the bulk free reads them
-    // (reference count, segments, pool), and they were written on the RX lcore.
-    for (unsigned k = 0; k < n && prefetch_; ++k) {
-      rte_prefetch0(meta(burst[k]));
-      rte_prefetch0(burst[k]);
-      rte_prefetch0(&burst[k]->cacheline1);
-    }
-    prefetch(0);
+    prefetch_burst(burst, n);
     for (unsigned j = 0; j < n; ++j) {
-      prefetch(j + 1);
+      if (j + 1 < n) prefetch_elements(burst[j + 1]);
       Meta* mt = meta(burst[j]);
       red_.on_packet(mt->p, mt->v, now_ns, emitter_);
     }
     rte_pktmbuf_free_bulk(burst, n);
+  }
+}
+
+// The packets were written on the RX lcore: fetch their metadata, and both
+// lines of each mbuf's own header (the bulk free reads the reference count,
+// segments and pool), then the first packet's elements; serve() fetches
+// each next packet's elements while one is added (hides the cross-core misses).
+void ReduceStage::prefetch_burst(rte_mbuf** burst, unsigned n) const {
+  if (!prefetch_ || n == 0) return;
+  for (unsigned k = 0; k < n; ++k) {
+    rte_prefetch0(meta(burst[k]));
+    rte_prefetch0(burst[k]);
+    rte_prefetch0(&burst[k]->cacheline1);
+  }
+  prefetch_elements(burst[0]);
+}
+
+void ReduceStage::prefetch_elements(rte_mbuf* m) const {
+  if (!prefetch_) return;
+  const Meta* mt = meta(m);
+  const uint8_t* p = mt->p.payload;
+  for (size_t off = 0; off < mt->p.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
+}
+
+// Baseline::IDEAL (see stages.hpp): the add and the result body, with the
+// same prefetching as the reducer's own path. Not a switch: the elements it
+// writes are the running sum of what this stage has seen since rank 0's last
+// contribution.
+void ReduceStage::ideal(rte_mbuf** burst, unsigned n) {
+  const Kernels& k = best_kernels();
+  prefetch_burst(burst, n);
+  for (unsigned j = 0; j < n; ++j) {
+    if (j + 1 < n) prefetch_elements(burst[j + 1]);
+    const wire::Parsed& p = meta(burst[j])->p;
+    const Format f = p.h.dtype;
+    if (!is_float(f) || p.h.encoding != wire::Encoding::DTYPE) continue;
+    const uint32_t count = p.h.count;
+    if (ideal_acc_.size() < count) ideal_acc_.resize(count, 0.0f);
+    // Rank 0's contribution starts the sum again, as an op's first term
+    // starts its slot: the lanes hold sums of about R terms, in range.
+    if (p.h.sender == 0) std::fill_n(ideal_acc_.begin(), count, 0.0f);
+    auto* body = const_cast<uint8_t*>(p.payload);
+    k.add_f32(f, ideal_acc_.data(), body, count);
+    if (f == Format::FP32)
+      std::memcpy(body, ideal_acc_.data(), size_t(count) * 4);
+    else
+      k.round_f32(f, ideal_acc_.data(), count, body);  // false (a special or an overflow) leaves garbage: fine here
   }
 }
 

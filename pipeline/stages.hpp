@@ -234,16 +234,28 @@ struct ReduceCounters {
   Counter dequeued, bursts, backpressured, ticks;
 };
 
+// What a reducer shard does with its packets: reduce them (the switch), or
+// one of two baselines for benchmarks, which are not switches:
+//   FORWARD  every admitted packet goes back out of its input port unchanged,
+//            with no slot and no arithmetic;
+//   IDEAL    the same, after the data work that any reducer must do for a
+//            contribution and nothing else: its elements added into one
+//            accumulator that stays in this lcore's L1 (the kernels' add_f32,
+//            FP32_ARRIVAL's add), and a result body written from it, over the
+//            packet's own elements (the cheapest buffer a result can have).
+//            No slot, lookup, header, fan-out or check: a ceiling for any
+//            reducer on the same packets, lcores and devices. Float formats;
+//            what it sends is well formed but for its UDP checksum.
+enum class Baseline : uint8_t { NONE, FORWARD, IDEAL };
+
 // One reducer shard: an arbiter over its VOQ rings (one per input port) and
 // the shard's slots.
 class ReduceStage final : public Stage {
  public:
-  // `forward_only`: a baseline, not a switch: every admitted packet goes back
-  // out of its input port unchanged, with no slot and no arithmetic.
   // `in_ports[i]`: the switch port whose packets `inputs[i]` carries.
   ReduceStage(uint32_t shard, const sw::Directory& dir, std::vector<rte_ring*> inputs, std::vector<uint16_t> in_ports,
               std::vector<rte_ring*> tx_by_port, std::vector<Copies> copies, rte_mempool* pool, Arbiter mode,
-              uint64_t seed, uint32_t slots, uint64_t tsc_hz, bool forward_only = false);
+              uint64_t seed, uint32_t slots, uint64_t tsc_hz, Baseline baseline = Baseline::NONE);
   const char* kind() const override { return "reduce"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return emitter_.drained(); }
@@ -269,14 +281,18 @@ class ReduceStage final : public Stage {
 
  private:
   void serve(uint32_t input, rte_mbuf** burst, unsigned n, uint64_t now_ns);
+  void prefetch_burst(rte_mbuf** burst, unsigned n) const;
+  void prefetch_elements(rte_mbuf* m) const;
+  void ideal(rte_mbuf** burst, unsigned n);
   uint32_t shard_;
   std::vector<rte_ring*> in_;
   std::vector<uint16_t> in_port_;
   Emitter emitter_;
   sw::Reducer red_;
   Arbiter mode_;
-  bool forward_only_;
+  Baseline baseline_;
   bool prefetch_ = true;
+  std::vector<float> ideal_acc_;  // Baseline::IDEAL's accumulator
   std::mt19937_64 rng_;
   std::vector<uint32_t> order_;
   uint32_t next_ = 0;

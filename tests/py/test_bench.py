@@ -3,7 +3,7 @@
 No timing is asserted (timings on a shared machine drift). What is asserted:
 every RESULT the pipeline sent under load was checked against the reference
 and none differed, nothing was dropped, each policy is paired with its
-forward-only and testpmd baselines, the derived figures agree with the
+forward-only and testpmd baselines (and the ideal reducer, when asked for), the derived figures agree with the
 measured ones when recomputed here, the plot is a PNG, and the checks can
 fail: with --inject-fault (signs flipped in one contribution per round) every
 policy's RESULTs must be reported wrong and the exit status must say so.
@@ -170,6 +170,51 @@ def test_other_fanouts_results_check_out(tmp_path, fanout, says):
         assert row['error'] is None and row['drops'] == 0 and row['mismatches'] == 0, row
         assert row['results_checked'] > 0, row
         assert row['fanout'] == (None if row['policy'] == 'forward' else fanout), row
+
+
+CEILING = re.compile(r'  ceiling: ideal / forward ([0-9.]+) \(rounds ([0-9.]+)-([0-9.]+)\); '
+                     r'fp32_arrival / ideal ([0-9.]+) \(rounds ([0-9.]+)-([0-9.]+)\)$')
+
+
+def test_ideal_reducer_is_paired_and_rewrites_what_it_sends(tmp_path):
+    """--policies ideal: forward-only plus only the data work any reducer
+    must do. Its frames go back out whole, with their elements rewritten:
+    PRISM's parser finds their headers good and their UDP checksums (left
+    as they came) wrong, which the bench requires of most frames it checks.
+    It runs for float formats only, is paired with forward-only, and each
+    policy row and target block gives it as the ceiling."""
+    require_bench()
+    out = tmp_path / 'ideal.json'
+    r = bench('--policies', 'ideal,fp32_arrival', '--payloads', '1024', '--dtypes', 'fp32,bf16,int32', '--lcores',
+              '1,2', '--repeat', '2', '--time', '0.1', '--warmup', '0.05', '--no-testpmd', '--json', str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    ideal = {(x['dtype'], x['lcores']): x for x in rows if x['policy'] == 'ideal'}
+    assert set(ideal) == {(d, lc) for d in ('fp32', 'bf16') for lc in (1, 2)}, 'ideal runs on float formats only'
+    for x in ideal.values():
+        assert x['error'] is None and x['drops'] == 0 and x['results_checked'] > 0, x
+        assert x['fanout'] is None, x
+        fwd = next(y for y in rows if y['policy'] == 'forward' and (y['dtype'], y['lcores']) == (x['dtype'], x['lcores']))
+        assert x['baseline']['forward_mpps'] == pytest.approx(fwd['mpps'])
+        lo, hi = x['baseline']['vs_forward_range']
+        assert 0 < lo <= x['baseline']['vs_forward'] * (1 + 1e-4) and x['baseline']['vs_forward'] <= hi * (1 + 1e-4), x
+    for x in rows:
+        if x['policy'] != 'fp32_arrival':
+            continue
+        i = ideal[(x['dtype'], x['lcores'])]
+        assert x['baseline']['ideal_mpps'] == pytest.approx(i['mpps'])
+        lo, hi = x['baseline']['vs_ideal_range']
+        assert lo <= x['baseline']['vs_ideal'] * (1 + 1e-4) and x['baseline']['vs_ideal'] <= hi * (1 + 1e-4), x
+    lines = [l for l in r.stdout.splitlines() if l.startswith('  ceiling:')]
+    assert len(lines) == 2, r.stdout[-3000:]  # under the fp32_arrival target of each layout
+    arrival = {x['lcores']: x for x in rows if x['policy'] == 'fp32_arrival' and x['dtype'] == 'fp32'}
+    for line, lc in zip(lines, (2, 1)):
+        m = CEILING.match(line)
+        assert m, line
+        i = ideal[('fp32', lc)]['baseline']
+        assert float(m[1]) == pytest.approx(i['vs_forward'], abs=0.006)
+        assert [float(m[2]), float(m[3])] == pytest.approx(i['vs_forward_range'], abs=0.006)
+        assert float(m[4]) == pytest.approx(arrival[lc]['baseline']['vs_ideal'], abs=0.006)
 
 
 @pytest.mark.parametrize('fanout', ['copy', 'chain', 'egress'])
