@@ -118,7 +118,8 @@ constexpr size_t kKindOffset = 14 + 20 + 8 + 3;
 
 // --- what is measured ---------------------------------------------------------
 
-enum class Mode : uint8_t { FORWARD, IDEAL, ARRIVAL, KULISCH, BINOMIAL, TESTPMD };
+enum class Mode : uint8_t { FORWARD, IDEAL, ARRIVAL, KULISCH, BINOMIAL, TESTPMD, TESTPMD_CSUM };
+bool is_testpmd(Mode m) { return m >= Mode::TESTPMD; }
 const char* mode_name(Mode m) {
   switch (m) {
     case Mode::FORWARD: return "forward";
@@ -127,6 +128,7 @@ const char* mode_name(Mode m) {
     case Mode::KULISCH: return "kulisch";
     case Mode::BINOMIAL: return "fp32_binomial";
     case Mode::TESTPMD: return "testpmd";
+    case Mode::TESTPMD_CSUM: return "testpmd_csum";
   }
   return "?";
 }
@@ -327,7 +329,7 @@ struct Expected {
 
 struct Workload {
   Shape s;
-  Mode mode;  // the policy in the headers (forward and testpmd run on FP32_ARRIVAL's packets)
+  Mode mode;  // the policy in the headers (forward, ideal and testpmd run on FP32_ARRIVAL's packets)
   uint32_t elements = 0, ops = 0, ports = 0, frame_bytes = 0;
   std::vector<std::string> pcap;
   std::vector<uint32_t> per_round;  // frames per replayed round, per port
@@ -728,7 +730,6 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
 Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
   Result res;
   res.c = c;
-  res.c.mode = Mode::TESTPMD;
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
   // testpmd, interactive, driven through its stdin: the measured window
@@ -749,8 +750,10 @@ Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
     argv_s.push_back("--vdev");
     argv_s.push_back("net_pcap" + std::to_string(p) + ",rx_pcap=" + w.pcap[p] + ",infinite_rx=1");
   }
-  for (const char* x : {"--", "-i", "--auto-start", "--forward-mode=io", "--port-topology=loop", "--nb-cores=1",
-                        "--mbuf-size=9344", "--total-num-mbufs=16384"})
+  // csum: each packet's IPv4 and UDP checksums recomputed in software (net_pcap has no offload).
+  for (const char* x :
+       {"--", "-i", "--auto-start", c.mode == Mode::TESTPMD_CSUM ? "--forward-mode=csum" : "--forward-mode=io",
+        "--port-topology=loop", "--nb-cores=1", "--mbuf-size=9344", "--total-num-mbufs=16384"})
     argv_s.push_back(x);
   int in_fd[2], out_fd[2];
   if (::pipe(in_fd) != 0 || ::pipe(out_fd) != 0) {
@@ -832,7 +835,7 @@ Result run_testpmd(const Case& c, const Workload& w, const Args& a) {
 // L = ceil(pps * main_ns) + ceil(pps * reduce_ns) (RX/TX and reducers on
 // their own lcores), at `gbit` on the wire (frame + FCS, preamble, gap).
 uint32_t lcores_for(const Result& r, double gbit) {
-  if (r.packets == 0 || r.c.mode == Mode::TESTPMD) return 0;
+  if (r.packets == 0 || is_testpmd(r.c.mode)) return 0;
   const double pps = gbit * 1e9 / (double(r.frame_bytes + 24) * 8);
   return uint32_t(std::ceil(pps * r.main_ns_pkt * 1e-9)) +
          (r.reduce_ns_pkt > 0 ? uint32_t(std::ceil(pps * r.reduce_ns_pkt * 1e-9)) : 0);
@@ -843,9 +846,11 @@ struct Row {
   double fwd = 0, tp = 0;                        // Mpps of the paired baselines (medians); 0: none
   double vs_fwd = 0, vs_tp = 0, vs_arrival = 0;  // medians of the per-round ratios
   double ideal = 0, vs_ideal = 0;                // the ideal reducer's Mpps, and this over it (policies)
+  double tp_csum = 0, vs_tp_csum = 0;            // testpmd's csum engine, and forward-only over it
   // The lowest and highest per-round ratio: how far one round's verdict can
   // move on this machine (a median near its line is not a firm pass or miss).
-  std::pair<double, double> fwd_range{0, 0}, tp_range{0, 0}, arrival_range{0, 0}, ideal_range{0, 0};
+  std::pair<double, double> fwd_range{0, 0}, tp_range{0, 0}, arrival_range{0, 0}, ideal_range{0, 0},
+      tp_csum_range{0, 0};
 };
 
 std::string run_dir_default() {
@@ -943,7 +948,7 @@ int run_pipeline(int argc, char** argv) {
   std::map<std::pair<Shape, Mode>, Workload> loads;
   uint32_t wid = 0;
   auto load_for = [&](const Case& c) -> const Workload& {
-    const Mode hm = c.mode == Mode::FORWARD ? Mode::ARRIVAL : c.mode;
+    const Mode hm = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL || is_testpmd(c.mode) ? Mode::ARRIVAL : c.mode;
     Shape key = c.s;
     key.lcores = 0;  // the packets do not depend on the lcores
     auto it = loads.find({key, hm});
@@ -961,7 +966,9 @@ int run_pipeline(int argc, char** argv) {
                              : "copies",
       cpu_model().c_str());
   std::fflush(stdout);
-  // testpmd runs once per packet shape (its layout does not change with --lcores).
+  // testpmd runs once per packet shape (its layout does not change with
+  // --lcores), in io mode; on the headline shape also in csum mode, the
+  // reference for a forwarder that sums every packet in software.
   std::vector<Case> tp_cases;
   if (tp)
     for (const Case& c : a.cases) {
@@ -973,7 +980,10 @@ int run_pipeline(int argc, char** argv) {
         y.lcores = 0;
         return !(y < k) && !(k < y);
       });
-      if (!have) tp_cases.push_back(c);
+      if (have) continue;
+      tp_cases.push_back({Mode::TESTPMD, c.s, c.section});
+      if (c.s.dtype == Format::FP32 && c.s.payload == 1024 && c.s.ranks == 8)
+        tp_cases.push_back({Mode::TESTPMD_CSUM, c.s, c.section});
     }
 
   // One pool for every run (creating 150 MB of buffers per run would cost seconds).
@@ -981,23 +991,19 @@ int run_pipeline(int argc, char** argv) {
   if (!pool) fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) + " (give --eal more memory)");
   std::vector<std::vector<Result>> runs(a.cases.size()), tp_runs(tp_cases.size());
   uint32_t run_id = 0;
-  // testpmd's run for a shape goes right before the first forward-only run
-  // of that shape in each round, next to the runs its ratio pairs it with.
-  auto tp_of = [&](const Case& c) -> long {
-    Shape k = c.s;
-    k.lcores = 0;
-    for (size_t t = 0; t < tp_cases.size(); ++t) {
-      Shape y = tp_cases[t].s;
-      y.lcores = 0;
-      if (!(y < k) && !(k < y)) return long(t);
-    }
-    return -1;
+  // testpmd's runs for a shape go right before the first forward-only run
+  // of that shape in each round, next to the runs their ratios pair them with.
+  auto same_packets = [](const Case& x, const Case& c) {
+    Shape k = c.s, y = x.s;
+    k.lcores = y.lcores = 0;
+    return !(y < k) && !(k < y);
   };
   for (uint32_t rep = 0; rep < a.repeat; ++rep) {
     for (size_t i = 0; i < a.cases.size(); ++i) {
       const Case& c = a.cases[i];
-      if (const long t = c.mode == Mode::FORWARD ? tp_of(c) : -1; t >= 0 && tp_runs[size_t(t)].size() == rep)
-        tp_runs[size_t(t)].push_back(run_testpmd(tp_cases[size_t(t)], load_for(tp_cases[size_t(t)]), a));
+      for (size_t t = 0; t < tp_cases.size() && c.mode == Mode::FORWARD; ++t)
+        if (same_packets(tp_cases[t], c) && tp_runs[t].size() == rep)
+          tp_runs[t].push_back(run_testpmd(tp_cases[t], load_for(tp_cases[t]), a));
       Result r;
       try {
         r = run_prism(c, load_for(c), a, run_id++, pool);
@@ -1068,6 +1074,13 @@ int run_pipeline(int argc, char** argv) {
     if (row.r.c.mode == Mode::TESTPMD) continue;
     for (size_t j = 0; j < rows.size(); ++j) {
       const Row& o = rows[j];
+      if (row.r.c.mode == Mode::TESTPMD_CSUM) {  // csum over io: the one ratio of a testpmd row
+        if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
+          row.tp = o.r.mpps;
+          row.vs_tp = paired(k, j, &row.tp_range);
+        }
+        continue;
+      }
       if (o.r.c.mode == Mode::FORWARD && same_shape(o.r.c.s, row.r.c.s, true) && o.r.error.empty()) {
         row.fwd = o.r.mpps;
         row.vs_fwd = paired(k, j, &row.fwd_range);
@@ -1075,6 +1088,10 @@ int run_pipeline(int argc, char** argv) {
       if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
         row.tp = o.r.mpps;
         row.vs_tp = paired(k, j, &row.tp_range);
+      }
+      if (o.r.c.mode == Mode::TESTPMD_CSUM && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
+        row.tp_csum = o.r.mpps;
+        row.vs_tp_csum = paired(k, j, &row.tp_csum_range);
       }
       if (row.r.c.mode >= Mode::ARRIVAL && o.r.c.mode == Mode::IDEAL && same_shape(o.r.c.s, row.r.c.s, true) &&
           o.r.error.empty()) {
@@ -1094,12 +1111,12 @@ int run_pipeline(int argc, char** argv) {
   std::string last_section;
   for (const Row& row : rows) {
     const Result& r = row.r;
-    if (r.c.section != last_section && r.c.mode != Mode::TESTPMD) {
+    if (r.c.section != last_section && !is_testpmd(r.c.mode)) {
       std::printf("-- %s\n", r.c.section.c_str());
       last_section = r.c.section;
     }
-    if (r.c.mode == Mode::TESTPMD && last_section != "testpmd") {
-      std::printf("-- testpmd io forwarding, 1 forwarding lcore\n");
+    if (is_testpmd(r.c.mode) && last_section != "testpmd") {
+      std::printf("-- testpmd, 1 forwarding lcore: io forwarding (csum: checksums recomputed in software)\n");
       last_section = "testpmd";
     }
     auto ratio = [](double x) {
@@ -1117,7 +1134,7 @@ int run_pipeline(int argc, char** argv) {
                   r.c.s.ranks, r.c.s.lcores, r.error.c_str());
       continue;
     }
-    const bool pm = r.c.mode == Mode::TESTPMD;
+    const bool pm = is_testpmd(r.c.mode);
     std::printf(
         "%-14s %-7s %6u %5u %3s | %7.3f %8.2f %8.3f | %6s %6s %6s | %5.1f %5.1f %5.1f | %7.1f %7.1f | %5u %5u | %7zu "
         "%6llu %llu%s\n",
@@ -1170,8 +1187,20 @@ int run_pipeline(int argc, char** argv) {
             i->vs_fwd, i->fwd_range.first, i->fwd_range.second, r->vs_ideal, r->ideal_range.first,
             r->ideal_range.second);
     }
-    if (const Row* r = find(Mode::FORWARD, Format::FP32, lc))
+    if (const Row* r = find(Mode::FORWARD, Format::FP32, lc)) {
       target("forward / testpmd (1 KiB fp32, R=8)", lc, r->vs_tp, r->tp_range, 0.5);
+      // Not a target: DPDK's own forwarder when it sums each packet in software, as PRISM must here.
+      const Row* cs = nullptr;
+      for (const Row& row : rows)
+        if (row.r.c.mode == Mode::TESTPMD_CSUM && row.r.c.s.dtype == Format::FP32 && row.r.c.s.payload == 1024 &&
+            row.r.c.s.ranks == 8 && row.r.error.empty())
+          cs = &row;
+      if (cs && cs->vs_tp > 0 && r->vs_tp_csum > 0)
+        std::printf(
+            "  reference: testpmd csum / io %.2f (rounds %.2f-%.2f); forward / testpmd csum %.2f (rounds %.2f-%.2f)\n",
+            cs->vs_tp, cs->tp_range.first, cs->tp_range.second, r->vs_tp_csum, r->tp_csum_range.first,
+            r->tp_csum_range.second);
+    }
     if (const Row* r = find(Mode::KULISCH, Format::FP32, lc)) {
       target("kulisch / fp32_arrival, fp32", lc, r->vs_arrival, r->arrival_range, 0.5);
       target("kulisch / fp32_arrival, fp32 (stretch)", lc, r->vs_arrival, r->arrival_range, 0.7);
@@ -1200,9 +1229,9 @@ int run_pipeline(int argc, char** argv) {
       j << "  {\"policy\": \"" << mode_name(r.c.mode) << "\", \"dtype\": \"" << name(r.c.s.dtype)
         << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
         << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
-        << ", \"lcores\": " << (r.c.mode == Mode::TESTPMD ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
+        << ", \"lcores\": " << (is_testpmd(r.c.mode) ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
         << ", \"section\": " << json_str(r.c.section)
-        << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || r.c.mode == Mode::TESTPMD ? "null" : json_str(a.fanout))
+        << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || is_testpmd(r.c.mode) ? "null" : json_str(a.fanout))
         << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
         << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
         << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
@@ -1215,8 +1244,10 @@ int run_pipeline(int argc, char** argv) {
         << ", \"testpmd_mpps\": " << row.tp << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp
         << ", \"vs_fp32_arrival\": " << row.vs_arrival << ", \"ideal_mpps\": " << row.ideal
         << ", \"vs_ideal\": " << row.vs_ideal << ", \"vs_ideal_range\": [" << row.ideal_range.first << ", "
-        << row.ideal_range.second << "], \"vs_forward_range\": [" << row.fwd_range.first << ", " << row.fwd_range.second
-        << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
+        << row.ideal_range.second << "], \"testpmd_csum_mpps\": " << row.tp_csum
+        << ", \"vs_testpmd_csum\": " << row.vs_tp_csum << ", \"vs_testpmd_csum_range\": [" << row.tp_csum_range.first
+        << ", " << row.tp_csum_range.second << "], \"vs_forward_range\": [" << row.fwd_range.first << ", "
+        << row.fwd_range.second << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
         << "], \"vs_fp32_arrival_range\": [" << row.arrival_range.first << ", " << row.arrival_range.second
         << "]}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}"
         << (i + 1 < rows.size() ? "," : "") << "\n";

@@ -27,7 +27,7 @@ for ((r = 1; r <= rounds; ++r)); do
     [ "$b" = new ] && bin=$new && read -r -a extra <<< "${NEW_ARGS:-}"
     out=$("$bin" pipeline "$@" "${extra[@]}" 2>&1) || { echo "$bin pipeline $* ${extra[*]} failed:" >&2; echo "$out" | tail -20 >&2; exit 1; }
     # rows: policy dtype bytes R lcores | Mpps ...
-    echo "$out" | awk -v b="$b" '$6 == "|" && $1 != "testpmd" && $1 != "policy" {print b, $1, $2, $3, $5, $7}' >> "$runs"
+    echo "$out" | awk -v b="$b" '$6 == "|" && $1 !~ /^testpmd/ && $1 != "policy" {print b, $1, $2, $3, $5, $7}' >> "$runs"
   done
   echo "round $r of $rounds done" >&2
 done

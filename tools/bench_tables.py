@@ -3,8 +3,8 @@
 
     tools/bench_tables.py docs/data/pipeline.json
 
-One table per section of the sweep, with each policy's ratios to forward-only
-and testpmd as measured in the same run, then the targets.
+One table per section of the sweep, with each policy's ratios to forward-only,
+testpmd and the ideal reducer (its ceiling) as measured in the same run.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def main(path: str) -> int:
     rows = json.load(open(path))
     sections: dict[str, list] = {}
     for r in rows:
-        sections.setdefault('testpmd' if r['policy'] == 'testpmd' else r['section'], []).append(r)
-    head = ('| policy | dtype | payload B | R | lcores | Mpps | Gbit/s | ns/elem | ÷ forward | ÷ testpmd | ÷ arrival '
+        sections.setdefault('testpmd' if r['policy'].startswith('testpmd') else r['section'], []).append(r)
+    head = ('| policy | dtype | payload B | R | lcores | Mpps | Gbit/s | ns/elem | ÷ forward | ÷ testpmd | ÷ ideal | ÷ arrival '
             '| rx % | reduce % | main ns/pkt | reduce ns/pkt | L100 | L400 | slot B |')
     sep = '|' + '|'.join(['---'] * (head.count('|') - 1)) + '|'
     for name, rs in sections.items():
@@ -32,7 +32,7 @@ def main(path: str) -> int:
             b = r['baseline']
             print(f"| {r['policy']} | {r['dtype']} | {r['payload_bytes']} | {r['ranks']} | {r['lcores']} "
                   f"| {r['mpps']:.3f} | {r['gbps']:.2f} | {r['ns_per_elem']:.3f} | {fmt(b['vs_forward'])} "
-                  f"| {fmt(b['vs_testpmd'])} | {fmt(b['vs_fp32_arrival'])} "
+                  f"| {fmt(b['vs_testpmd'])} | {fmt(b.get('vs_ideal'))} | {fmt(b['vs_fp32_arrival'])} "
                   f"| {100 * r['stage_share']['rx']:.0f} | {100 * r['stage_share']['reduce']:.0f} "
                   f"| {r['main_ns_per_packet']:.0f} | {r['reduce_ns_per_packet']:.0f} "
                   f"| {r['lcores_100g'] or '-'} | {r['lcores_400g'] or '-'} | {r['slot_bytes'] or '-'} |")

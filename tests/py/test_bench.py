@@ -61,7 +61,7 @@ def test_quick_sweep_checks_every_result_and_drops_nothing(quick):
         assert FIELDS <= row.keys(), row
         assert row['error'] is None, row
         assert row['drops'] == 0 and row['mismatches'] == 0, row
-        if row['policy'] != 'testpmd':
+        if not row['policy'].startswith('testpmd'):
             assert row['results_checked'] > 0, row
     policies = {r['policy'] for r in rows}
     assert {'forward', 'fp32_arrival', 'kulisch'} <= policies
@@ -76,8 +76,22 @@ def test_each_policy_is_paired_with_its_baselines(quick):
     tpm = {(x['dtype'], x['payload_bytes'], x['ranks']): x['mpps'] for x in rows if x['policy'] == 'testpmd'}
     if TESTPMD:
         assert tpm, 'dpdk-testpmd is installed but no testpmd row was measured'
+    csum = {(x['dtype'], x['payload_bytes'], x['ranks']): x for x in rows if x['policy'] == 'testpmd_csum'}
+    if TESTPMD:  # testpmd's csum engine runs on the headline shape only, as a reference
+        assert set(csum) == {('fp32', 1024, 8)}, csum.keys()
+        c = csum[('fp32', 1024, 8)]
+        assert c['baseline']['vs_testpmd'] == pytest.approx(c['mpps'] / tpm[('fp32', 1024, 8)], rel=1e-4)
+        lines = [l for l in r.stdout.splitlines() if l.startswith('  reference: testpmd csum / io')]
+        assert len(lines) == 1, r.stdout[-3000:]
+        m = re.match(r'  reference: testpmd csum / io ([0-9.]+) \(rounds [0-9.-]+\); forward / testpmd csum ([0-9.]+) ',
+                     lines[0])
+        assert m, lines[0]
+        assert float(m[1]) == pytest.approx(c['baseline']['vs_testpmd'], abs=0.006)
+        f = next(x for x in rows if x['policy'] == 'forward' and (x['dtype'], x['payload_bytes']) == ('fp32', 1024))
+        assert f['baseline']['testpmd_csum_mpps'] == pytest.approx(c['mpps'])
+        assert float(m[2]) == pytest.approx(f['baseline']['vs_testpmd_csum'], abs=0.006)
     for x in rows:
-        if x['policy'] == 'testpmd':
+        if x['policy'].startswith('testpmd'):
             continue
         key = (x['dtype'], x['payload_bytes'], x['ranks'], x['lcores'])
         assert x['baseline']['forward_mpps'] == pytest.approx(fwd[key])
@@ -130,7 +144,7 @@ def test_derived_figures_agree_with_the_measured_rate(quick):
         # Gbit/s of contribution payload and ns per element-contribution, recomputed from Mpps.
         assert x['gbps'] == pytest.approx(x['mpps'] * 1e6 * x['payload_bytes'] * 8 / 1e9, rel=1e-3)
         assert x['ns_per_elem'] == pytest.approx(1e3 / (x['mpps'] * x['elements']), rel=1e-3)
-        if x['policy'] != 'testpmd':
+        if not x['policy'].startswith('testpmd'):
             # The lcores 100 Gbit/s on the wire needs (frame + 24 B of FCS, preamble and gap) at the measured costs.
             pps = 100e9 / ((x['frame_bytes'] + 24) * 8)
             want = math.ceil(pps * x['main_ns_per_packet'] * 1e-9)
