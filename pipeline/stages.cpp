@@ -497,11 +497,12 @@ void ReduceStage::ideal(rte_mbuf** burst, unsigned n) {
     // starts its slot: the lanes hold sums of about R terms, in range.
     if (p.h.sender == 0) std::fill_n(ideal_acc_.begin(), count, 0.0f);
     auto* body = const_cast<uint8_t*>(p.payload);
-    k.add_f32(f, ideal_acc_.data(), body, count);
-    if (f == Format::FP32)
-      std::memcpy(body, ideal_acc_.data(), size_t(count) * 4);
-    else
+    if (f == Format::FP32) {
+      k.add_f32_out(ideal_acc_.data(), body, body, count);  // one pass: add, then the sum over the elements
+    } else {
+      k.add_f32(f, ideal_acc_.data(), body, count);
       k.round_f32(f, ideal_acc_.data(), count, body);  // false (a special or an overflow) leaves garbage: fine here
+    }
   }
 }
 

@@ -240,9 +240,10 @@ struct ReduceCounters {
 //            with no slot and no arithmetic;
 //   IDEAL    the same, after the data work that any reducer must do for a
 //            contribution and nothing else: its elements added into one
-//            accumulator that stays in this lcore's L1 (the kernels' add_f32,
-//            FP32_ARRIVAL's add), and a result body written from it, over the
-//            packet's own elements (the cheapest buffer a result can have).
+//            accumulator that stays in this lcore's L1, and a result body
+//            written from it, over the packet's own elements (the cheapest
+//            buffer a result can have); for fp32 both in one pass
+//            (add_f32_out), for the narrower formats add_f32 then round_f32.
 //            No slot, lookup, header, fan-out or check: a ceiling for any
 //            reducer on the same packets, lcores and devices. Float formats;
 //            what it sends is well formed but for its UDP checksum.

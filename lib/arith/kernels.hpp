@@ -75,6 +75,11 @@ struct Kernels {
   // overflow). Cost (AVX2, fp16): ~25 uops per 8 lanes where odd_f64 and
   // round_f32 take ~40.
   bool (*round_f64)(Format out, const double* in, uint32_t n, uint8_t* dst);
+  // acc[i] = fl32(acc[i] + e[i]), then out[i] = acc[i], for n fp32 elements
+  // in one pass (`out` may be `e`): the least data work a reducer can do for
+  // a contribution, which the bench's ideal reducer does and nothing else
+  // (pipe::Baseline::IDEAL). Cost (AVX2): 2 loads, 1 add, 2 stores per 8 lanes.
+  void (*add_f32_out)(float* acc, const uint8_t* e, uint8_t* out, uint32_t n);
 };
 
 // round_f64 by its two steps, 64 lanes at a time through a float buffer on

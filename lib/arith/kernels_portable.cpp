@@ -46,6 +46,14 @@ void add_f32_t(float* acc, const uint8_t* e, uint32_t n) {
   const float* t = table_for(F);
   for (uint32_t i = 0; i < n; ++i) acc[i] += elem_float<F>(e, i, t);
 }
+void add_f32_out(float* acc, const uint8_t* e, uint8_t* out, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, e + 4 * size_t(i), 4);
+    acc[i] += x;
+    std::memcpy(out + 4 * size_t(i), &acc[i], 4);
+  }
+}
 template <Format F>
 void add_f64_t(double* acc, const uint8_t* e, uint32_t n) {
   const float* t = table_for(F);
@@ -227,7 +235,7 @@ const float* fp8_table(Format f) {
 const Kernels& portable_kernels() {
   static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64};
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
   return k;
 }
 

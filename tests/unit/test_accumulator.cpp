@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "acc_util.hpp"
@@ -760,6 +763,42 @@ TEST(Kernels, RoundF64IsTheDoublesOwnRounding) {
       for (const prism::Kernels* k : ks)
         ASSERT_FALSE(k->round_f64(Format::FP16, w.data(), 9, got.data())) << k->name << " " << bad << " at " << pos;
     }
+}
+
+// The ideal reducer's one-pass add and write against a plain float loop:
+// every lane of acc becomes acc + e (one fp32 rounding, the same bits), and
+// `out` gets that sum, whether it is another buffer or the elements' own.
+TEST(Kernels, AddF32OutAddsThenWritesTheSum) {
+  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
+  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  std::mt19937_64 rng(29);
+  for (const prism::Kernels* k : ks) {
+    for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 31u, 32u, 33u, 64u, 255u, 256u, 257u}) {
+      for (bool in_place : {false, true}) {
+        std::vector<float> acc(n), x(n), want(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          acc[i] = float(int64_t(rng() % 20001) - 10000) * 0.001953125f;
+          x[i] = std::ldexp(float(int64_t(rng() % 2000001) - 1000000), int(rng() % 20) - 30);
+          want[i] = acc[i] + x[i];
+        }
+        std::vector<uint8_t> e(size_t(n) * 4), other(size_t(n) * 4, 0xAB);
+        std::memcpy(e.data(), x.data(), e.size());
+        uint8_t* out = in_place ? e.data() : other.data();
+        k->add_f32_out(acc.data(), e.data(), out, n);
+        for (uint32_t i = 0; i < n; ++i) {
+          float o;
+          std::memcpy(&o, out + 4 * size_t(i), 4);
+          ASSERT_EQ(std::bit_cast<uint32_t>(acc[i]), std::bit_cast<uint32_t>(want[i]))
+              << k->name << " n " << n << " lane " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(o), std::bit_cast<uint32_t>(want[i]))
+              << k->name << " n " << n << " lane " << i;
+        }
+        if (!in_place) {
+          ASSERT_EQ(std::memcmp(e.data(), x.data(), e.size()), 0) << k->name << ": the elements were written";
+        }
+      }
+    }
+  }
 }
 
 // The fused screen-and-add kernel against a plain float reference built on
