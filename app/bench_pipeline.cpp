@@ -633,15 +633,16 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   opt.assume_chains = a.fanout == "chain";
   opt.staged = a.staged;
   opt.quiet = true;
-  opt.forward_only = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL;
-  opt.ideal_reducer = c.mode == Mode::IDEAL;
+  opt.baseline = c.mode == Mode::FORWARD ? pipe::Baseline::FORWARD
+                 : c.mode == Mode::IDEAL ? pipe::Baseline::IDEAL
+                                         : pipe::Baseline::NONE;
   opt.pool = pool;
   pipe::Runtime rt(cfg, opt);
   std::vector<Rewriter> rw(w.ports);
   Verifier v;
   v.w = &w;
-  v.forward = opt.forward_only;
-  v.ideal = opt.ideal_reducer;
+  v.forward = opt.baseline != pipe::Baseline::NONE;
+  v.ideal = opt.baseline == pipe::Baseline::IDEAL;
   // The first round's frames (R RESULTs per op) are all checked; forward-only's are its input, unchanged.
   v.full_until = a.sampled_checks || v.forward ? 0 : uint64_t(w.ops) * c.s.ranks;
   v.prepare();
@@ -716,7 +717,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   }
   if (v.bad)
     res.error = v.first_bad;
-  else if (!opt.forward_only && v.results == 0)
+  else if (!v.forward && v.results == 0)
     res.error = "no RESULT was sent";
   else if (v.checked == 0)
     res.error = "nothing was checked";

@@ -149,10 +149,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
       in_ports.push_back(cfg.ports[i].id);
     }
     red_.push_back(std::make_unique<ReduceStage>(s, dir_, in, in_ports, tx_ring, copies, pool_, mode, cfg.arbiter_seed,
-                                                 cfg.slots_per_shard, tsc_hz_,
-                                                 opt.ideal_reducer  ? Baseline::IDEAL
-                                                 : opt.forward_only ? Baseline::FORWARD
-                                                                    : Baseline::NONE));
+                                                 cfg.slots_per_shard, tsc_hz_, opt.baseline));
   }
   for (const auto& p : cfg.ports)
     tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], tx_ring[p.id], !can_chain[p.id],

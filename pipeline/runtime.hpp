@@ -25,10 +25,10 @@ int logtype();
 struct RunOptions {
   uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
   bool quiet = false;
-  bool forward_only = false;  // baseline for benchmarks: parse, admit and send back out, no arithmetic
-  // baseline for benchmarks: forward_only after the data work any reducer
-  // must do (Baseline::IDEAL in stages.hpp); implies forward_only
-  bool ideal_reducer = false;
+  // A baseline for benchmarks in place of the reducers (stages.hpp):
+  // FORWARD parses, admits and sends back out with no arithmetic; IDEAL does
+  // that after the data work any reducer must do.
+  Baseline baseline = Baseline::NONE;
   // A pool to use instead of creating one (made by make_pool(); the caller
   // frees it after the runtime): benchmarks build many runtimes in a row.
   rte_mempool* pool = nullptr;
