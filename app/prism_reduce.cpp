@@ -7,7 +7,9 @@
 // The order of the INs is the arrival order (fp32_arrival) and the
 // contribution index (fp32_binomial). An IN written @LIST names a file that
 // lists further INs, one per line. Errors print one line and exit 2, leaving
-// no OUT behind. The last line on stderr is
+// no OUT behind: OUT is written to a temp beside it and renamed over it
+// (output_file.hpp; a symlink's target gets the data, a device or FIFO is
+// written through). The last line on stderr is
 //   flags: overflow=N invalid=N nan_input=N
 #include <sys/stat.h>
 
@@ -20,6 +22,7 @@
 
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
+#include "output_file.hpp"
 
 using namespace prism;
 
@@ -133,6 +136,7 @@ int run(int argc, char** argv) {
   }
   d.lanes = uint32_t(len / esz);
   if (auto err = admission_error(d, width)) fail(*err);
+  app::check_writable(a.out);  // before the work, not after it
 
   auto acc = make_accumulator(d, *k);
   std::vector<uint8_t> buf(static_cast<size_t>(len));
@@ -147,14 +151,7 @@ int run(int argc, char** argv) {
   std::vector<uint8_t> out(size_t(d.lanes) * info(d.out).bytes), flags(d.lanes);
   acc->finalize(out.data(), flags.data());
 
-  const std::string tmp = a.out + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("cannot write " + a.out + ": " + std::strerror(errno));
-  const bool ok = (out.empty() || std::fwrite(out.data(), 1, out.size(), f) == out.size()) & (std::fclose(f) == 0);
-  if (!ok || std::rename(tmp.c_str(), a.out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot write " + a.out + ": " + std::strerror(errno));
-  }
+  app::write_file(a.out, out.data(), out.size());
   size_t n_ovf = 0, n_inv = 0, n_nan = 0;
   for (uint8_t fl : flags) {
     n_ovf += (fl & flag::OVERFLOW) != 0;

@@ -1,13 +1,20 @@
 """Command line behaviour of prism-reduce: errors (exit 2, one stderr line that
 names the offending thing, no OUT left behind), width admission, defaults, and
 the final flags line."""
+import errno
+import os
 import re
+import stat
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import prism_ref as ref
-from prism_cli import FLAGS_RE, Case, assert_no_mismatch, compare, require_binary, run_cli
+from prism_cli import BIN, FLAGS_RE, Case, assert_no_mismatch, compare, require_binary, run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -199,3 +206,97 @@ def test_empty_inputs(tmp_path):
         pytest.skip('empty inputs rejected (not specified)')
     assert r.rc == 0 and r.out == b''
     assert r.flags() == {'overflow': 0, 'invalid': 0, 'nan_input': 0}
+
+
+# ---------------------------------------------------------------------------
+# -o OUT: what OUT names stays what it is
+# ---------------------------------------------------------------------------
+
+def reduce_to(tmp_path, out, umask=None):
+    """fp32 kulisch of [1, 2] + [3, 4] (exact: [4, 6]) written to `out`; returns the CompletedProcess."""
+    a = write(tmp_path / 'a.bin', f32([1, 2]))
+    b = write(tmp_path / 'b.bin', f32([3, 4]))
+    return subprocess.run([str(BIN), '--dtype', 'fp32', '--policy', 'kulisch', '-o', str(out), a, b],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+
+
+SUM = f32([4, 6])
+
+
+def leftovers(*dirs):
+    return [p.name for d in dirs for p in d.iterdir() if '.tmp' in p.name]
+
+
+def test_output_symlink_stays_a_link_and_its_target_gets_the_data(tmp_path):
+    (tmp_path / 'sub').mkdir()
+    target = tmp_path / 'sub' / 'real.bin'
+    target.write_bytes(b'old contents')
+    target.chmod(0o640)
+    link = tmp_path / 'out.bin'
+    link.symlink_to('sub/real.bin')
+    r = reduce_to(tmp_path, 'out.bin')
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == 'sub/real.bin'
+    assert target.read_bytes() == SUM
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640, 'the replaced file keeps its permission bits'
+    assert leftovers(tmp_path, tmp_path / 'sub') == []
+
+
+def test_output_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / 'out.bin'
+    link.symlink_to('new.bin')
+    r = reduce_to(tmp_path, 'out.bin')
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and (tmp_path / 'new.bin').read_bytes() == SUM
+
+
+def test_new_output_gets_the_umask_mode(tmp_path):
+    r = reduce_to(tmp_path, 'out.bin', umask=0o027)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE((tmp_path / 'out.bin').stat().st_mode) == 0o640
+    assert (tmp_path / 'out.bin').read_bytes() == SUM and leftovers(tmp_path) == []
+
+
+def test_output_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / 'out.fifo'
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    r = reduce_to(tmp_path, fifo)
+    reader.join(30)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode), 'the FIFO was replaced'
+    assert got == [SUM]
+    assert leftovers(tmp_path) == []
+
+
+def test_output_dev_null_stays_a_device():
+    # Written through: /dev/null is not replaced by a file (run as root, the
+    # rename of a temp over it would succeed), and nothing is left in /dev.
+    before = set(os.listdir('/dev'))
+    with tempfile.TemporaryDirectory() as d:
+        r = reduce_to(Path(d), '/dev/null')
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.lstat('/dev/null').st_mode)
+    assert set(os.listdir('/dev')) - before == set()
+
+
+def test_output_write_error_is_reported(tmp_path):
+    if not os.path.exists('/dev/full'):
+        pytest.skip('no /dev/full')
+    r = reduce_to(tmp_path, '/dev/full')
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and '/dev/full' in lines[0] and os.strerror(errno.ENOSPC) in lines[0], lines
+
+
+@pytest.mark.parametrize('out,says', [('nodir/out.bin', 'directory nodir does not exist'),
+                                      ('sub', 'it is a directory')])
+def test_output_that_cannot_be_made_is_refused(tmp_path, out, says):
+    (tmp_path / 'sub').mkdir()
+    before = sorted(p.name for p in tmp_path.rglob('*') if p.name not in ('a.bin', 'b.bin'))
+    r = reduce_to(tmp_path, out)
+    assert r.returncode == 2 and says in r.stderr and out in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob('*') if p.name not in ('a.bin', 'b.bin')) == before
