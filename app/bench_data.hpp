@@ -1,5 +1,5 @@
-// What prism-bench's subcommands share: gradient-like test data, the CPU's
-// name and JSON string quoting.
+// What prism-bench's subcommands share: gradient-like test data and the
+// CPU's name (values and JSON quoting come from values.hpp and json.hpp).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "format/format.hpp"
+#include "json.hpp"
+#include "values.hpp"
 
 namespace prism::bench {
 
@@ -39,15 +41,7 @@ inline Window magnitude_window(Format f) {
   return {0, 0};
 }
 
-inline uint32_t encode_value(Format f, double v) {
-  if (f == Format::INT8) return uint32_t(uint8_t(int8_t(std::clamp(std::llround(v), -127LL, 127LL))));
-  if (f == Format::INT32) return uint32_t(int32_t(std::clamp(std::llround(v), -2147483647LL, 2147483647LL)));
-  if (v == 0) return zero_bits(f, std::signbit(v));
-  int e;
-  const double m = std::frexp(std::fabs(v), &e);
-  const uint64_t mag = uint64_t(std::ldexp(m, 53));
-  return encode_float(f, v < 0, mag, e - 53, false, Exceptions::SATURATE).bits;
-}
+using app::encode_value;
 
 // R packets of `elements` elements each, rank r's packet at r * elements * bytes.
 // `spread` >= 0 replaces the window's width, keeping its centre.
@@ -88,14 +82,6 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
-inline std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o + "\"";
-}
+using app::json_str;
 
 }  // namespace prism::bench

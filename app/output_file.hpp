@@ -216,8 +216,7 @@ class OutputSet {
       if (p == p.parent_path()) break;
     }
     if (missing.size() > 1 && !parents)
-      cli::fail("cannot write " + what + " " + dir + ": directory " + missing.back().string() +
-                " does not exist (create it, or give --parents)");
+      cli::fail("cannot write " + what + " " + dir + ": directory " + missing.back().string() + " does not exist");
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
       if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) output_detail::fail_errno(dir, what, errno);
       made_.push_back(it->string());

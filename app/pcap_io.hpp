@@ -1,4 +1,5 @@
-// RAII wrappers around libpcap for writing and reading Ethernet captures.
+// Ethernet captures: RAII wrappers around libpcap for writing and reading
+// them, and the format written into any byte sink (PcapStream).
 #pragma once
 
 #include <pcap/pcap.h>
@@ -47,6 +48,32 @@ class PcapWriter {
   pcap_t* dead_ = nullptr;
   pcap_dumper_t* dump_ = nullptr;
   uint64_t count_ = 0;
+};
+
+// The classic pcap format, as libpcap's pcap_dump writes it (the writer's byte
+// order, microsecond timestamps, Ethernet, snaplen 65535), into any sink with
+// write(const void*, size_t): an app::OutputFile, so a capture appears whole.
+template <class Sink>
+class PcapStream {
+ public:
+  explicit PcapStream(Sink& out) : out_(out) {
+    const uint32_t magic = 0xA1B2C3D4, snaplen = 65535, linktype = DLT_EN10MB, zone = 0, sigfigs = 0;
+    const uint16_t major = 2, minor = 4;
+    put(magic), put(major), put(minor), put(zone), put(sigfigs), put(snaplen), put(linktype);
+  }
+  // Writes one frame with a timestamp in microseconds.
+  void write(std::span<const uint8_t> frame, uint64_t usec) {
+    put(uint32_t(usec / 1000000)), put(uint32_t(usec % 1000000));
+    put(uint32_t(frame.size())), put(uint32_t(frame.size()));
+    out_.write(frame.data(), frame.size());
+  }
+
+ private:
+  template <class T>
+  void put(T v) {
+    out_.write(&v, sizeof v);
+  }
+  Sink& out_;
 };
 
 // Calls fn(frame, usec) for every record; throws on an unreadable file.
