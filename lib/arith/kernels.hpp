@@ -101,11 +101,19 @@ const Kernels* avx2_kernels();
 // The fastest available; PRISM_KERNELS=portable in the environment forces the portable ones.
 const Kernels& best_kernels();
 
-// fp8 code -> exact fp32 value, one 256-entry table per fp8 format (NaN -> quiet NaN).
+// fp8 code -> exact fp32 value, one 256-entry table per fp8 format (NaN ->
+// quiet NaN). Null for a format that is not fp8.
 const float* fp8_table(Format f);
 float fp16_to_float(uint16_t h);
 
+// Throws std::logic_error: a float kernel was asked for an integer format
+// (or a value that is no format). The callers' admission keeps this from
+// happening; a kernel never runs another format's code instead.
+[[noreturn]] void not_a_float_format(Format f, const char* kernel);
+
 // Calls fn<F>(args...) for the float format f (kernel implementations only).
+// Exhaustive: every Format has its case (-Werror=switch), the integer
+// formats go to not_a_float_format(), never to a float kernel.
 #define PRISM_FLOAT_DISPATCH(fn, f, ...)                             \
   switch (f) {                                                       \
     case Format::FP32: return fn<Format::FP32>(__VA_ARGS__);         \
@@ -114,7 +122,10 @@ float fp16_to_float(uint16_t h);
     case Format::E4M3FN: return fn<Format::E4M3FN>(__VA_ARGS__);     \
     case Format::E4M3FNUZ: return fn<Format::E4M3FNUZ>(__VA_ARGS__); \
     case Format::E5M2: return fn<Format::E5M2>(__VA_ARGS__);         \
-    default: return fn<Format::E5M2FNUZ>(__VA_ARGS__);               \
-  }
+    case Format::E5M2FNUZ: return fn<Format::E5M2FNUZ>(__VA_ARGS__); \
+    case Format::INT8:                                               \
+    case Format::INT32: break;                                       \
+  }                                                                  \
+  not_a_float_format(f, #fn);
 
 }  // namespace prism

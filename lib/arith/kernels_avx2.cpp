@@ -253,7 +253,7 @@ bool any_masked(const uint8_t* e, uint32_t nbytes, uint32_t mask, uint32_t value
 bool any_special(Format f, const uint8_t* e, uint32_t n) {
   const uint32_t nbytes = n * info(f).bytes;
   uint32_t done = 0;
-  bool hit;
+  bool hit = false;
   switch (f) {
     case Format::FP32: hit = any_masked<32>(e, nbytes, 0x7F800000, 0x7F800000, done); break;
     case Format::FP16: hit = any_masked<16>(e, nbytes, 0x7C00, 0x7C00, done); break;
@@ -262,7 +262,8 @@ bool any_special(Format f, const uint8_t* e, uint32_t n) {
     case Format::E5M2: hit = any_masked<8>(e, nbytes, 0x7C, 0x7C, done); break;
     case Format::E4M3FNUZ:
     case Format::E5M2FNUZ: hit = any_masked<8>(e, nbytes, 0xFF, 0x80, done); break;
-    default: return false;
+    case Format::INT8:
+    case Format::INT32: return false;  // integers have no specials
   }
   if (hit) return true;
   const uint32_t sz = info(f).bytes;
@@ -527,12 +528,12 @@ void exp_range_t(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t*
 }
 
 void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
-  switch (info(f).bytes) {
+  switch (info(f).bytes) {  // every format is 1, 2 or 4 bytes (format.hpp static_asserts it)
     case 4: return exp_range_t<32>(f, e, n, lo, hi);
     case 2: return exp_range_t<16>(f, e, n, lo, hi);
     case 1: return exp_range_t<8>(f, e, n, lo, hi);
-    default: return P().exp_range(f, e, n, lo, hi);
   }
+  __builtin_unreachable();
 }
 
 void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
@@ -672,8 +673,11 @@ bool round_f32(Format out, const float* in, uint32_t n, uint8_t* dst) {
     case Format::E4M3FNUZ: return round_f32_t<Format::E4M3FNUZ>(in, n, dst);
     case Format::E5M2: return round_f32_t<Format::E5M2>(in, n, dst);
     case Format::E5M2FNUZ: return round_f32_t<Format::E5M2FNUZ>(in, n, dst);
-    default: return P().round_f32(out, in, n, dst);
+    case Format::FP32: return P().round_f32(out, in, n, dst);  // not narrower: the portable loop
+    case Format::INT8:
+    case Format::INT32: break;
   }
+  not_a_float_format(out, "round_f32");
 }
 
 bool odd_f64(const double* in, uint32_t n, float* out) {

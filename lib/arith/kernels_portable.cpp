@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "arith/kernels.hpp"
 
@@ -39,7 +41,7 @@ inline float elem_float(const uint8_t* e, uint32_t i, const float* table) {
   }
 }
 
-inline const float* table_for(Format f) { return info(f).bytes == 1 ? fp8_table(f) : nullptr; }
+inline const float* table_for(Format f) { return fp8_table(f); }  // null but for fp8
 
 template <Format F>
 void add_f32_t(float* acc, const uint8_t* e, uint32_t n) {
@@ -109,8 +111,10 @@ SpecialPattern special_pattern(Format f) {
     case Format::E5M2: return {0x7C, 0x7C};
     case Format::E4M3FNUZ:
     case Format::E5M2FNUZ: return {0xFF, 0x80};
-    default: return {0, 1};  // integers: never
+    case Format::INT8:
+    case Format::INT32: break;
   }
+  return {0, 1};  // integers (and no format): never
 }
 
 bool any_special(Format f, const uint8_t* e, uint32_t n) {
@@ -228,8 +232,19 @@ const float* fp8_table(Format f) {
     case Format::E4M3FN: return tables().t[0];
     case Format::E4M3FNUZ: return tables().t[1];
     case Format::E5M2: return tables().t[2];
-    default: return tables().t[3];
+    case Format::E5M2FNUZ: return tables().t[3];
+    case Format::FP32:
+    case Format::FP16:
+    case Format::BF16:
+    case Format::INT8:
+    case Format::INT32: break;
   }
+  return nullptr;
+}
+
+void not_a_float_format(Format f, const char* kernel) {
+  throw std::logic_error(std::string("kernel ") + kernel + " called for " + name(f) + " (code " +
+                         std::to_string(unsigned(f)) + "), which is not a float format");
 }
 
 const Kernels& portable_kernels() {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -12,26 +14,42 @@
 
 namespace prism {
 
+// How an op sums (wire codes; docs/ARITHMETIC.md).
 enum class Policy : uint8_t { FP32_ARRIVAL = 1, KULISCH_FIXED = 2, FP32_BINOMIAL = 3 };
-enum class Transport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
+inline constexpr size_t kPolicyCount = 3;
+inline constexpr Entry<Policy> kPolicies[] = {
+    {Policy::FP32_ARRIVAL, "fp32_arrival", "fp32 additions in arrival order (what a host ring does; not reproducible)"},
+    {Policy::KULISCH_FIXED, "kulisch", "the exact sum, rounded once: the same bits whatever the order",
+     "kulisch_fixed"},
+    {Policy::FP32_BINOMIAL, "fp32_binomial", "fp32 additions in a fixed binomial tree over the ranks (reproducible)"},
+};
+static_assert(std::size(kPolicies) == kPolicyCount, "every Policy has a row in kPolicies");
+constexpr std::span<const Entry<Policy>> entries(Policy) { return kPolicies; }
+static_assert(codes_in_order<Policy>(1), "policy_from_code() range-checks the codes");
 
-std::optional<Policy> policy_from_name(std::string_view);   // fp32_arrival kulisch fp32_binomial
+// How a leaf sends its partial up the tree (wire codes).
+enum class Transport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
+inline constexpr size_t kTransportCount = 3;
+inline constexpr Entry<Transport> kTransports[] = {
+    {Transport::ROUNDED, "rounded", "partials rounded to the output format (lossy, smallest)"},
+    {Transport::KULISCH, "kulisch", "partials as exact lane records (lossless)"},
+    {Transport::AUTO, "auto", "rounded where that is exact, lane records otherwise (lossless)"},
+};
+static_assert(std::size(kTransports) == kTransportCount, "every Transport has a row in kTransports");
+constexpr std::span<const Entry<Transport>> entries(Transport) { return kTransports; }
+static_assert(codes_in_order<Transport>(1), "transport_from_code() range-checks the codes");
+
+inline std::optional<Policy> policy_from_name(std::string_view s) { return from_name<Policy>(s); }
 inline std::optional<Policy> policy_from_code(uint8_t c) {  // inline: parse() runs it per packet
-  if (c >= 1 && c <= 3) return Policy(c);
+  if (c >= 1 && c <= kPolicyCount) return Policy(c);
   return std::nullopt;
 }
-const char* name(Policy);
-std::optional<Exceptions> exceptions_from_name(std::string_view);  // ieee saturate
-inline std::optional<Exceptions> exceptions_from_code(uint8_t c) {
-  if (c == 1 || c == 2) return Exceptions(c);
-  return std::nullopt;
-}
-const char* name(Exceptions);
+inline const char* name(Policy p) { return prism::name<Policy>(p); }
 inline std::optional<Transport> transport_from_code(uint8_t c) {
-  if (c >= 1 && c <= 3) return Transport(c);
+  if (c >= 1 && c <= kTransportCount) return Transport(c);
   return std::nullopt;
 }
-const char* name(Transport);
+inline const char* name(Transport t) { return prism::name<Transport>(t); }
 
 // Result status bits (RESULT packets' status byte, and per element from finalize()).
 namespace flag {
@@ -79,6 +97,18 @@ int ceil_log2(uint32_t r);
 
 // The widest accumulator this implementation holds, and the default configured width.
 inline constexpr int kMaxWidth = 294;
+
+// Whether an op's sum is held exactly in a Kulisch accumulator whose width
+// the configuration bounds (kulisch_width): KULISCH_FIXED over a float
+// format, and every policy over an integer format (integer sums are always
+// exact). The FP32 policies over float formats need no width. The one place
+// this is decided: admission, the reducer and the config reader ask it.
+constexpr bool needs_exact_width(Format dtype, Policy policy) {
+  return policy == Policy::KULISCH_FIXED || !info(dtype).is_float;
+}
+constexpr bool needs_exact_width(const OpDesc& d) { return needs_exact_width(d.dtype, d.policy); }
+// The width the op's exact sum needs (required_width()), or nothing when it needs none.
+std::optional<int> exact_width_needed(const OpDesc& d);
 
 // Checks an op against the arithmetic's rules and the configured Kulisch
 // width. Returns an error message saying what is wrong and what would be

@@ -124,7 +124,8 @@ PartialError lanes_from_elements(Format f, const uint8_t* elems, uint32_t n, int
       case FpClass::NaN: l.side = side::NAN_INPUT; break;
       case FpClass::Inf: l.side = d.neg ? side::NEG_INF : side::POS_INF; break;
       case FpClass::Zero: l.side = d.neg ? side::NEG_ZERO_ONLY : 0; break;
-      default: {
+      case FpClass::Subnormal:
+      case FpClass::Normal: {
         int shift = d.exp - unit;
         uint64_t sig = d.sig;
         if (shift < 0) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace prism {
 namespace {
@@ -73,26 +74,39 @@ class Reader {
     if (!n.IsScalar()) fail(n, key, "expected a string");
     return n.Scalar();
   }
-  // The value named by one of `words`, or an error that lists them ("'x' is not `what` (a, b)").
-  template <class E>
-  E word(const YAML::Node& n, const std::string& key, const char* what,
-         std::initializer_list<std::pair<const char*, E>> words) const {
+  // The value of closed set E that the scalar names, or an error that lists
+  // the set's names ("'x' is not `what` (a, b)").
+  template <ClosedSet E>
+  E word(const YAML::Node& n, const std::string& key, const char* what) const {
     const std::string v = str(n, key);
-    std::string valid;
-    for (const auto& [w, e] : words) {
-      if (v == w) return e;
-      valid += std::string(valid.empty() ? "" : ", ") + w;
-    }
-    fail(n, key, "'" + v + "' is not " + what + " (" + valid + ")");
+    if (const auto e = from_name<E>(v)) return *e;
+    fail(n, key, "'" + v + "' is not " + what + " (" + choices<E>(", ") + ")");
   }
+  // A station's MAC: unicast (a frame PRISM sends has it as its source, or
+  // is sent to that one station).
   wire::Mac mac(const YAML::Node& n, const std::string& key) const {
     const auto m = parse_mac(str(n, key));
     if (!m) fail(n, key, "'" + n.Scalar() + "' is not a MAC address (write 02:00:00:00:00:01)");
+    if (*m == wire::Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+      fail(n, key,
+           "'" + n.Scalar() +
+               "' is the broadcast MAC: give the station's own unicast address (such as "
+               "02:00:00:00:00:01)");
+    if ((*m)[0] & 1)
+      fail(n, key,
+           "'" + n.Scalar() + "' is a multicast MAC (the first byte is odd): give the station's own unicast " +
+               "address (the first byte even, such as 02:00:00:00:00:01)");
     return *m;
   }
+  // A station's IPv4 address: not 0.0.0.0 (no address) or 255.255.255.255 (broadcast).
   uint32_t ip(const YAML::Node& n, const std::string& key) const {
     const auto v = parse_ipv4(str(n, key));
     if (!v) fail(n, key, "'" + n.Scalar() + "' is not an IPv4 address (write a.b.c.d)");
+    if (*v == 0) fail(n, key, "0.0.0.0 is no address: give the station's own IPv4 address (nothing answers 0.0.0.0)");
+    if (*v == 0xFFFFFFFFu)
+      fail(n, key,
+           "255.255.255.255 is the broadcast address: give the station's own IPv4 address (a RESULT or NACK "
+           "sent there would reach every host)");
     return *v;
   }
   wire::Endpoint endpoint(const YAML::Node& map, const std::string& key) const {
@@ -108,6 +122,53 @@ class Reader {
 };
 
 std::string idx(const std::string& key, size_t i) { return key + "[" + std::to_string(i) + "]"; }
+
+// A member, child or parent must not share its IP with one of the switch's
+// own ports: the switch would take its own frames for theirs (and answer
+// them from the port), and what it sends them would never leave.
+void check_not_a_port_ip(const Reader& rd, const SwitchConfig& c, const YAML::Node& ip_node, const std::string& key,
+                         const char* who) {
+  const uint32_t ip = rd.ip(ip_node, key);
+  for (const auto& p : c.ports)
+    if (p.ip == ip)
+      rd.fail(ip_node, key,
+              format_ipv4(ip) + " is the IP of switch port " + std::to_string(p.id) + ": a " + who +
+                  " needs an address of its own (change its ip, or the port's)");
+}
+
+// kulisch_width must hold every exact sum a job allows: each format of its
+// formats (every format when absent) at the job's group size, under the
+// policies that keep an exact sum (needs_exact_width()). Else every such op
+// would be refused at run time.
+void check_width(const Reader& rd, const YAML::Node& width_node, int width, const JobConfig& j, size_t ji) {
+  std::vector<Format> formats = j.formats;
+  if (formats.empty())
+    for (const auto& e : entries(Format{})) formats.push_back(e.value);
+  std::vector<Policy> policies = j.policies;
+  if (policies.empty())
+    for (const auto& e : entries(Policy{})) policies.push_back(e.value);
+  std::string narrow;
+  int widest = 0;
+  bool kulisch_float = false;
+  for (Format f : formats) {
+    int need = 0;
+    for (Policy p : policies)
+      if (needs_exact_width(f, p)) need = required_width(f, j.group);
+    if (need <= width) continue;
+    narrow += std::string(narrow.empty() ? "" : ", ") + name(f) + " needs " + std::to_string(need) + " bits";
+    widest = std::max(widest, need);
+    kulisch_float |= is_float(f);
+  }
+  if (narrow.empty()) return;
+  const std::string fkey = idx("jobs", ji) + ".formats";
+  rd.fail(width_node, "kulisch_width",
+          std::to_string(width) + " bits is too narrow for job " + std::to_string(j.id) + ": an exact sum of " +
+              std::to_string(j.group) + " values (the job's group) is refused at run time where " + narrow +
+              "; raise kulisch_width to at least " + std::to_string(widest) + ", or drop " +
+              (narrow.find(',') == std::string::npos ? "that format" : "those formats") + " from " + fkey +
+              (j.formats.empty() ? " (absent, it allows every format)" : "") +
+              (kulisch_float ? (" (or, for a float format, kulisch from " + idx("jobs", ji) + ".policies)") : ""));
+}
 
 }  // namespace
 
@@ -198,8 +259,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     rd.only(s, "switch", {"id", "role", "udp_port", "parent"});
     c.id = uint16_t(rd.uint_or(s, "id", "switch", 0, 65535, 0));
     c.udp_port = uint16_t(rd.uint_or(s, "udp_port", "switch", 1, 65535, wire::kDefaultPort));
-    if (const YAML::Node r = s["role"])
-      c.role = rd.word<Role>(r, "switch.role", "a role", {{"root", Role::ROOT}, {"leaf", Role::LEAF}});
+    if (const YAML::Node r = s["role"]) c.role = rd.word<Role>(r, "switch.role", "a role");
     if (const YAML::Node p = s["parent"]) {
       rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port"});
       ParentConfig pc;
@@ -231,6 +291,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     }
   }
 
+  if (c.parent) check_not_a_port_ip(rd, c, root["switch"]["parent"]["ip"], "switch.parent.ip", "parent switch");
+
   if (const YAML::Node js = root["jobs"]) {
     if (!js.IsSequence()) rd.fail(js, "jobs", "expected a list of jobs");
     std::set<uint32_t> job_ids;
@@ -247,10 +309,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
         if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
         for (size_t k = 0; k < fs.size(); ++k) {
           const std::string v = rd.str(fs[k], idx(key + ".formats", k));
-          const auto f = format_from_name(v);
-          if (!f)
-            rd.fail(fs[k], idx(key + ".formats", k),
-                    "'" + v + "' is not a format (fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32)");
+          const auto f = from_name<Format>(v);
+          if (!f) rd.fail(fs[k], idx(key + ".formats", k), "'" + v + "' is not a format (" + choices<Format>() + ")");
           jc.formats.push_back(*f);
         }
       }
@@ -258,10 +318,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
         if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
         for (size_t k = 0; k < ps.size(); ++k) {
           const std::string v = rd.str(ps[k], idx(key + ".policies", k));
-          const auto p = policy_from_name(v);
-          if (!p)
-            rd.fail(ps[k], idx(key + ".policies", k),
-                    "'" + v + "' is not a policy (fp32_arrival kulisch fp32_binomial)");
+          const auto p = from_name<Policy>(v);
+          if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (" + choices<Policy>() + ")");
           jc.policies.push_back(*p);
         }
       }
@@ -280,6 +338,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
                   "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
         mc.port = uint16_t(rd.uint_or(m, "port", mk, 0, 1023, 0));
         mc.addr = rd.endpoint(m, mk);
+        check_not_a_port_ip(rd, c, m["ip"], mk + ".ip", "member");
         if (!addrs.insert({mc.addr.ip, mc.addr.port}).second)
           rd.fail(m["ip"], mk, "another member of job " + std::to_string(jc.id) + " has the same ip and udp_port");
         jc.members.push_back(mc);
@@ -298,6 +357,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
           rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
         cc.port = uint16_t(rd.uint_or(m, "port", ck, 0, 1023, 0));
         cc.addr = rd.endpoint(m, ck);
+        check_not_a_port_ip(rd, c, m["ip"], ck + ".ip", "child switch");
         cc.ranks = uint16_t(rd.uint(rd.need(m, "ranks", ck), ck + ".ranks", 1, 65535));
         child_ranks += cc.ranks;
         jc.children.push_back(cc);
@@ -336,6 +396,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   }
 
   c.kulisch_width = int(rd.uint_or(root, "kulisch_width", "", 8, 4096, kMaxWidth));
+  for (size_t i = 0; i < c.jobs.size(); ++i)
+    check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, c.jobs[i], i);
   c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
   c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 0));
   c.partial_retry_ms = uint32_t(rd.uint_or(root, "partial_retry_ms", "", 0, 3600000, 200));
@@ -347,11 +409,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   }
   if (const YAML::Node a = root["arbiter"]) {
     rd.only(a, "arbiter", {"mode", "seed"});
-    if (const YAML::Node m = a["mode"])
-      c.arbiter = rd.word<ArbiterMode>(m, "arbiter.mode", "an arbiter mode",
-                                       {{"round_robin", ArbiterMode::ROUND_ROBIN},
-                                        {"random", ArbiterMode::RANDOM},
-                                        {"reverse", ArbiterMode::REVERSE}});
+    if (const YAML::Node m = a["mode"]) c.arbiter = rd.word<ArbiterMode>(m, "arbiter.mode", "an arbiter mode");
     c.arbiter_seed = rd.uint_or(a, "seed", "arbiter", 0, ~uint64_t(0), 1);
   }
   if (const YAML::Node r = root["reducers"]) {
@@ -359,9 +417,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, 1));
     c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
   }
-  if (const YAML::Node f = root["fanout"])
-    c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out",
-                               {{"copy", Fanout::COPY}, {"chain", Fanout::CHAIN}, {"egress", Fanout::EGRESS}});
+  if (const YAML::Node f = root["fanout"]) c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out");
   if (const YAML::Node l = root["lcores"]) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));

@@ -8,13 +8,16 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "arith/op.hpp"
 #include "proto/packet.hpp"
+#include "util/closed_set.hpp"
 
 namespace prism {
 
@@ -55,14 +58,37 @@ struct JobConfig {
   const MemberConfig* member(uint16_t rank) const;
 };
 
+// Where the switch sits in a tree of switches.
 enum class Role : uint8_t { ROOT, LEAF };
-// How a RESULT reaches several ranks: a whole frame per rank made by the
-// reducer (COPY), a header mbuf per rank chained to one shared payload (CHAIN;
-// only on devices that send chained mbufs, else copied), or one frame per
-// port from the reducer, copied for the port's other ranks by the port's TX
-// stage (EGRESS; on one lcore, where packets run to completion, as COPY).
-enum class Fanout : uint8_t { COPY, CHAIN, EGRESS };
+inline constexpr size_t kRoleCount = 2;
+inline constexpr Entry<Role> kRoles[] = {
+    {Role::ROOT, "root", "the top of the tree: completes ops and sends RESULTs to members and children"},
+    {Role::LEAF, "leaf", "below a parent: sends its partial sum up and forwards the parent's RESULT down"},
+};
+static_assert(std::size(kRoles) == kRoleCount, "every Role has a row in kRoles");
+constexpr std::span<const Entry<Role>> entries(Role) { return kRoles; }
+
+// How a RESULT reaches several ranks.
+enum class Fanout : uint8_t { COPY, CHAIN };
+inline constexpr size_t kFanoutCount = 2;
+inline constexpr Entry<Fanout> kFanouts[] = {
+    {Fanout::COPY, "copy", "a whole frame per rank, made by the reducer"},
+    {Fanout::CHAIN, "chain",
+     "a header mbuf per rank chained to one shared payload (only on devices that send chained mbufs, else copied)"},
+};
+static_assert(std::size(kFanouts) == kFanoutCount, "every Fanout has a row in kFanouts");
+constexpr std::span<const Entry<Fanout>> entries(Fanout) { return kFanouts; }
+
+// The order in which the VOQ arbiter serves its inputs.
 enum class ArbiterMode : uint8_t { ROUND_ROBIN, RANDOM, REVERSE };
+inline constexpr size_t kArbiterModeCount = 3;
+inline constexpr Entry<ArbiterMode> kArbiterModes[] = {
+    {ArbiterMode::ROUND_ROBIN, "round_robin", "each pass starts one input further on"},
+    {ArbiterMode::RANDOM, "random", "each pass in a new random order (seeded by arbiter.seed)"},
+    {ArbiterMode::REVERSE, "reverse", "a fixed order, last input first (a test of order independence)"},
+};
+static_assert(std::size(kArbiterModes) == kArbiterModeCount, "every ArbiterMode has a row in kArbiterModes");
+constexpr std::span<const Entry<ArbiterMode>> entries(ArbiterMode) { return kArbiterModes; }
 
 struct ParentConfig {
   uint16_t port = 0;

@@ -6,12 +6,6 @@
 #include <cmath>
 
 namespace prism {
-std::optional<Format> format_from_name(std::string_view name) {
-  for (const auto& fi : detail::kInfo)
-    if (name == fi.name) return fi.format;
-  return std::nullopt;
-}
-
 Decoded decode(Format f, uint32_t bits) {
   const FormatInfo& fi = info(f);
   if (f == Format::INT8) {
@@ -163,11 +157,13 @@ float to_float(Format f, uint32_t bits) {
     case FpClass::NaN: return bits_float(0x7FC00000);
     case FpClass::Inf: return d.neg ? -INFINITY : INFINITY;
     case FpClass::Zero: return d.neg ? -0.0f : 0.0f;
-    default: {
+    case FpClass::Subnormal:
+    case FpClass::Normal: {
       const float v = std::ldexp(float(d.sig), d.exp);  // exact: sig < 2^24, result in fp32 range
       return d.neg ? -v : v;
     }
   }
+  __builtin_unreachable();  // decode() gives one of the five classes
 }
 
 }  // namespace prism

@@ -8,11 +8,15 @@
 // once, to nearest with ties to even.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string_view>
+
+#include "util/closed_set.hpp"
 
 namespace prism {
 
@@ -28,9 +32,24 @@ enum class Format : uint8_t {
   INT8 = 8,
   INT32 = 9,
 };
-inline constexpr int kFormatCount = 9;
+inline constexpr int kFormatCount = 9;  // detail::kInfo has a row for each, in code order
 
+// What a result outside the output format's range becomes (wire codes).
 enum class Exceptions : uint8_t { IEEE = 1, SATURATE = 2 };
+inline constexpr size_t kExceptionsCount = 2;
+inline constexpr Entry<Exceptions> kExceptions[] = {
+    {Exceptions::IEEE, "ieee", "an overflow becomes an infinity (NaN where the format has none)"},
+    {Exceptions::SATURATE, "saturate", "an overflow becomes the largest finite value of its sign"},
+};
+static_assert(std::size(kExceptions) == kExceptionsCount, "every Exceptions has a row in kExceptions");
+constexpr std::span<const Entry<Exceptions>> entries(Exceptions) { return kExceptions; }
+static_assert(codes_in_order<Exceptions>(1), "exceptions_from_code() range-checks the codes");
+inline const char* name(Exceptions e) { return prism::name<Exceptions>(e); }
+inline std::optional<Exceptions> exceptions_from_name(std::string_view s) { return from_name<Exceptions>(s); }
+inline std::optional<Exceptions> exceptions_from_code(uint8_t c) {  // inline: parse() runs it per packet
+  if (c >= 1 && c <= kExceptionsCount) return Exceptions(c);
+  return std::nullopt;
+}
 
 // How a format spells NaN: IEEE (all-ones exponent, non-zero mantissa),
 // FN (all-ones exponent and mantissa, no Inf), FNUZ (0x80 only: no Inf, no -0).
@@ -39,6 +58,7 @@ enum class NanStyle : uint8_t { IEEE, FN, FNUZ, None };
 struct FormatInfo {
   Format format;
   const char* name;  // command-line and config spelling: "fp32", "e4m3fn", ...
+  const char* doc;   // one line for help texts and docs
   uint8_t bytes;     // element size on the wire
   bool is_float;
   int ebits, mbits;  // exponent and stored mantissa bits
@@ -56,8 +76,8 @@ struct FormatInfo {
 };
 
 namespace detail {
-constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int ebits, int mbits, int bias, NanStyle ns,
-                                uint32_t max_finite, uint32_t cnan) {
+constexpr FormatInfo make_float(Format f, const char* name, const char* doc, uint8_t bytes, int ebits, int mbits,
+                                int bias, NanStyle ns, uint32_t max_finite, uint32_t cnan) {
   const int emax_field = (1 << ebits) - 1;
   // IEEE formats reserve the all-ones exponent; FN and FNUZ formats use it for finite values.
   const int emax = (ns == NanStyle::IEEE ? emax_field - 1 : emax_field) - bias;
@@ -67,6 +87,7 @@ constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int e
   const uint32_t inf = has_inf ? uint32_t(emax_field) << mbits : 0;
   return FormatInfo{f,
                     name,
+                    doc,
                     bytes,
                     true,
                     ebits,
@@ -85,27 +106,54 @@ constexpr FormatInfo make_float(Format f, const char* name, uint8_t bytes, int e
                     emin - p + 1};
 }
 inline constexpr FormatInfo kInfo[kFormatCount] = {
-    make_float(Format::FP32, "fp32", 4, 8, 23, 127, NanStyle::IEEE, 0x7F7FFFFF, 0x7FC00000),
-    make_float(Format::FP16, "fp16", 2, 5, 10, 15, NanStyle::IEEE, 0x7BFF, 0x7E00),
-    make_float(Format::BF16, "bf16", 2, 8, 7, 127, NanStyle::IEEE, 0x7F7F, 0x7FC0),
-    make_float(Format::E4M3FN, "e4m3fn", 1, 4, 3, 7, NanStyle::FN, 0x7E, 0x7F),
-    make_float(Format::E4M3FNUZ, "e4m3fnuz", 1, 4, 3, 8, NanStyle::FNUZ, 0x7F, 0x80),
-    make_float(Format::E5M2, "e5m2", 1, 5, 2, 15, NanStyle::IEEE, 0x7B, 0x7E),
-    make_float(Format::E5M2FNUZ, "e5m2fnuz", 1, 5, 2, 16, NanStyle::FNUZ, 0x7F, 0x80),
+    make_float(Format::FP32, "fp32", "IEEE 754 binary32 (8 exponent, 23 mantissa bits)", 4, 8, 23, 127, NanStyle::IEEE,
+               0x7F7FFFFF, 0x7FC00000),
+    make_float(Format::FP16, "fp16", "IEEE 754 binary16 (5 exponent, 10 mantissa bits)", 2, 5, 10, 15, NanStyle::IEEE,
+               0x7BFF, 0x7E00),
+    make_float(Format::BF16, "bf16", "bfloat16: fp32's exponent range, 7 mantissa bits", 2, 8, 7, 127, NanStyle::IEEE,
+               0x7F7F, 0x7FC0),
+    make_float(Format::E4M3FN, "e4m3fn", "OCP FP8 E4M3: no infinities, NaN is S.1111.111", 1, 4, 3, 7, NanStyle::FN,
+               0x7E, 0x7F),
+    make_float(Format::E4M3FNUZ, "e4m3fnuz", "FP8 E4M3, bias 8: no infinities, no -0, NaN is 0x80", 1, 4, 3, 8,
+               NanStyle::FNUZ, 0x7F, 0x80),
+    make_float(Format::E5M2, "e5m2", "OCP FP8 E5M2: IEEE infinities and NaNs", 1, 5, 2, 15, NanStyle::IEEE, 0x7B, 0x7E),
+    make_float(Format::E5M2FNUZ, "e5m2fnuz", "FP8 E5M2, bias 16: no infinities, no -0, NaN is 0x80", 1, 5, 2, 16,
+               NanStyle::FNUZ, 0x7F, 0x80),
     // Integers: p is the width, for the admission formula.
-    FormatInfo{Format::INT8, "int8", 1, false, 0, 0, 0, 8, 0, 0, NanStyle::None, false, false, 0x80, 0x7F, 0, 0, 0},
-    FormatInfo{Format::INT32, "int32", 4, false, 0, 0, 0, 32, 0, 0, NanStyle::None, false, false, 0x80000000u,
-               0x7FFFFFFF, 0, 0, 0},
+    FormatInfo{Format::INT8, "int8", "two's-complement 8-bit integer (summed exactly, output as int32 or a float)", 1,
+               false, 0, 0, 0, 8, 0, 0, NanStyle::None, false, false, 0x80, 0x7F, 0, 0, 0},
+    FormatInfo{Format::INT32, "int32", "two's-complement 32-bit integer (summed exactly)", 4, false, 0, 0, 0, 32, 0, 0,
+               NanStyle::None, false, false, 0x80000000u, 0x7FFFFFFF, 0, 0, 0},
 };
+// The formats' closed-set rows, read off kInfo: kInfo is the one list of formats.
+constexpr std::array<Entry<Format>, kFormatCount> format_entries() {
+  std::array<Entry<Format>, kFormatCount> a{};
+  for (int i = 0; i < kFormatCount; ++i) a[size_t(i)] = {kInfo[i].format, kInfo[i].name, kInfo[i].doc};
+  return a;
+}
+inline constexpr std::array<Entry<Format>, kFormatCount> kFormatEntries = format_entries();
+constexpr bool info_rows_in_code_order() {
+  for (int i = 0; i < kFormatCount; ++i) {
+    const FormatInfo& fi = kInfo[i];
+    if (uint8_t(fi.format) != i + 1 || fi.name == nullptr || fi.doc == nullptr) return false;
+    if (fi.bytes != 1 && fi.bytes != 2 && fi.bytes != 4) return false;  // the kernels' element widths
+  }
+  return true;
+}
+static_assert(info_rows_in_code_order(),
+              "kInfo has one row per Format, in code order (a missing row reads as 0), each 1, 2 or 4 bytes");
 }  // namespace detail
+
+constexpr std::span<const Entry<Format>> entries(Format) { return detail::kFormatEntries; }
 
 constexpr const FormatInfo& info(Format f) { return detail::kInfo[uint8_t(f) - 1]; }
 inline std::optional<Format> format_from_code(uint8_t code) {  // inline: parse() runs it per packet
   if (code < 1 || code > kFormatCount) return std::nullopt;
   return Format(code);
 }
-std::optional<Format> format_from_name(std::string_view name);
-inline const char* name(Format f) { return info(f).name; }
+inline std::optional<Format> format_from_name(std::string_view s) { return from_name<Format>(s); }
+// "?" for a value off the wire that is no format (info() must not see one).
+inline const char* name(Format f) { return uint8_t(f) >= 1 && uint8_t(f) <= kFormatCount ? info(f).name : "?"; }
 inline bool is_float(Format f) { return info(f).is_float; }
 
 enum class FpClass : uint8_t { Zero, Subnormal, Normal, Inf, NaN };

@@ -157,48 +157,6 @@ uint16_t ones_sum(const uint8_t* p, size_t len) {
   return ones_sum_portable(p, len);
 }
 
-const char* name(Kind k) {
-  switch (k) {
-    case Kind::CONTRIB: return "CONTRIB";
-    case Kind::PARTIAL: return "PARTIAL";
-    case Kind::RESULT: return "RESULT";
-    case Kind::NACK: return "NACK";
-  }
-  return "?";
-}
-const char* name(Encoding e) {
-  switch (e) {
-    case Encoding::DTYPE: return "dtype";
-    case Encoding::OUT_DTYPE: return "out_dtype";
-    case Encoding::KULISCH: return "kulisch";
-  }
-  return "?";
-}
-const char* name(NackReason r) {
-  switch (r) {
-    case NackReason::MALFORMED: return "malformed";
-    case NackReason::UNKNOWN_JOB: return "unknown_job";
-    case NackReason::NOT_A_MEMBER: return "not_a_member";
-    case NackReason::DESCRIPTOR_MISMATCH: return "descriptor_mismatch";
-    case NackReason::ACCUMULATOR_TOO_NARROW: return "accumulator_too_narrow";
-    case NackReason::NO_FREE_SLOT: return "no_free_slot";
-    case NackReason::RESULT_EXPIRED: return "result_expired";
-  }
-  return "?";
-}
-
-const char* name(Refusal r) {
-  static const char* const kNames[] = {
-      "ok",           "short_frame",    "not_ipv4",       "ip_bad_header",    "ip_bad_length",   "ip_bad_checksum",
-      "ip_fragment",  "not_udp",        "udp_bad_length", "udp_bad_checksum", "wrong_port",      "short_header",
-      "bad_magic",    "bad_version",    "bad_kind",       "bad_dtype",        "bad_out_dtype",   "bad_policy",
-      "bad_encoding", "bad_transport",  "bad_exceptions", "bad_flags",        "bad_group",       "bad_terms",
-      "bad_count",    "payload_length", "bad_fragment",   "bad_partial",      "bad_nack_reason", "bad_status",
-      "bad_sideband"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) == size_t(Refusal::kCount));
-  return size_t(r) < size_t(Refusal::kCount) ? kNames[size_t(r)] : "?";
-}
-
 uint16_t ipv4_checksum(const uint8_t* ip, size_t len) { return uint16_t(~fold(sum16(ip, len, 0))); }
 
 uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size_t udp_len) {
@@ -208,24 +166,24 @@ uint16_t udp_checksum(uint32_t src_ip, uint32_t dst_ip, const uint8_t* udp, size
 }
 
 void put_header(const Header& h, uint8_t* p) {
-  put16(p + 0, h.magic);
-  p[2] = h.version;
-  p[3] = uint8_t(h.kind);
-  put32(p + 4, h.job);
-  put32(p + 8, h.op);
-  put32(p + 12, h.chunk);
-  put16(p + 16, h.sender);
-  put16(p + 18, h.group);
-  put16(p + 20, h.terms);
-  put16(p + 22, h.count);
-  p[24] = uint8_t(h.dtype);
-  p[25] = uint8_t(h.out_dtype);
-  p[26] = uint8_t(h.policy);
-  p[27] = uint8_t(h.encoding);
-  p[28] = uint8_t(h.transport);
-  p[29] = uint8_t(h.exceptions);
-  p[30] = h.flags;
-  p[31] = h.status;
+  put16(p + off::magic, h.magic);
+  p[off::version] = h.version;
+  p[off::kind] = uint8_t(h.kind);
+  put32(p + off::job, h.job);
+  put32(p + off::op, h.op);
+  put32(p + off::chunk, h.chunk);
+  put16(p + off::sender, h.sender);
+  put16(p + off::group, h.group);
+  put16(p + off::terms, h.terms);
+  put16(p + off::count, h.count);
+  p[off::dtype] = uint8_t(h.dtype);
+  p[off::out_dtype] = uint8_t(h.out_dtype);
+  p[off::policy] = uint8_t(h.policy);
+  p[off::encoding] = uint8_t(h.encoding);
+  p[off::transport] = uint8_t(h.transport);
+  p[off::exceptions] = uint8_t(h.exceptions);
+  p[off::flags] = h.flags;
+  p[off::status] = h.status;
 }
 
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified) {
@@ -284,33 +242,33 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   Header& h = r.h;
   // Every field is read before any is judged, so a refused packet's header
   // can still be echoed (a NACK says which job, op and chunk it refused).
-  h.magic = be16(p);
-  h.version = p[2];
-  h.kind = Kind(p[3]);
-  h.job = be32(p + 4);
-  h.op = be32(p + 8);
-  h.chunk = be32(p + 12);
-  h.sender = be16(p + 16);
-  h.group = be16(p + 18);
-  h.terms = be16(p + 20);
-  h.count = be16(p + 22);
-  h.dtype = Format(p[24]);
-  h.out_dtype = Format(p[25]);
-  h.policy = Policy(p[26]);
-  h.encoding = Encoding(p[27]);
-  h.transport = Transport(p[28]);
-  h.exceptions = Exceptions(p[29]);
-  h.flags = p[30];
-  h.status = p[31];
+  h.magic = be16(p + off::magic);
+  h.version = p[off::version];
+  h.kind = Kind(p[off::kind]);
+  h.job = be32(p + off::job);
+  h.op = be32(p + off::op);
+  h.chunk = be32(p + off::chunk);
+  h.sender = be16(p + off::sender);
+  h.group = be16(p + off::group);
+  h.terms = be16(p + off::terms);
+  h.count = be16(p + off::count);
+  h.dtype = Format(p[off::dtype]);
+  h.out_dtype = Format(p[off::out_dtype]);
+  h.policy = Policy(p[off::policy]);
+  h.encoding = Encoding(p[off::encoding]);
+  h.transport = Transport(p[off::transport]);
+  h.exceptions = Exceptions(p[off::exceptions]);
+  h.flags = p[off::flags];
+  h.status = p[off::status];
   if (h.magic != kMagic) return Refusal::BAD_MAGIC;
   if (h.version != kVersion) return Refusal::BAD_VERSION;
-  if (p[3] < 1 || p[3] > 4) return Refusal::BAD_KIND;
+  if (p[off::kind] < 1 || p[off::kind] > kKindCount) return Refusal::BAD_KIND;
   const uint8_t* body = p + kHeaderSize;
   const size_t blen = plen - kHeaderSize;
 
   if (h.kind == Kind::NACK) {
     // A NACK echoes whatever it refused: its descriptor codes are not checked.
-    if (h.status < 1 || h.status > 7) return Refusal::BAD_NACK_REASON;
+    if (h.status < 1 || h.status > kNackReasonCount) return Refusal::BAD_NACK_REASON;
     if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
     if (h.terms != 0) return Refusal::BAD_TERMS;
     if (h.count != 0) return Refusal::BAD_COUNT;
@@ -318,21 +276,21 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
     return Refusal::OK;
   }
 
-  const auto dt = format_from_code(p[24]);
+  const auto dt = format_from_code(p[off::dtype]);
   if (!dt) return Refusal::BAD_DTYPE;
   h.dtype = *dt;
-  const auto ot = format_from_code(p[25]);
+  const auto ot = format_from_code(p[off::out_dtype]);
   if (!ot) return Refusal::BAD_OUT_DTYPE;
   h.out_dtype = *ot;
-  const auto pol = policy_from_code(p[26]);
+  const auto pol = policy_from_code(p[off::policy]);
   if (!pol) return Refusal::BAD_POLICY;
   h.policy = *pol;
-  if (p[27] < 1 || p[27] > 3) return Refusal::BAD_ENCODING;
-  h.encoding = Encoding(p[27]);
-  const auto tr = transport_from_code(p[28]);
+  if (p[off::encoding] < 1 || p[off::encoding] > kEncodingCount) return Refusal::BAD_ENCODING;
+  h.encoding = Encoding(p[off::encoding]);
+  const auto tr = transport_from_code(p[off::transport]);
   if (!tr) return Refusal::BAD_TRANSPORT;
   h.transport = *tr;
-  const auto ex = exceptions_from_code(p[29]);
+  const auto ex = exceptions_from_code(p[off::exceptions]);
   if (!ex) return Refusal::BAD_EXCEPTIONS;
   h.exceptions = *ex;
   if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
@@ -352,7 +310,7 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
       if (h.encoding != Encoding::OUT_DTYPE) return Refusal::BAD_ENCODING;
       if (h.terms != h.group) return Refusal::BAD_TERMS;
       break;
-    default: break;
+    case Kind::NACK: break;  // returned above
   }
   if (h.count == 0) return Refusal::BAD_COUNT;
 
@@ -403,19 +361,17 @@ SharedPart share(const Header& h, size_t body_len, uint32_t body_sum) {
 HeaderTemplate header_template(const Endpoint& src, const Endpoint& dst) {
   HeaderTemplate t{};
   uint8_t* buf = t.bytes;
-  std::memcpy(buf, dst.mac.data(), 6);
-  std::memcpy(buf + 6, src.mac.data(), 6);
-  put16(buf + 12, 0x0800);
-  uint8_t* ip = buf + kEthSize;
-  ip[0] = 0x45;
-  put16(ip + 6, 0x4000);  // DF
-  ip[8] = 64;             // TTL
-  ip[9] = 17;             // UDP
-  put32(ip + 12, src.ip);
-  put32(ip + 16, dst.ip);
-  uint8_t* udp = ip + kIpv4MinSize;
-  put16(udp, src.port);
-  put16(udp + 2, dst.port);
+  std::memcpy(buf + frame::eth_dst, dst.mac.data(), 6);
+  std::memcpy(buf + frame::eth_src, src.mac.data(), 6);
+  put16(buf + frame::ethertype, 0x0800);
+  buf[frame::ip_version_ihl] = 0x45;
+  put16(buf + frame::ip_flags_fragment, 0x4000);  // DF
+  buf[frame::ip_ttl] = 64;
+  buf[frame::ip_protocol] = 17;  // UDP
+  put32(buf + frame::ip_src, src.ip);
+  put32(buf + frame::ip_dst, dst.ip);
+  put16(buf + frame::udp_src_port, src.port);
+  put16(buf + frame::udp_dst_port, dst.port);
   // Both checksums from the fields' 16-bit words, added as numbers.
   const uint32_t ips = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF);
   t.ip_sum = 0x4500 + 0x4000 + 0x4011 + ips;
@@ -427,19 +383,18 @@ bool put_headers(uint8_t* buf, const HeaderTemplate& t, const SharedPart& s, uin
   const size_t udp_len = kUdpSize + kHeaderSize + s.body_len;
   const size_t ip_len = kIpv4MinSize + udp_len;
   if (ip_len > 0xFFFF) return false;
+  static_assert(sizeof t.bytes == frame::header, "the template is every header before PRISM's");
   std::memcpy(buf, t.bytes, sizeof t.bytes);
-  uint8_t* ip = buf + kEthSize;
-  put16(ip + 2, uint16_t(ip_len));
-  put16(ip + 4, ip_id);
-  put16(ip + 10, uint16_t(~fold(t.ip_sum + uint32_t(ip_len) + ip_id)));
-  uint8_t* udp = ip + kIpv4MinSize;
-  put16(udp + 4, uint16_t(udp_len));
+  put16(buf + frame::ip_total_length, uint16_t(ip_len));
+  put16(buf + frame::ip_id, ip_id);
+  put16(buf + frame::ip_checksum, uint16_t(~fold(t.ip_sum + uint32_t(ip_len) + ip_id)));
+  put16(buf + frame::udp_length, uint16_t(udp_len));
   // The pseudo-header's and the UDP header's length (twice), then the shared
   // header and body; the checksum field itself is zero in the sum.
   const uint32_t acc = t.udp_sum + 2 * uint32_t(udp_len) + (s.sum & 0xFFFF) + (s.sum >> 16);
   const uint16_t c = uint16_t(~fold(acc));
-  put16(udp + 6, c == 0 ? 0xFFFF : c);
-  std::memcpy(udp + kUdpSize, s.header, kHeaderSize);
+  put16(buf + frame::udp_checksum, c == 0 ? 0xFFFF : c);
+  std::memcpy(buf + frame::header, s.header, kHeaderSize);
   return true;
 }
 

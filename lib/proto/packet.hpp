@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <span>
 
 #include "proto/wire.hpp"
@@ -52,7 +53,44 @@ enum class Refusal : uint8_t {
   BAD_SIDEBAND,     // a sideband byte with bits 3-7 set
   kCount
 };
-const char* name(Refusal r);
+inline constexpr Entry<Refusal> kRefusals[] = {
+    {Refusal::OK, "ok", "parsed: every check passed"},
+    {Refusal::SHORT_FRAME, "short_frame", "shorter than Ethernet + IPv4 + UDP"},
+    {Refusal::NOT_IPV4, "not_ipv4", "the EtherType (after an optional VLAN tag) is not IPv4"},
+    {Refusal::IP_BAD_HEADER, "ip_bad_header", "IP version not 4, or IHL below 5"},
+    {Refusal::IP_BAD_LENGTH, "ip_bad_length", "the IP total length disagrees with the frame"},
+    {Refusal::IP_BAD_CHECKSUM, "ip_bad_checksum", "the IPv4 header checksum is wrong"},
+    {Refusal::IP_FRAGMENT, "ip_fragment", "an IP fragment (MF set or a non-zero offset)"},
+    {Refusal::NOT_UDP, "not_udp", "the IP protocol is not UDP"},
+    {Refusal::UDP_BAD_LENGTH, "udp_bad_length", "the UDP length disagrees with the IP length"},
+    {Refusal::UDP_BAD_CHECKSUM, "udp_bad_checksum", "the UDP checksum is wrong"},
+    {Refusal::WRONG_PORT, "wrong_port", "the UDP destination port is not the receiver's"},
+    {Refusal::SHORT_HEADER, "short_header", "the UDP payload is shorter than the 32-byte header"},
+    {Refusal::BAD_MAGIC, "bad_magic", "the header does not start with \"PR\""},
+    {Refusal::BAD_VERSION, "bad_version", "a protocol version other than 1"},
+    {Refusal::BAD_KIND, "bad_kind", "an unknown kind code"},
+    {Refusal::BAD_DTYPE, "bad_dtype", "an unknown dtype code"},
+    {Refusal::BAD_OUT_DTYPE, "bad_out_dtype", "an unknown out_dtype code"},
+    {Refusal::BAD_POLICY, "bad_policy", "an unknown policy code"},
+    {Refusal::BAD_ENCODING, "bad_encoding", "an unknown encoding, or one the kind may not use"},
+    {Refusal::BAD_TRANSPORT, "bad_transport", "an unknown transport code"},
+    {Refusal::BAD_EXCEPTIONS, "bad_exceptions", "an unknown exceptions code"},
+    {Refusal::BAD_FLAGS, "bad_flags", "reserved flag bits set, or a flag the kind may not use"},
+    {Refusal::BAD_GROUP, "bad_group", "group 0"},
+    {Refusal::BAD_TERMS, "bad_terms", "terms 0, above group, or wrong for the kind"},
+    {Refusal::BAD_COUNT, "bad_count", "count 0 (data kinds) or non-zero (NACK)"},
+    {Refusal::PAYLOAD_LENGTH, "payload_length", "the payload's bytes disagree with count and encoding"},
+    {Refusal::BAD_FRAGMENT, "bad_fragment", "a Kulisch partial's fragment header is out of range"},
+    {Refusal::BAD_PARTIAL, "bad_partial", "a lane record is malformed"},
+    {Refusal::BAD_NACK_REASON, "bad_nack_reason", "a NACK whose status is not a known reason"},
+    {Refusal::BAD_STATUS, "bad_status", "status bits the kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)"},
+    {Refusal::BAD_SIDEBAND, "bad_sideband", "a sideband byte with bits 3-7 set"},
+};
+static_assert(std::size(kRefusals) == size_t(Refusal::kCount), "every Refusal has a row in kRefusals");
+constexpr std::span<const Entry<Refusal>> entries(Refusal) { return kRefusals; }
+static_assert(codes_in_order<Refusal>(0), "counters index refusals by their code");
+// Refusals index counter arrays: the name is one array read.
+inline const char* name(Refusal r) { return size_t(r) < size_t(Refusal::kCount) ? kRefusals[size_t(r)].name : "?"; }
 
 using Mac = std::array<uint8_t, 6>;
 // Equal MACs, as one 4-byte and one 2-byte compare (std::array's == calls memcmp).

@@ -5,9 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
+#include <span>
 
 #include "arith/op.hpp"
+#include "util/closed_set.hpp"
 
 namespace prism::wire {
 
@@ -21,7 +24,27 @@ inline constexpr size_t kFrameOverhead = kEthSize + kIpv4MinSize + kUdpSize + kH
 inline constexpr size_t kMaxFrame = 9018;  // jumbo: 9000-byte IP MTU + Ethernet header + 4 for a VLAN tag
 
 enum class Kind : uint8_t { CONTRIB = 1, PARTIAL = 2, RESULT = 3, NACK = 4 };
+inline constexpr size_t kKindCount = 4;
+inline constexpr Entry<Kind> kKinds[] = {
+    {Kind::CONTRIB, "CONTRIB", "a rank's contribution (rank to switch)"},
+    {Kind::PARTIAL, "PARTIAL", "a leaf switch's partial sum (switch to parent)"},
+    {Kind::RESULT, "RESULT", "the reduced result (switch to ranks, or parent to child switch)"},
+    {Kind::NACK, "NACK", "a refusal, with its reason in the status byte (switch to a registered sender)"},
+};
+static_assert(std::size(kKinds) == kKindCount, "every Kind has a row in kKinds");
+constexpr std::span<const Entry<Kind>> entries(Kind) { return kKinds; }
+static_assert(codes_in_order<Kind>(1), "parse() range-checks the kind code");
+
 enum class Encoding : uint8_t { DTYPE = 1, OUT_DTYPE = 2, KULISCH = 3 };
+inline constexpr size_t kEncodingCount = 3;
+inline constexpr Entry<Encoding> kEncodings[] = {
+    {Encoding::DTYPE, "dtype", "elements of the op's input format (CONTRIB)"},
+    {Encoding::OUT_DTYPE, "out_dtype", "elements of the op's output format (RESULT, rounded PARTIAL)"},
+    {Encoding::KULISCH, "kulisch", "a fragment header and exact lane records (lossless PARTIAL)"},
+};
+static_assert(std::size(kEncodings) == kEncodingCount, "every Encoding has a row in kEncodings");
+constexpr std::span<const Entry<Encoding>> entries(Encoding) { return kEncodings; }
+static_assert(codes_in_order<Encoding>(1), "parse() range-checks the encoding code");
 
 namespace hflag {
 inline constexpr uint8_t RETRANSMIT = 1;
@@ -30,7 +53,9 @@ inline constexpr uint8_t SIDEBAND = 4;  // count status bytes follow the element
 inline constexpr uint8_t ALL = 7;
 }  // namespace hflag
 
-// NACK reasons, carried in the status byte. Stable: never renumbered.
+// NACK reasons, carried in the status byte. Stable: never renumbered. Each
+// doc says what the reason means and what the sender should do about it
+// (the switch logs it, the rank library prints it).
 enum class NackReason : uint8_t {
   MALFORMED = 1,
   UNKNOWN_JOB = 2,
@@ -40,9 +65,59 @@ enum class NackReason : uint8_t {
   NO_FREE_SLOT = 6,
   RESULT_EXPIRED = 7,
 };
-const char* name(Kind);
-const char* name(Encoding);
-const char* name(NackReason);
+inline constexpr size_t kNackReasonCount = 7;
+inline constexpr Entry<NackReason> kNackReasons[] = {
+    {NackReason::MALFORMED, "malformed",
+     "the packet's header or body is invalid: fix the sender (it is a bug), do not resend it as it is"},
+    {NackReason::UNKNOWN_JOB, "unknown_job",
+     "the job id is not configured on this switch: check the job id against the switch's configuration"},
+    {NackReason::NOT_A_MEMBER, "not_a_member",
+     "the sender id is not a member (or child) of the job: check the rank against the job's members"},
+    {NackReason::DESCRIPTOR_MISMATCH, "descriptor_mismatch",
+     "the descriptor disagrees with the op's or is not allowed for the job: send every chunk of an op with the "
+     "same dtype, out_dtype, policy, group, transport and exceptions, from the job's formats and policies"},
+    {NackReason::ACCUMULATOR_TOO_NARROW, "accumulator_too_narrow",
+     "an exact sum of this format at this group size needs a wider accumulator than the switch's kulisch_width: "
+     "use another policy or format, fewer ranks, or raise kulisch_width"},
+    {NackReason::NO_FREE_SLOT, "no_free_slot",
+     "the job's slot quota or the switch's slot table is full: retry later (after a back-off)"},
+    {NackReason::RESULT_EXPIRED, "result_expired",
+     "a retransmission for a completed op whose result is no longer retained: the result is lost, restart the op "
+     "under a new op id (or raise retention_ms)"},
+};
+static_assert(std::size(kNackReasons) == kNackReasonCount, "every NackReason has a row in kNackReasons");
+constexpr std::span<const Entry<NackReason>> entries(NackReason) { return kNackReasons; }
+static_assert(codes_in_order<NackReason>(1), "parse() range-checks the reason code");
+
+inline const char* name(Kind k) { return prism::name<Kind>(k); }
+inline const char* name(Encoding e) { return prism::name<Encoding>(e); }
+inline const char* name(NackReason r) { return prism::name<NackReason>(r); }
+
+// Byte offsets of the header's fields (docs/PROTOCOL.md's table).
+namespace off {
+inline constexpr size_t magic = 0, version = 2, kind = 3, job = 4, op = 8, chunk = 12, sender = 16, group = 18,
+                        terms = 20, count = 22, dtype = 24, out_dtype = 25, policy = 26, encoding = 27, transport = 28,
+                        exceptions = 29, flags = 30, status = 31;
+static_assert(status + 1 == kHeaderSize, "the header's last field ends the header");
+}  // namespace off
+
+// Byte offsets in a frame PRISM builds (Ethernet without a VLAN tag, IPv4
+// without options, UDP, the header, the body): what build() writes, and
+// what tools that patch a built frame in place may rewrite.
+namespace frame {
+inline constexpr size_t eth_dst = 0, eth_src = 6, ethertype = 12;
+inline constexpr size_t ip = kEthSize;  // IPv4 header
+inline constexpr size_t ip_version_ihl = ip + 0, ip_total_length = ip + 2, ip_id = ip + 4, ip_flags_fragment = ip + 6,
+                        ip_ttl = ip + 8, ip_protocol = ip + 9, ip_checksum = ip + 10, ip_src = ip + 12,
+                        ip_dst = ip + 16;
+inline constexpr size_t udp = ip + kIpv4MinSize;  // UDP header
+inline constexpr size_t udp_src_port = udp + 0, udp_dst_port = udp + 2, udp_length = udp + 4, udp_checksum = udp + 6;
+inline constexpr size_t header = udp + kUdpSize;  // the PRISM header
+inline constexpr size_t body = header + kHeaderSize;
+static_assert(body == kFrameOverhead, "a built frame's body follows its 74 bytes of headers");
+// A header field in a built frame: frame::at(off::dtype).
+constexpr size_t at(size_t header_offset) { return header + header_offset; }
+}  // namespace frame
 
 // The header in host order.
 struct Header {

@@ -6,10 +6,13 @@
 // sanitizer report is a bug. A configuration it returns must keep the rules
 // it checks: unique port ids, job ids, ranks and child ids, ranks below the
 // group, members plus children's ranks covering the group at a root, a leaf
-// with a parent and a root without one, a power-of-two ring size. The same
+// with a parent and a root without one, a power-of-two ring size, unicast
+// station MACs, station IPs that are addresses and not a port's, and a
+// kulisch_width that holds every exact sum a job allows. The same
 // bytes also go to parse_mac / parse_ipv4 (checks below).
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <set>
@@ -51,6 +54,27 @@ void check_config(const SwitchConfig& c) {
   for (const auto& p : c.ports) {
     (void)format_mac(p.mac);
     (void)format_ipv4(p.ip);
+  }
+  // Stations are unicast, have an address, and none has a switch port's IP;
+  // kulisch_width holds every exact sum a job allows.
+  auto station = [&](const wire::Mac& m, uint32_t ip, bool is_port) {
+    FUZZ_CHECK((m[0] & 1) == 0);
+    FUZZ_CHECK(ip != 0 && ip != 0xFFFFFFFFu);
+    if (!is_port)
+      for (const auto& p : c.ports) FUZZ_CHECK(p.ip != ip);
+  };
+  for (const auto& p : c.ports) station(p.mac, p.ip, true);
+  if (c.parent) station(c.parent->addr.mac, c.parent->addr.ip, false);
+  for (const auto& j : c.jobs) {
+    for (const auto& m : j.members) station(m.addr.mac, m.addr.ip, false);
+    for (const auto& ch : j.children) station(ch.addr.mac, ch.addr.ip, false);
+    for (const auto& f : entries(Format{}))
+      for (const auto& p : entries(Policy{})) {
+        const bool allowed = (j.formats.empty() || std::count(j.formats.begin(), j.formats.end(), f.value)) &&
+                             (j.policies.empty() || std::count(j.policies.begin(), j.policies.end(), p.value));
+        if (allowed && needs_exact_width(f.value, p.value))
+          FUZZ_CHECK(required_width(f.value, j.group) <= c.kulisch_width);
+      }
   }
 }
 

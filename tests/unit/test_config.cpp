@@ -278,9 +278,9 @@ TEST(ConfigValid, RootWithChildrenCoversTheGroup) {
 TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
   const SwitchConfig c = parse_config(
       "switch: {id: 65535, udp_port: 65535}\n"
-      "ports: [{id: 1023, mac: \"02:00:00:00:00:01\", ip: 255.255.255.255}]\n"
+      "ports: [{id: 1023, mac: \"02:00:00:00:00:01\", ip: 255.255.255.254}]\n"
       "jobs: [{id: 4294967295, slot_quota: 16777216, members: "
-      "[{rank: 0, port: 1023, mac: \"ff:ff:ff:ff:ff:ff\", ip: 0.0.0.0, udp_port: 1}]}]\n"
+      "[{rank: 0, port: 1023, mac: \"fe:ff:ff:ff:ff:ff\", ip: 0.0.0.1, udp_port: 1}]}]\n"
       "kulisch_width: 4096\nretention_ms: 3600000\nop_timeout_ms: 3600000\n"
       "rings: {size: 1048576}\narbiter: {seed: 18446744073709551615}\nreducers: {shards: 64, slots: 1048576}\n"
       "lcores: [1023, 0]\n");
@@ -289,7 +289,9 @@ TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
   EXPECT_EQ(c.ports[0].id, 1023);
   EXPECT_EQ(c.jobs[0].id, 4294967295u);
   EXPECT_EQ(c.jobs[0].slot_quota, 16777216u);
-  EXPECT_EQ(c.jobs[0].members[0].addr.mac, mac(0xff, 0xff, 0xff, 0xff, 0xff, 0xff));
+  EXPECT_EQ(c.ports[0].ip, 0xFFFFFFFEu) << "the highest address that is not the broadcast address";
+  EXPECT_EQ(c.jobs[0].members[0].addr.mac, mac(0xfe, 0xff, 0xff, 0xff, 0xff, 0xff)) << "the highest unicast MAC";
+  EXPECT_EQ(c.jobs[0].members[0].addr.ip, 1u) << "the lowest address that is not 0.0.0.0";
   EXPECT_EQ(c.jobs[0].members[0].addr.port, 1);
   EXPECT_EQ(c.kulisch_width, 4096);
   EXPECT_EQ(c.ring_size, 1048576u);
@@ -505,22 +507,117 @@ TEST(ConfigErrors, RingSizeMustBeAPowerOfTwo) {
   expect_error(with(kBase, "size: 256", "size: 1048575"), 17, "rings.size", {"power of two"});
 }
 
-TEST(ConfigValid, FanoutIsCopyChainOrEgress) {
+// docs/CONFIG.md's words for the config's closed sets, in its order.
+TEST(ConfigValid, ClosedSetsListTheDocumentedWords) {
+  EXPECT_EQ(prism::choices<prism::Fanout>(), "copy chain");
+  EXPECT_EQ(prism::choices<prism::ArbiterMode>(), "round_robin random reverse");
+  EXPECT_EQ(prism::choices<prism::Role>(), "root leaf");
+  EXPECT_EQ(prism::from_name<prism::ArbiterMode>("reverse"), prism::ArbiterMode::REVERSE);
+  EXPECT_FALSE(prism::from_name<prism::Fanout>("egress").has_value());
+  EXPECT_EQ(parse_config(with(kBase, "mode: random", "mode: reverse")).arbiter, prism::ArbiterMode::REVERSE);
+}
+
+TEST(ConfigValid, FanoutIsCopyOrChain) {
   EXPECT_EQ(parse_config(kBase + "fanout: chain\n").fanout, prism::Fanout::CHAIN);
   EXPECT_EQ(parse_config(kBase + "fanout: copy\n").fanout, prism::Fanout::COPY);
-  EXPECT_EQ(parse_config(kBase + "fanout: egress\n").fanout, prism::Fanout::EGRESS);
+}
+
+// Egress replication measured no gain and is gone (issue 16): the old word is
+// refused with the valid ones, not silently taken as another.
+TEST(ConfigErrors, FanoutEgressIsGone) {
+  expect_error(kBase + "fanout: egress\n", 21, "fanout", {"'egress'", "copy", "chain"});
+  const Where w = where(error_of(kBase + "fanout: egress\n"));
+  EXPECT_EQ(w.message.find("egress", w.message.find("'egress'") + 8), std::string::npos)
+      << "egress is not listed as valid: " << w.message;
 }
 
 TEST(ConfigErrors, UnknownWordsListTheValidOnes) {
   expect_error(with(kBase, "mode: random", "mode: fifo"), 19, "arbiter.mode",
                {"'fifo'", "round_robin", "random", "reverse"});
-  expect_error(kBase + "fanout: zero_copy\n", 21, "fanout", {"'zero_copy'", "copy", "chain", "egress"});
+  expect_error(kBase + "fanout: zero_copy\n", 21, "fanout", {"'zero_copy'", "copy", "chain"});
   expect_error(with(kBase, "role: root", "role: spine"), 3, "switch.role", {"'spine'", "root", "leaf"});
   expect_error(with(kBase, "[fp32, bf16]", "[fp32, fp64]"), 10, "jobs[0].formats[1]",
                {"'fp64'", "fp32", "fp16", "bf16", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "int8", "int32"});
   expect_error(with(kBase, "[kulisch]", "[kahan]"), 11, "jobs[0].policies[0]",
                {"'kahan'", "fp32_arrival", "kulisch", "fp32_binomial"});
   expect_error(with(kBase, "[fp32, bf16]", "fp32"), 10, "jobs[0].formats", {"list"});
+}
+
+// ---------------------------------------------------------------------------
+// Configurations that used to load and then misbehave (issue 16): each is a
+// ConfigError at the offending value, saying what is wrong and what to do.
+
+// The switch would take a station's frames for its own and answer them from the port.
+TEST(ConfigErrors, StationIpEqualToASwitchPortIp) {
+  expect_error(with(kBase, "ip: 10.0.0.3}", "ip: 10.0.1.254}"), 15, "jobs[0].members[2].ip",
+               {"10.0.1.254", "port 1", "own"});
+  const std::string ports =
+      "ports: [{id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}, "
+      "{id: 1, mac: \"02:00:00:00:ff:01\", ip: 10.0.3.1}]\n";
+  expect_error(ports + kTree, 9, "jobs[0].children[1].ip", {"10.0.3.1", "port 1", "own"});
+  const std::string leaf_ports =
+      "ports: [{id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}, "
+      "{id: 1, mac: \"02:00:00:00:ff:01\", ip: 10.0.1.1}]\n";
+  expect_error(with(kLeaf, "jobs:\n", leaf_ports + "jobs:\n"), 4, "switch.parent.ip", {"10.0.1.1", "port 1", "own"});
+  // Distinct addresses load (the same configs with the port's address changed).
+  EXPECT_NO_THROW(parse_config(with(ports, "10.0.3.1", "10.0.9.254") + kTree));
+  EXPECT_NO_THROW(parse_config(with(kLeaf, "jobs:\n", with(leaf_ports, "10.0.1.1", "10.0.9.254") + "jobs:\n")));
+}
+
+// A broadcast or multicast MAC (the first byte odd, IEEE 802) names no one station.
+TEST(ConfigErrors, BroadcastAndMulticastMacs) {
+  expect_error(with(kBase, "\"02:00:00:00:ff:01\"", "\"ff:ff:ff:ff:ff:ff\""), 6, "ports[1].mac",
+               {"broadcast", "unicast"});
+  expect_error(with(kBase, "\"02:00:00:00:ff:00\"", "\"01:00:5e:00:00:01\""), 5, "ports[0].mac",
+               {"multicast", "unicast"});
+  expect_error(with(kBase, "\"02:00:00:00:00:01\"", "\"01:00:5e:00:00:01\""), 14, "jobs[0].members[1].mac",
+               {"'01:00:5e:00:00:01'", "multicast", "unicast"});
+  expect_error(with(kBase, "\"02:00:00:00:00:02\"", "\"ff:ff:ff:ff:ff:ff\""), 15, "jobs[0].members[2].mac",
+               {"broadcast"});
+  expect_error(with(kTree, "02:00:00:00:fe:03", "33:33:00:00:00:01"), 8, "jobs[0].children[1].mac", {"multicast"});
+  expect_error(with(kLeaf, "02:00:00:00:fe:01", "ff:ff:ff:ff:ff:ff"), 4, "switch.parent.mac", {"broadcast"});
+  expect_error(with(kLeaf, "02:00:00:00:fe:01", "03:00:00:00:00:01"), 4, "switch.parent.mac", {"multicast"});
+  // Locally administered unicast (bit 1 of the first byte) is an ordinary station address.
+  EXPECT_NO_THROW(parse_config(with(kBase, "\"02:00:00:00:00:01\"", "\"fe:00:00:00:00:01\"")));
+}
+
+// 0.0.0.0 is no address and 255.255.255.255 every host's.
+TEST(ConfigErrors, NoAddressAndBroadcastIps) {
+  expect_error(with(kBase, "ip: 10.0.0.2}", "ip: 0.0.0.0}"), 14, "jobs[0].members[1].ip", {"0.0.0.0"});
+  expect_error(with(kBase, "ip: 10.0.0.2}", "ip: 255.255.255.255}"), 14, "jobs[0].members[1].ip",
+               {"255.255.255.255", "broadcast"});
+  expect_error(with(kTree, "ip: 10.0.2.1", "ip: 255.255.255.255"), 7, "jobs[0].children[0].ip", {"broadcast"});
+  expect_error(with(kTree, "ip: 10.0.3.1", "ip: 0.0.0.0"), 8, "jobs[0].children[1].ip", {"0.0.0.0"});
+  expect_error(with(kLeaf, "ip: 10.0.1.1", "ip: 0.0.0.0"), 4, "switch.parent.ip", {"0.0.0.0"});
+  expect_error(with(kLeaf, "ip: 10.0.1.1", "ip: 255.255.255.255"), 4, "switch.parent.ip", {"broadcast"});
+  expect_error(with(kBase, "ip: 10.0.1.254", "ip: 0.0.0.0"), 6, "ports[1].ip", {"0.0.0.0"});
+}
+
+// The widths an exact sum needs (docs/ARITHMETIC.md: W = Emax - Emin + p + 1 +
+// ceil(log2 R) for floats, bits + ceil(log2 R) for integers): fp32 278 + ceil(log2 R),
+// bf16 262 + ceil(log2 R), int32 32 + ceil(log2 R).
+TEST(ConfigErrors, KulischWidthTooNarrowForAFormatTheJobAllows) {
+  // kBase: job 7, group 3 (ceil(log2 3) = 2), formats [fp32, bf16], policies [kulisch].
+  expect_error(kBase + "kulisch_width: 279\n", 21, "kulisch_width",
+               {"279", "job 7", "fp32", "280", "raise kulisch_width", "jobs[0].formats"});
+  const std::string one = where(error_of(kBase + "kulisch_width: 270\n")).message;
+  EXPECT_NE(one.find("fp32 needs 280"), std::string::npos) << one;
+  EXPECT_EQ(one.find("bf16"), std::string::npos) << "bf16 needs 264 bits, which fit: " << one;
+  const std::string both = where(error_of(kBase + "kulisch_width: 263\n")).message;
+  EXPECT_NE(both.find("fp32 needs 280"), std::string::npos) << both;
+  EXPECT_NE(both.find("bf16 needs 264"), std::string::npos) << both;
+  EXPECT_NO_THROW(parse_config(kBase + "kulisch_width: 280\n"));
+  EXPECT_NO_THROW(parse_config(with(kBase, "[fp32, bf16]", "[bf16]") + "kulisch_width: 264\n"));
+  // The issue's example: fp32 at group 8 needs 281 bits.
+  const std::string g8 = with(with(kTree, "ranks: 3}", "ranks: 3}\n    formats: [fp32]"), "switch: {id: 1}\n",
+                              "switch: {id: 1}\nkulisch_width: 280\n");
+  expect_error(g8, 2, "kulisch_width", {"job 9", "fp32", "281"});
+  // The FP32 policies keep no exact sum of a float format: no width needed.
+  EXPECT_NO_THROW(parse_config(with(kBase, "[kulisch]", "[fp32_arrival, fp32_binomial]") + "kulisch_width: 8\n"));
+  // Integer sums are exact under every policy; with formats absent, every format is allowed.
+  const std::string ints = with(with(kBase, "    formats: [fp32, bf16]\n", ""), "[kulisch]", "[fp32_arrival]");
+  expect_error(ints + "kulisch_width: 33\n", 20, "kulisch_width", {"int32 needs 34", "formats"});
+  EXPECT_NO_THROW(parse_config(ints + "kulisch_width: 34\n"));
 }
 
 TEST(ConfigErrors, WrongShapes) {

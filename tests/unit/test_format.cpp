@@ -766,4 +766,116 @@ TEST(Names, PoliciesExceptionsTransportsRoundTrip) {
   EXPECT_FALSE(prism::transport_from_code(4).has_value());
 }
 
+// ---------------------------------------------------------------------------
+// Closed sets (util/closed_set.hpp): each table names, parses and lists its
+// set. The expected spellings and codes are docs/PROTOCOL.md's and
+// docs/CONFIG.md's (and ref.hpp's format list), not the tables'.
+
+TEST(ClosedSets, FormatsAreNamedParsedAndListedInCodeOrder) {
+  std::string want;
+  for (const ref::Fmt& rf : ref::kAll) {
+    want += std::string(want.empty() ? "" : " ") + rf.name;
+    const Format f = Format(rf.code);
+    EXPECT_STREQ(prism::name(f), rf.name);
+    EXPECT_EQ(prism::from_name<Format>(rf.name), f) << rf.name;
+    EXPECT_EQ(prism::format_from_name(rf.name), f) << rf.name;
+    EXPECT_EQ(prism::from_code<Format>(uint8_t(rf.code)), f) << rf.name;
+    EXPECT_EQ(prism::format_from_code(uint8_t(rf.code)), f) << rf.name;
+    EXPECT_GT(std::strlen(prism::doc(f)), 10u) << rf.name << " has a doc line";
+  }
+  EXPECT_EQ(prism::choices<Format>(), want);
+  EXPECT_EQ(prism::choices<Format>(), "fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32");
+  EXPECT_EQ(prism::choices_if<Format>(prism::is_float), "fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz");
+  EXPECT_EQ(prism::count<Format>(), std::size(ref::kAll));
+  for (int c : {0, 10, 255}) {
+    EXPECT_FALSE(prism::from_code<Format>(uint8_t(c)).has_value()) << c;
+    EXPECT_FALSE(prism::format_from_code(uint8_t(c)).has_value()) << c;
+  }
+  EXPECT_FALSE(prism::from_name<Format>("FP32").has_value()) << "names are lower case";
+  EXPECT_FALSE(prism::from_name<Format>("").has_value());
+  EXPECT_STREQ(prism::name(Format(42)), "?") << "a value off the wire that is no format";
+}
+
+TEST(ClosedSets, PoliciesTransportsAndExceptions) {
+  using prism::Policy;
+  using prism::Transport;
+  EXPECT_EQ(prism::choices<Policy>(), "fp32_arrival kulisch fp32_binomial");
+  EXPECT_EQ(prism::choices<Policy>(", "), "fp32_arrival, kulisch, fp32_binomial");
+  EXPECT_EQ(prism::from_name<Policy>("kulisch"), Policy::KULISCH_FIXED);
+  EXPECT_EQ(prism::from_name<Policy>("kulisch_fixed"), Policy::KULISCH_FIXED) << "the alias parses";
+  EXPECT_STREQ(prism::name(Policy::KULISCH_FIXED), "kulisch") << "and is never printed";
+  // PROTOCOL.md: policy 1 FP32_ARRIVAL, 2 KULISCH_FIXED, 3 FP32_BINOMIAL.
+  EXPECT_EQ(prism::from_code<Policy>(1), Policy::FP32_ARRIVAL);
+  EXPECT_EQ(prism::from_code<Policy>(2), Policy::KULISCH_FIXED);
+  EXPECT_EQ(prism::from_code<Policy>(3), Policy::FP32_BINOMIAL);
+  for (int c = 0; c < 256; ++c)
+    EXPECT_EQ(prism::policy_from_code(uint8_t(c)), prism::from_code<Policy>(uint8_t(c))) << c;
+  EXPECT_EQ(prism::choices<Transport>(), "rounded kulisch auto");
+  for (int c = 0; c < 256; ++c)
+    EXPECT_EQ(prism::transport_from_code(uint8_t(c)), prism::from_code<Transport>(uint8_t(c))) << c;
+  EXPECT_EQ(prism::choices<Exceptions>(), "ieee saturate");
+  for (int c = 0; c < 256; ++c)
+    EXPECT_EQ(prism::exceptions_from_code(uint8_t(c)), prism::from_code<Exceptions>(uint8_t(c))) << c;
+  for (auto p : {Policy::FP32_ARRIVAL, Policy::KULISCH_FIXED, Policy::FP32_BINOMIAL})
+    EXPECT_GT(std::strlen(prism::doc(p)), 10u);
+}
+
+// "Needs a Kulisch width" (op.hpp): KULISCH_FIXED over floats, every policy over integers.
+TEST(ClosedSets, ExactWidthIsNeededByKulischAndByIntegers) {
+  using prism::Policy;
+  for (const ref::Fmt& rf : ref::kAll)
+    for (auto p : {Policy::FP32_ARRIVAL, Policy::KULISCH_FIXED, Policy::FP32_BINOMIAL}) {
+      prism::OpDesc d;
+      d.dtype = Format(rf.code);
+      d.policy = p;
+      d.group = 8;
+      const bool want = p == Policy::KULISCH_FIXED || rf.ebits == 0;
+      EXPECT_EQ(prism::needs_exact_width(d), want) << rf.name << " " << prism::name(p);
+      EXPECT_EQ(prism::exact_width_needed(d).has_value(), want) << rf.name;
+    }
+  prism::OpDesc d;  // fp32 at R = 8: 278 + 3 bits (ARITHMETIC.md; the example)
+  d.group = 8;
+  EXPECT_EQ(prism::exact_width_needed(d), 281);
+  d.dtype = Format::INT32;
+  d.policy = Policy::FP32_ARRIVAL;
+  EXPECT_EQ(prism::exact_width_needed(d), 35);
+}
+
+// Every float format reaches its own kernel through the format-by-format
+// dispatch (PRISM_FLOAT_DISPATCH, fp8_table), in both kernel sets: one
+// element added into a zero lane gives the element's value as ref.hpp
+// decodes it. The integer formats reach no float kernel: they throw.
+TEST(ClosedSets, FloatDispatchCoversEveryFormatAndNoIntegerOne) {
+  std::vector<const prism::Kernels*> sets = {&prism::portable_kernels()};
+  if (const auto* a = prism::avx2_kernels()) sets.push_back(a);
+  for (const auto* k : sets)
+    for (const auto& e : prism::entries(Format{})) {
+      const ref::Fmt& rf = ref::fmt(uint8_t(e.value));
+      SCOPED_TRACE(std::string(k->name) + " " + e.name);
+      if (!prism::is_float(e.value)) {
+        double acc[1] = {0};
+        uint8_t el[4] = {1, 0, 0, 0};
+        EXPECT_THROW(k->add_f64(e.value, acc, el, 1), std::logic_error);
+        EXPECT_EQ(prism::fp8_table(e.value), nullptr);
+        continue;
+      }
+      EXPECT_EQ(prism::fp8_table(e.value) != nullptr, rf.bytes == 1);
+      std::vector<uint32_t> codes;
+      for (uint32_t c = 1; codes.size() < 40; c = c * 3 + 1) {
+        const uint32_t code = c & rf.mask();
+        if (!ref::is_special_code(rf, code)) codes.push_back(code);
+      }
+      const std::vector<uint8_t> el = ref::pack(rf, codes);
+      std::vector<double> acc64(codes.size(), 0.0);
+      std::vector<float> acc32(codes.size(), 0.0f);
+      k->add_f64(e.value, acc64.data(), el.data(), uint32_t(codes.size()));
+      k->add_f32(e.value, acc32.data(), el.data(), uint32_t(codes.size()));
+      for (size_t i = 0; i < codes.size(); ++i) {
+        const float want = ref::to_f32(rf, codes[i]);
+        EXPECT_EQ(acc64[i], double(want)) << "code " << codes[i];
+        EXPECT_EQ(acc32[i], want) << "code " << codes[i];
+      }
+    }
+}
+
 }  // namespace

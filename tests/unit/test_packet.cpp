@@ -900,6 +900,87 @@ TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// The wire's closed sets and offsets, against docs/PROTOCOL.md's tables.
+
+TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
+  const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"}, {4, "NACK"}};
+  for (const auto& [c, n] : kinds) {
+    EXPECT_EQ(from_code<Kind>(uint8_t(c)), Kind(c));
+    EXPECT_STREQ(wire::name(Kind(c)), n);
+  }
+  EXPECT_FALSE(from_code<Kind>(0).has_value());
+  EXPECT_FALSE(from_code<Kind>(5).has_value());
+  EXPECT_EQ(choices<Encoding>(), "dtype out_dtype kulisch");
+  // The NACK table of PROTOCOL.md, code by code (tests/py/switch_util.py spells them so too).
+  const std::pair<int, const char*> reasons[] = {{1, "malformed"},
+                                                 {2, "unknown_job"},
+                                                 {3, "not_a_member"},
+                                                 {4, "descriptor_mismatch"},
+                                                 {5, "accumulator_too_narrow"},
+                                                 {6, "no_free_slot"},
+                                                 {7, "result_expired"}};
+  for (const auto& [c, n] : reasons) {
+    ASSERT_EQ(from_code<NackReason>(uint8_t(c)), NackReason(c)) << n;
+    EXPECT_STREQ(wire::name(NackReason(c)), n);
+    EXPECT_EQ(from_name<NackReason>(n), NackReason(c));
+    // Each doc says what it means and, after a colon, what to do.
+    const std::string d = doc(NackReason(c));
+    EXPECT_NE(d.find(": "), std::string::npos) << n << ": " << d;
+  }
+  EXPECT_FALSE(from_code<NackReason>(0).has_value());
+  EXPECT_FALSE(from_code<NackReason>(8).has_value());
+  EXPECT_STREQ(wire::name(NackReason(8)), "?");
+  // Refusals: named by their table, in code order, "?" beyond it.
+  EXPECT_STREQ(wire::name(Refusal::OK), "ok");
+  EXPECT_STREQ(wire::name(Refusal::SHORT_FRAME), "short_frame");
+  EXPECT_STREQ(wire::name(Refusal::BAD_SIDEBAND), "bad_sideband");
+  EXPECT_STREQ(wire::name(Refusal::kCount), "?");
+  for (size_t i = 0; i < size_t(Refusal::kCount); ++i)
+    EXPECT_EQ(from_name<Refusal>(wire::name(Refusal(i))), Refusal(i)) << i;
+}
+
+// PROTOCOL.md's header table, field by field, and the frame a build() makes:
+// Ethernet 14, IPv4 20 (no options), UDP 8, then the header.
+TEST(Wire, NamedOffsetsAreTheDocumentedOnes) {
+  const std::pair<size_t, size_t> fields[] = {
+      {off::magic, 0},       {off::version, 2},    {off::kind, 3},    {off::job, 4},       {off::op, 8},
+      {off::chunk, 12},      {off::sender, 16},    {off::group, 18},  {off::terms, 20},    {off::count, 22},
+      {off::dtype, 24},      {off::out_dtype, 25}, {off::policy, 26}, {off::encoding, 27}, {off::transport, 28},
+      {off::exceptions, 29}, {off::flags, 30},     {off::status, 31}};
+  for (const auto& [got, want] : fields) EXPECT_EQ(got, want);
+  EXPECT_EQ(frame::header, 42u);
+  EXPECT_EQ(frame::body, 74u);
+  EXPECT_EQ(frame::ip_id, 18u);
+  EXPECT_EQ(frame::ip_checksum, 24u);
+  EXPECT_EQ(frame::udp_dst_port, 36u);
+  EXPECT_EQ(frame::udp_checksum, 40u);
+  // A built frame has its fields where the offsets say.
+  Header h;
+  h.kind = Kind::RESULT;
+  h.job = 0x01020304;
+  h.count = 2;
+  h.terms = h.group = 5;
+  h.dtype = Format::BF16;
+  h.out_dtype = Format::FP16;
+  h.encoding = Encoding::OUT_DTYPE;
+  h.status = 3;
+  const Endpoint src{{2, 0, 0, 0, 0, 1}, 0x0A000001, 20562}, dst{{2, 0, 0, 0, 0, 2}, 0x0A000002, 5001};
+  uint8_t buf[128];
+  const uint8_t body[4] = {1, 2, 3, 4};
+  const size_t n = build(buf, sizeof buf, src, dst, h, body, 0xBEEF);
+  ASSERT_EQ(n, 78u);
+  EXPECT_EQ(buf[frame::ip_id] << 8 | buf[frame::ip_id + 1], 0xBEEF);
+  EXPECT_EQ(buf[frame::udp_dst_port] << 8 | buf[frame::udp_dst_port + 1], 5001);
+  EXPECT_EQ(buf[frame::at(off::kind)], 3);
+  EXPECT_EQ(buf[frame::at(off::job)], 1);
+  EXPECT_EQ(buf[frame::at(off::job) + 3], 4);
+  EXPECT_EQ(buf[frame::at(off::dtype)], 3);
+  EXPECT_EQ(buf[frame::at(off::out_dtype)], 2);
+  EXPECT_EQ(buf[frame::at(off::status)], 3);
+  EXPECT_EQ(buf[frame::body + 3], 4);
+}
+
 }  // namespace
 
 // A fan-out's split frame (shared body, headers built from the body's sum)
