@@ -1,14 +1,22 @@
 // A small command-line reader shared by PRISM's tools: --key VALUE,
 // --key=VALUE, boolean --flags, positionals, and one-line errors that say
-// what is wrong and what to do.
+// what is wrong and what to do. A value from a closed set (a format, a
+// policy, ...) is read with one_of() / list_of(), whose errors list the set's
+// table (util/closed_set.hpp), never a typed-out copy of it.
 #pragma once
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "util/closed_set.hpp"
 
 namespace prism::cli {
 
@@ -16,6 +24,20 @@ struct Error {
   std::string msg;
 };
 [[noreturn]] inline void fail(const std::string& msg) { throw Error{msg}; }
+
+// A tool's main(): returns fn()'s status; an error (cli::fail or any other
+// exception) prints one line, "tool: what is wrong", and returns 2.
+template <class Fn>
+int run_tool(const char* tool, Fn fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.msg.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+  }
+  return 2;
+}
 
 class Args {
  public:
@@ -79,15 +101,64 @@ class Args {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end || !(x >= lo && x <= hi))
-      fail("bad " + k + " '" + v + "': give a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fail("bad " + k + " '" + v + "': give a number in [" + shortest(lo) + ", " + shortest(hi) + "]");
     return x;
   }
 
   std::vector<std::string> positional;
 
  private:
+  static std::string shortest(double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return b;
+  }
   std::map<std::string, std::vector<std::string>> values_;
   std::set<std::string> flags_;
 };
+
+// "a,b,c" -> {"a", "b", "c"} (an empty item stays: "a,,b" has three).
+inline std::vector<std::string> split_list(const std::string& v) {
+  std::vector<std::string> out;
+  for (size_t start = 0;;) {
+    const size_t comma = v.find(',', start);
+    out.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// The value of option `key` in closed set E: `def` when the option is not
+// given (no default: "missing --dtype (fp32 fp16 ...)"), and for a value not
+// in the set "unknown --policy 'x' (fp32_arrival kulisch fp32_binomial)".
+template <ClosedSet E>
+E one_of(const Args& a, const std::string& key, std::optional<E> def = std::nullopt) {
+  if (!a.has(key)) {
+    if (def) return *def;
+    fail("missing " + key + " (" + choices<E>() + ")");
+  }
+  const std::string v = a.str(key);
+  if (auto e = from_name<E>(v)) return *e;
+  fail("unknown " + key + " '" + v + "' (" + choices<E>() + ")");
+}
+
+// A comma-separated list of E's names, or "all" (then: every value, in table
+// order). Each value once, in the order given. `what` names an item in the
+// error: "unknown policy 'x': use fp32_arrival kulisch fp32_binomial or all".
+template <ClosedSet E>
+std::vector<E> list_of(const std::string& what, const std::string& list) {
+  std::vector<E> out;
+  for (const auto& item : split_list(list)) {
+    if (item == "all") {
+      out.clear();
+      for (const auto& e : entries(E{})) out.push_back(e.value);
+      return out;
+    }
+    const auto e = from_name<E>(item);
+    if (!e) fail("unknown " + what + " '" + item + "': use " + choices<E>() + " or all");
+    if (std::find(out.begin(), out.end(), *e) == out.end()) out.push_back(*e);
+  }
+  return out;
+}
 
 }  // namespace prism::cli

@@ -6,45 +6,84 @@
 //
 // See --help and docs/PROTOCOL.md. Addresses come from the switch configs:
 // every rank of the job must be a member in exactly one of them.
+//
+// `write` is a sequence of named steps: parse_request, find_job, then the
+// traffic (add_contributions, add_malformed, add_foreign, mix,
+// record_arrival), then the outputs (write_captures, write_expected), which
+// appear together or not at all (app::OutputSet).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <random>
-#include <sstream>
+#include <set>
+#include <span>
+#include <tuple>
 
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
 #include "config/config.hpp"
+#include "json.hpp"
+#include "output_file.hpp"
 #include "pcap_io.hpp"
 #include "proto/packet.hpp"
+#include "util/closed_set.hpp"
+#include "values.hpp"
 
 using namespace prism;
 namespace fs = std::filesystem;
 
 namespace {
 
-const char* kUsage = R"(usage:
+// ---------------------------------------------------------------------------
+// The scenario's own closed sets: how values are drawn and the order in which
+// each chunk's contributions leave the ranks.
+
+enum class Values : uint8_t { GRADIENT = 1, FULL, CANCEL, SPECIALS };
+inline constexpr Entry<Values> kValues[] = {
+    {Values::GRADIENT, "gradient", "per element a magnitude spread over the format's binades, times N(0,1)"},
+    {Values::FULL, "full", "every finite code of the format, uniformly"},
+    {Values::CANCEL, "cancel", "ranks in pairs send x and -x, plus a small term: sums that cancel"},
+    {Values::SPECIALS, "specials", "gradient values with NaNs, infinities, -0 and subnormals mixed in"},
+};
+constexpr std::span<const Entry<Values>> entries(Values) { return kValues; }
+
+enum class Order : uint8_t { ROUND_ROBIN = 1, RANDOM, REVERSE };
+inline constexpr Entry<Order> kOrders[] = {
+    {Order::ROUND_ROBIN, "round_robin", "rank 0, 1, ..., R-1"},
+    {Order::RANDOM, "random", "a fresh shuffle per chunk"},
+    {Order::REVERSE, "reverse", "rank R-1, ..., 0"},
+};
+constexpr std::span<const Entry<Order>> entries(Order) { return kOrders; }
+
+std::string usage() {
+  return R"(usage:
   prism-gen write --config FILE [--config FILE...] --job ID --dtype D --policy P [options]
   prism-gen dump FILE.pcap [--port N]
 
 write: the CONTRIBs of every rank of a job for a run of ops, as captures.
   --config FILE        switch config(s) naming the job's members (repeat for a tree)
   --job ID             job id
-  --dtype D            fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32
+  --dtype D            )" +
+         choices<Format>() + R"(
   --out-dtype O        result format (default fp32, int32 for integer D)
-  --policy P           fp32_arrival kulisch fp32_binomial
-  --transport T        rounded kulisch auto (default kulisch)
-  --exceptions E       ieee saturate (default ieee)
+  --policy P           )" +
+         choices<Policy>() + R"(
+  --transport T        )" +
+         choices<Transport>() + R"( (default kulisch)
+  --exceptions E       )" +
+         choices<Exceptions>() + R"( (default ieee)
   --ops N              ops to generate (default 1); --op-base N first op id (default 0)
   --elements N         elements per op (default 1024)
   --chunk C            elements per chunk (default: the most whose CONTRIB and RESULT fit --mtu)
   --mtu BYTES          IP MTU for sizing chunks (default 1500; 9000 for jumbo)
-  --values V           gradient full cancel specials (default gradient)
+  --values V           )" +
+         choices<Values>() + R"( (default gradient)
   --seed S             random seed (default 1)
-  --order O            arrival order across ranks per chunk: round_robin random reverse (default round_robin)
+  --order O            arrival order across ranks per chunk: )" +
+         choices<Order>() + R"( (default round_robin)
   --loss P             each CONTRIB lost with probability P; a RETRANSMIT copy follows its op
   --dup P              each CONTRIB duplicated with probability P
   --reorder P          each packet swapped with a random later one with probability P
@@ -52,10 +91,92 @@ write: the CONTRIBs of every rank of a job for a run of ops, as captures.
   --malformed N        N malformed packets from members' addresses
   --foreign N          N packets the switch must drop: unknown sources, foreign jobs, spoofed ranks
   --pcap-dir DIR       one capture per switch port: DIR/sw<id>.port<p>.pcap
-  --merged FILE        one capture of everything, in arrival order
+  --merged FILE        one capture of everything, in arrival order (FILE's directory must exist)
   --expected DIR       golden results: op<op>.out, op<op>.flags, inputs rank<r>.op<op>.in, manifest.json
+  A DIR is made if missing, with its parents (as mkdir -p), and removed again if the run fails.
+  Outputs appear together or not at all: each is written beside its place and renamed there
+  when every one is complete. A symlink's target gets the data; a device or FIFO is written through.
 dump: parses every frame with PRISM's parser and prints one JSON object per line.
 )";
+}
+
+// ---------------------------------------------------------------------------
+// The request: what the command line asks for, checked.
+
+struct Request {
+  std::vector<SwitchConfig> configs;
+  uint32_t job = 0;
+  Format dtype = Format::FP32, out = Format::FP32;
+  Policy policy = Policy::KULISCH_FIXED;
+  Transport transport = Transport::KULISCH;
+  Exceptions exceptions = Exceptions::IEEE;
+  Values values = Values::GRADIENT;
+  Order order = Order::ROUND_ROBIN;
+  uint32_t ops = 1, op_base = 0, elements = 1024, mtu = 1500, chunk = 0;
+  double loss = 0, dup = 0, reorder = 0, late = 0;
+  uint32_t malformed = 0, foreign = 0;
+  uint64_t seed = 1;
+  std::string pcap_dir, merged, expected;
+
+  uint32_t chunks() const { return (elements + chunk - 1) / chunk; }
+  uint32_t first(uint32_t c) const { return c * chunk; }
+  uint32_t count(uint32_t c) const { return std::min(chunk, elements - c * chunk); }
+};
+
+// The largest chunk whose CONTRIB and RESULT fit an IP MTU: a RESULT carries
+// out-format elements and may carry a status byte per element (the sideband).
+uint32_t max_chunk(Format dtype, Format out, uint32_t mtu) {
+  const uint32_t per_elem = std::max(uint32_t(info(dtype).bytes), uint32_t(info(out).bytes) + 1);
+  return std::min<uint32_t>(65535,
+                            (mtu - uint32_t(wire::kIpv4MinSize + wire::kUdpSize + wire::kHeaderSize)) / per_elem);
+}
+
+Request parse_request(const cli::Args& a) {
+  Request q;
+  const auto cfg_paths = a.all("--config");
+  if (cfg_paths.empty()) cli::fail("missing --config FILE: the switch config that names the job's members");
+  for (const auto& p : cfg_paths) {
+    try {
+      q.configs.push_back(load_config(p));
+    } catch (const ConfigError& e) {
+      cli::fail(e.what());
+    }
+  }
+  if (!a.has("--job")) cli::fail("missing --job ID");
+  q.job = uint32_t(a.num("--job", 0, 0xFFFFFFFFu, 0));
+  q.dtype = cli::one_of<Format>(a, "--dtype");
+  q.out = cli::one_of<Format>(a, "--out-dtype", is_float(q.dtype) ? Format::FP32 : Format::INT32);
+  q.policy = cli::one_of<Policy>(a, "--policy");
+  q.transport = cli::one_of<Transport>(a, "--transport", Transport::KULISCH);
+  q.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
+  q.values = cli::one_of<Values>(a, "--values", Values::GRADIENT);
+  q.order = cli::one_of<Order>(a, "--order", Order::ROUND_ROBIN);
+  q.ops = uint32_t(a.num("--ops", 1, 1u << 20, 1));
+  q.op_base = uint32_t(a.num("--op-base", 0, 0xFFFFFFFFu, 0));
+  q.elements = uint32_t(a.num("--elements", 1, 1u << 24, 1024));
+  q.mtu = uint32_t(a.num("--mtu", 128, 9000, 1500));
+  const uint32_t most = max_chunk(q.dtype, q.out, q.mtu);
+  q.chunk = uint32_t(a.num("--chunk", 1, 65535, std::min(most, q.elements)));
+  if (q.chunk > most)
+    cli::fail("--chunk " + std::to_string(q.chunk) + " does not fit a " + std::to_string(q.mtu) +
+              "-byte MTU: at most " + std::to_string(most) + " " + name(q.dtype) +
+              " elements with their RESULT (raise --mtu for jumbo frames)");
+  q.loss = a.real("--loss", 0, 1, 0);
+  q.dup = a.real("--dup", 0, 1, 0);
+  q.reorder = a.real("--reorder", 0, 1, 0);
+  q.late = a.real("--late-retransmit", 0, 1, 0);
+  q.malformed = uint32_t(a.num("--malformed", 0, 1u << 20, 0));
+  q.foreign = uint32_t(a.num("--foreign", 0, 1u << 20, 0));
+  q.pcap_dir = a.str("--pcap-dir");
+  q.merged = a.str("--merged");
+  q.expected = a.str("--expected");
+  if (q.pcap_dir.empty() && q.merged.empty()) cli::fail("nothing to write: give --pcap-dir DIR and/or --merged FILE");
+  q.seed = a.num("--seed", 0, ~uint64_t(0), 1);
+  return q;
+}
+
+// ---------------------------------------------------------------------------
+// The job: its ranks, each a member of exactly one of the switches.
 
 struct Rank {
   uint16_t rank;
@@ -63,41 +184,55 @@ struct Rank {
   const MemberConfig* member;
 };
 
-struct Packet {
-  std::vector<uint8_t> frame;
-  const SwitchConfig* sw = nullptr;  // the switch whose port receives it
-  uint16_t port = 0;
-  int rank = -1;  // the contributing rank, -1 for noise
-  uint32_t op = 0, chunk = 0;
-  bool counts = false;  // a genuine first contribution (not a duplicate, retransmit or noise)
+struct Job {
+  uint16_t group = 0;
+  std::map<uint16_t, Rank> ranks;
+  OpDesc desc;  // the op every CONTRIB describes (lanes: set per chunk)
 };
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
+wire::Endpoint port_endpoint(const SwitchConfig& sw, uint16_t port) {
+  const PortConfig* p = sw.port(port);
+  if (!p) cli::fail(sw.path + ": port " + std::to_string(port) + " is used by a member but not listed under ports");
+  return {p->mac, p->ip, sw.udp_port};
 }
 
-// A double rounded once into format f (the generator's own values).
-uint32_t encode_value(Format f, double v, Exceptions ex = Exceptions::SATURATE) {
-  if (!is_float(f)) {
-    const double lim = f == Format::INT8 ? 127 : 2147483647.0;
-    const double c = std::max(-lim - 1, std::min(lim, std::nearbyint(v)));
-    return f == Format::INT8 ? uint32_t(uint8_t(int8_t(c))) : uint32_t(int32_t(c));
+Job find_job(const Request& q) {
+  Job j;
+  const std::string job = "job " + std::to_string(q.job);
+  for (const auto& c : q.configs) {
+    const JobConfig* jc = c.job(q.job);
+    if (!jc) continue;
+    if (j.group && jc->group != j.group)
+      cli::fail(c.path + ": " + job + " has group " + std::to_string(jc->group) + " but another config says " +
+                std::to_string(j.group));
+    j.group = jc->group;
+    for (const auto& m : jc->members) {
+      if (j.ranks.count(m.rank))
+        cli::fail(c.path + ": rank " + std::to_string(m.rank) + " of " + job + " is a member in two configs");
+      port_endpoint(c, m.port);
+      j.ranks[m.rank] = Rank{m.rank, &c, &m};
+    }
   }
-  if (v == 0) return zero_bits(f, std::signbit(v));
-  int e;
-  const double m = std::frexp(std::fabs(v), &e);
-  return encode_float(f, v < 0, uint64_t(std::ldexp(m, 53)), e - 53, false, ex).bits;
+  if (!j.group) cli::fail(job + " is in none of the configs given");
+  if (j.ranks.size() != j.group)
+    cli::fail(job + " has group " + std::to_string(j.group) + " but the configs name " +
+              std::to_string(j.ranks.size()) + " member ranks: every rank must be a member somewhere");
+  j.desc.dtype = q.dtype;
+  j.desc.out = q.out;
+  j.desc.policy = q.policy;
+  j.desc.exceptions = q.exceptions;
+  j.desc.group = j.group;
+  if (auto err = admission_error(j.desc, kMaxWidth)) cli::fail(*err);
+  return j;
 }
 
+// ---------------------------------------------------------------------------
 // Values of one op: codes[rank][element].
-std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind, uint32_t R, uint32_t n,
-                                               std::mt19937_64& rng) {
-  std::vector<std::vector<uint32_t>> v(R, std::vector<uint32_t>(n));
+
+using Codes = std::vector<uint32_t>;
+
+std::vector<Codes> make_values(Format f, Values kind, uint32_t R, uint32_t n, std::mt19937_64& rng) {
+  std::vector<Codes> v(R, Codes(n));
   std::normal_distribution<double> N01;
   std::uniform_real_distribution<double> U;
   const FormatInfo& fi = info(f);
@@ -109,7 +244,7 @@ std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind
   for (uint32_t r = 0; r < R; ++r)
     for (uint32_t i = 0; i < n; ++i) {
       double x = mag[i] * N01(rng);
-      if (kind == "full") {
+      if (kind == Values::FULL) {
         uint32_t bits;
         if (!is_float(f))
           bits = uint32_t(rng());
@@ -119,14 +254,14 @@ std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind
         v[r][i] = bits;
         continue;
       }
-      if (kind == "cancel") {
+      if (kind == Values::CANCEL) {
         // Ranks pair up: r and r^1 send x and -x; odd R leaves one small term.
         std::mt19937_64 pair_rng(uint64_t(r >> 1) * 1000003u + i);
         std::normal_distribution<double> P;
         const double big = mag[i] * 1024 * P(pair_rng);
         x = (r ^ 1) < R ? ((r & 1) ? -big : big) + mag[i] * 1e-3 * N01(rng) : mag[i] * 1e-3 * N01(rng);
       }
-      if (kind == "specials" && is_float(f)) {
+      if (kind == Values::SPECIALS && is_float(f)) {
         const double u = U(rng);
         if (u < 0.01)
           x = NAN;
@@ -145,238 +280,167 @@ std::vector<std::vector<uint32_t>> make_values(Format f, const std::string& kind
       else if (std::isinf(x))
         v[r][i] = fi.has_inf ? fi.inf | (x < 0 ? fi.sign_bit : 0) : fi.canonical_nan;
       else
-        v[r][i] = encode_value(f, x);
+        v[r][i] = app::encode_value(f, x);
     }
   return v;
 }
 
-wire::Endpoint port_endpoint(const SwitchConfig& sw, uint16_t port) {
-  const PortConfig* p = sw.port(port);
-  if (!p) cli::fail(sw.path + ": port " + std::to_string(port) + " is used by a member but not listed under ports");
-  return {p->mac, p->ip, sw.udp_port};
-}
+// ---------------------------------------------------------------------------
+// Frames: every one built by the wire layer (wire::build writes the header,
+// lengths and checksums); a malformed one is a built frame with one field off.
 
-int cmd_write(const cli::Args& a) {
-  const auto cfg_paths = a.all("--config");
-  if (cfg_paths.empty()) cli::fail("missing --config FILE: the switch config that names the job's members");
-  std::vector<SwitchConfig> cfgs;
-  for (const auto& p : cfg_paths) {
-    try {
-      cfgs.push_back(load_config(p));
-    } catch (const ConfigError& e) {
-      cli::fail(e.what());
-    }
-  }
-  if (!a.has("--job")) cli::fail("missing --job ID");
-  const uint32_t job_id = uint32_t(a.num("--job", 0, 0xFFFFFFFFu, 0));
-  const std::string dts = a.str("--dtype");
-  if (dts.empty()) cli::fail("missing --dtype (fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32)");
-  const auto dt = format_from_name(dts);
-  if (!dt) cli::fail("unknown --dtype '" + dts + "' (fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32)");
-  const std::string ots = a.str("--out-dtype", is_float(*dt) ? "fp32" : "int32");
-  const auto ot = format_from_name(ots);
-  if (!ot) cli::fail("unknown --out-dtype '" + ots + "'");
-  const std::string pols = a.str("--policy");
-  if (pols.empty()) cli::fail("missing --policy (fp32_arrival kulisch fp32_binomial)");
-  const auto pol = policy_from_name(pols);
-  if (!pol) cli::fail("unknown --policy '" + pols + "' (fp32_arrival kulisch fp32_binomial)");
-  const std::string trs = a.str("--transport", "kulisch");
-  Transport tr;
-  if (trs == "rounded")
-    tr = Transport::ROUNDED;
-  else if (trs == "kulisch")
-    tr = Transport::KULISCH;
-  else if (trs == "auto")
-    tr = Transport::AUTO;
-  else
-    cli::fail("unknown --transport '" + trs + "' (rounded kulisch auto)");
-  const auto ex = exceptions_from_name(a.str("--exceptions", "ieee"));
-  if (!ex) cli::fail("unknown --exceptions '" + a.str("--exceptions") + "' (ieee saturate)");
-  const std::string values = a.str("--values", "gradient");
-  if (values != "gradient" && values != "full" && values != "cancel" && values != "specials")
-    cli::fail("unknown --values '" + values + "' (gradient full cancel specials)");
-  const std::string order = a.str("--order", "round_robin");
-  if (order != "round_robin" && order != "random" && order != "reverse")
-    cli::fail("unknown --order '" + order + "' (round_robin random reverse)");
-  const uint32_t ops = uint32_t(a.num("--ops", 1, 1u << 20, 1));
-  const uint32_t op_base = uint32_t(a.num("--op-base", 0, 0xFFFFFFFFu, 0));
-  const uint32_t elements = uint32_t(a.num("--elements", 1, 1u << 24, 1024));
-  const uint32_t mtu = uint32_t(a.num("--mtu", 128, 9000, 1500));
-  const uint32_t esz = info(*dt).bytes;
-  // Size chunks for the larger of CONTRIB and RESULT: a RESULT carries out_dtype
-  // elements and may carry a status byte per element (the sideband).
-  const uint32_t per_elem = std::max(esz, uint32_t(info(*ot).bytes) + 1);
-  const uint32_t max_chunk = std::min<uint32_t>(65535, (mtu - 20 - 8 - uint32_t(wire::kHeaderSize)) / per_elem);
-  const uint32_t chunk = uint32_t(a.num("--chunk", 1, 65535, std::min(max_chunk, elements)));
-  if (chunk > max_chunk)
-    cli::fail("--chunk " + std::to_string(chunk) + " does not fit a " + std::to_string(mtu) + "-byte MTU: at most " +
-              std::to_string(max_chunk) + " " + dts + " elements with their RESULT (raise --mtu for jumbo frames)");
-  const double loss = a.real("--loss", 0, 1, 0), dup = a.real("--dup", 0, 1, 0), reorder = a.real("--reorder", 0, 1, 0);
-  const double late = a.real("--late-retransmit", 0, 1, 0);
-  const uint32_t n_malformed = uint32_t(a.num("--malformed", 0, 1u << 20, 0));
-  const uint32_t n_foreign = uint32_t(a.num("--foreign", 0, 1u << 20, 0));
-  const std::string pcap_dir = a.str("--pcap-dir"), merged = a.str("--merged"), expected = a.str("--expected");
-  if (pcap_dir.empty() && merged.empty()) cli::fail("nothing to write: give --pcap-dir DIR and/or --merged FILE");
-  std::mt19937_64 rng(a.num("--seed", 0, ~uint64_t(0), 1));
+struct Packet {
+  std::vector<uint8_t> frame;
+  const SwitchConfig* sw = nullptr;  // the switch whose port receives it
+  uint16_t port = 0;
+  int rank = -1;  // the contributing rank, -1 for noise
+  uint32_t op = 0, chunk = 0;
+};
 
-  // The job's ranks, each a member of exactly one switch.
-  uint16_t group = 0;
-  std::map<uint16_t, Rank> ranks;
-  for (const auto& c : cfgs) {
-    const JobConfig* j = c.job(job_id);
-    if (!j) continue;
-    if (group && j->group != group)
-      cli::fail(c.path + ": job " + std::to_string(job_id) + " has group " + std::to_string(j->group) +
-                " but another config says " + std::to_string(group));
-    group = j->group;
-    for (const auto& m : j->members) {
-      if (ranks.count(m.rank))
-        cli::fail(c.path + ": rank " + std::to_string(m.rank) + " of job " + std::to_string(job_id) +
-                  " is a member in two configs");
-      port_endpoint(c, m.port);
-      ranks[m.rank] = Rank{m.rank, &c, &m};
-    }
-  }
-  if (!group) cli::fail("job " + std::to_string(job_id) + " is in none of the configs given");
-  if (ranks.size() != group)
-    cli::fail("job " + std::to_string(job_id) + " has group " + std::to_string(group) + " but the configs name " +
-              std::to_string(ranks.size()) + " member ranks: every rank must be a member somewhere");
+class FrameMaker {
+ public:
+  FrameMaker(const Request& q, const Job& j) : q_(q), j_(j) {}
 
-  OpDesc desc;
-  desc.dtype = *dt;
-  desc.out = *ot;
-  desc.policy = *pol;
-  desc.exceptions = *ex;
-  desc.group = group;
-  if (auto err = admission_error(desc, kMaxWidth)) cli::fail(*err);
-
-  const uint32_t n_chunks = (elements + chunk - 1) / chunk;
-  std::vector<Packet> pkts;
-  std::map<std::string, uint64_t> stats;
-  std::uniform_real_distribution<double> U;
-  uint16_t ip_id = 0;
-
-  auto contrib = [&](const Rank& r, uint32_t op, uint32_t c, const std::vector<uint32_t>& codes, uint8_t flags) {
+  // Rank r's CONTRIB of chunk c of `op`, from its codes of the whole op;
+  // `edit` may change the header before it is written (malformed, foreign).
+  Packet contrib(const Rank& r, uint32_t op, uint32_t c, const Codes& codes, uint8_t flags,
+                 const std::function<void(wire::Header&)>& edit = {}) {
     wire::Header h;
     h.kind = wire::Kind::CONTRIB;
-    h.job = job_id;
+    h.job = q_.job;
     h.op = op;
     h.chunk = c;
     h.sender = r.rank;
-    h.group = group;
+    h.group = j_.group;
     h.terms = 1;
-    const uint32_t first = c * chunk, cnt = std::min(chunk, elements - first);
-    h.count = uint16_t(cnt);
-    h.dtype = *dt;
-    h.out_dtype = *ot;
-    h.policy = *pol;
+    h.count = uint16_t(q_.count(c));
+    h.dtype = q_.dtype;
+    h.out_dtype = q_.out;
+    h.policy = q_.policy;
     h.encoding = wire::Encoding::DTYPE;
-    h.transport = tr;
-    h.exceptions = *ex;
-    h.flags = uint8_t(flags | (c + 1 == n_chunks ? wire::hflag::LAST_CHUNK : 0));
-    std::vector<uint8_t> body(size_t(cnt) * esz);
-    for (uint32_t i = 0; i < cnt; ++i) store_bits(*dt, body.data() + i * esz, codes[first + i]);
+    h.transport = q_.transport;
+    h.exceptions = q_.exceptions;
+    h.flags = uint8_t(flags | (c + 1 == q_.chunks() ? wire::hflag::LAST_CHUNK : 0));
+    if (edit) edit(h);
+    const auto body = app::element_bytes(q_.dtype, std::span(codes).subspan(q_.first(c), q_.count(c)));
     Packet p;
     p.frame.resize(wire::kMaxFrame);
-    const size_t len = wire::build(p.frame.data(), p.frame.size(), r.member->addr, port_endpoint(*r.sw, r.member->port),
-                                   h, body, ip_id++);
-    p.frame.resize(len);
+    p.frame.resize(wire::build(p.frame.data(), p.frame.size(), r.member->addr, port_endpoint(*r.sw, r.member->port), h,
+                               body, ip_id_++));
     p.sw = r.sw;
     p.port = r.member->port;
     p.rank = r.rank;
     p.op = op;
     p.chunk = c;
     return p;
-  };
+  }
 
-  std::vector<std::vector<std::vector<uint32_t>>> all_values;  // [op][rank][element]
-  std::vector<std::vector<std::vector<uint16_t>>> arrival;  // [op][chunk]: ranks in the order their first copy counts
-  for (uint32_t o = 0; o < ops; ++o) {
-    const uint32_t op = op_base + o;
-    all_values.push_back(make_values(*dt, values, group, elements, rng));
-    const auto& v = all_values.back();
-    arrival.emplace_back(n_chunks);
-    std::vector<Packet> retrans;
-    for (uint32_t c = 0; c < n_chunks; ++c) {
-      std::vector<uint16_t> ord(group);
-      for (uint16_t r = 0; r < group; ++r) ord[r] = r;
-      if (order == "reverse") std::reverse(ord.begin(), ord.end());
-      if (order == "random") std::shuffle(ord.begin(), ord.end(), rng);
+ private:
+  const Request& q_;
+  const Job& j_;
+  uint16_t ip_id_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Traffic: the contributions with their faults, then the noise, in the order
+// the switch receives them.
+
+struct Traffic {
+  std::vector<std::vector<Codes>> values;  // [op][rank][element]
+  std::vector<Packet> packets;
+  size_t noise = 0;  // the last `noise` packets, until mix() places them
+  std::map<std::string, uint64_t> stats;
+  // [op][chunk]: ranks in the order their first copy arrives (record_arrival()).
+  std::vector<std::vector<std::vector<uint16_t>>> arrival;
+};
+
+// Every op's values and CONTRIBs, chunk by chunk in the ranks' order, with
+// losses (re-sent after the op), duplicates and late retransmits.
+void add_contributions(const Request& q, const Job& j, FrameMaker& fm, std::mt19937_64& rng, Traffic& t) {
+  std::uniform_real_distribution<double> U;
+  const uint16_t R = j.group;
+  for (uint32_t o = 0; o < q.ops; ++o) {
+    const uint32_t op = q.op_base + o;
+    t.values.push_back(make_values(q.dtype, q.values, R, q.elements, rng));
+    const auto& v = t.values.back();
+    std::vector<Packet> resent;
+    for (uint32_t c = 0; c < q.chunks(); ++c) {
+      std::vector<uint16_t> ord(R);
+      for (uint16_t r = 0; r < R; ++r) ord[r] = r;
+      if (q.order == Order::REVERSE) std::reverse(ord.begin(), ord.end());
+      if (q.order == Order::RANDOM) std::shuffle(ord.begin(), ord.end(), rng);
       for (uint16_t r : ord) {
-        Packet p = contrib(ranks[r], op, c, v[r], 0);
-        if (loss > 0 && U(rng) < loss) {  // lost on the way; the rank's timeout re-sends it
-          ++stats["lost"];
-          Packet rp = contrib(ranks[r], op, c, v[r], wire::hflag::RETRANSMIT);
-          rp.counts = true;
-          retrans.push_back(std::move(rp));
+        const Rank& rank = j.ranks.at(r);
+        Packet p = fm.contrib(rank, op, c, v[r], 0);
+        if (q.loss > 0 && U(rng) < q.loss) {  // lost on the way; the rank's timeout re-sends it
+          ++t.stats["lost"];
+          resent.push_back(fm.contrib(rank, op, c, v[r], wire::hflag::RETRANSMIT));
           continue;
         }
-        p.counts = true;
-        arrival[o][c].push_back(r);
-        const bool twice = dup > 0 && U(rng) < dup;
-        pkts.push_back(p);
-        ++stats["contrib"];
+        const bool twice = q.dup > 0 && U(rng) < q.dup;
+        t.packets.push_back(std::move(p));
+        ++t.stats["contrib"];
         if (twice) {
-          pkts.push_back(p);
-          ++stats["duplicates"];
+          t.packets.push_back(t.packets.back());
+          ++t.stats["duplicates"];
         }
       }
     }
-    for (auto& rp : retrans) {
-      arrival[o][rp.chunk].push_back(uint16_t(rp.rank));
-      pkts.push_back(std::move(rp));
-      ++stats["contrib"];
-      ++stats["retransmits"];
+    for (auto& p : resent) {
+      t.packets.push_back(std::move(p));
+      ++t.stats["contrib"];
+      ++t.stats["retransmits"];
     }
     // After the op completes: ranks that lost their RESULT ask again.
-    for (uint16_t r = 0; r < group; ++r)
-      if (late > 0 && U(rng) < late) {
-        const uint32_t c = uint32_t(rng() % n_chunks);
-        pkts.push_back(contrib(ranks[r], op, c, v[r], wire::hflag::RETRANSMIT));
-        ++stats["late_retransmits"];
+    for (uint16_t r = 0; r < R; ++r)
+      if (q.late > 0 && U(rng) < q.late) {
+        const uint32_t c = uint32_t(rng() % q.chunks());
+        t.packets.push_back(fm.contrib(j.ranks.at(r), op, c, v[r], wire::hflag::RETRANSMIT));
+        ++t.stats["late_retransmits"];
       }
   }
+}
 
-  // Noise: malformed packets from members, and packets the switch must not accept.
-  const Rank& any = ranks.begin()->second;
-  for (uint32_t k = 0; k < n_malformed; ++k) {
-    const Rank& r = ranks[uint16_t(rng() % group)];
-    Packet p = contrib(r, op_base, 0, all_values[0][r.rank], 0);
-    uint8_t* ip = p.frame.data() + wire::kEthSize;
-    uint8_t* hdr = ip + wire::kIpv4MinSize + wire::kUdpSize;
-    static const char* const kinds[] = {"bad_magic",       "bad_version",      "bad_kind",       "bad_dtype",
-                                        "ip_bad_checksum", "udp_bad_checksum", "payload_length", "bad_count"};
+void add_noise(Packet p, const std::string& stat, Traffic& t) {
+  p.rank = -1;
+  t.packets.push_back(std::move(p));
+  ++t.noise;
+  ++t.stats[stat];
+}
+
+// Malformed packets from members' addresses: one header field off (the frame
+// otherwise whole, its checksums right), or a checksum off.
+void add_malformed(const Request& q, const Job& j, FrameMaker& fm, std::mt19937_64& rng, Traffic& t) {
+  static const char* const kinds[] = {"bad_magic",       "bad_version",      "bad_kind",       "bad_dtype",
+                                      "ip_bad_checksum", "udp_bad_checksum", "payload_length", "bad_count"};
+  for (uint32_t k = 0; k < q.malformed; ++k) {
+    const Rank& r = j.ranks.at(uint16_t(rng() % j.group));
     const std::string kind = kinds[k % 8];
-    auto fix_udp = [&] {
-      hdr[-2] = hdr[-1] = 0;
-      const uint16_t len = uint16_t(hdr[-4] << 8 | hdr[-3]);
-      const uint16_t cs = wire::udp_checksum(r.member->addr.ip, port_endpoint(*r.sw, r.member->port).ip, hdr - 8, len);
-      hdr[-2] = uint8_t(cs >> 8);
-      hdr[-1] = uint8_t(cs);
-    };
-    if (kind == "bad_magic")
-      hdr[0] ^= 0xFF, fix_udp();
-    else if (kind == "bad_version")
-      hdr[2] = 9, fix_udp();
-    else if (kind == "bad_kind")
-      hdr[3] = 0x77, fix_udp();
-    else if (kind == "bad_dtype")
-      hdr[24] = 0x42, fix_udp();
-    else if (kind == "ip_bad_checksum")
-      ip[10] ^= 0x5A;
-    else if (kind == "udp_bad_checksum")
-      hdr[-1] ^= 0x5A, hdr[-1] = hdr[-1] ? hdr[-1] : 1;
-    else if (kind == "payload_length")
-      hdr[23] = uint8_t(hdr[23] + 1), fix_udp();  // count one more than the body holds
-    else if (kind == "bad_count")
-      hdr[22] = hdr[23] = 0, fix_udp();
-    p.rank = -1;
-    pkts.push_back(std::move(p));
-    ++stats["malformed." + kind];
+    Packet p = fm.contrib(r, q.op_base, 0, t.values[0][r.rank], 0, [&](wire::Header& h) {
+      if (kind == "bad_magic") h.magic ^= 0xFF00;
+      if (kind == "bad_version") h.version = 9;
+      if (kind == "bad_kind") h.kind = wire::Kind(0x77);
+      if (kind == "bad_dtype") h.dtype = Format(0x42);
+      if (kind == "payload_length") h.count = uint16_t(h.count + 1);  // one more than the body holds
+      if (kind == "bad_count") h.count = 0;
+    });
+    if (kind == "ip_bad_checksum") p.frame[wire::frame::ip_checksum] ^= 0x5A;
+    if (kind == "udp_bad_checksum") {
+      uint8_t& b = p.frame[wire::frame::udp_checksum + 1];
+      b ^= 0x5A;
+      b = b ? b : 1;  // never 0 0: that would say "no checksum"
+    }
+    add_noise(std::move(p), "malformed." + kind, t);
   }
-  for (uint32_t k = 0; k < n_foreign; ++k) {
-    const Rank& r = ranks[uint16_t(rng() % group)];
+}
+
+// Well-formed packets the switch must drop: from an unknown source, of a
+// foreign job, and from a member's address claiming another rank.
+void add_foreign(const Request& q, const Job& j, FrameMaker& fm, std::mt19937_64& rng, Traffic& t) {
+  for (uint32_t k = 0; k < q.foreign; ++k) {
+    const Rank& r = j.ranks.at(uint16_t(rng() % j.group));
     const std::string kind = k % 3 == 0 ? "unknown_source" : k % 3 == 1 ? "foreign_job" : "spoofed_rank";
+    if (kind == "spoofed_rank" && j.group == 1) continue;
     Rank fake = r;
     MemberConfig m = *r.member;
     if (kind == "unknown_source") {
@@ -384,131 +448,181 @@ int cmd_write(const cli::Args& a) {
       m.addr.mac = {0x02, 0xBA, 0xD0, 0x00, uint8_t(k >> 8), uint8_t(k)};
     }
     fake.member = &m;
-    if (kind == "spoofed_rank") fake.rank = uint16_t((r.rank + 1) % group);  // r's address, another rank's id
-    if (kind == "spoofed_rank" && group == 1) continue;
-    Packet p = contrib(fake, op_base, 0, all_values[0][fake.rank], 0);
-    if (kind == "foreign_job") {
-      uint8_t* hdr = p.frame.data() + wire::kEthSize + wire::kIpv4MinSize + wire::kUdpSize;
-      const uint32_t other = job_id ^ 0x80000000u;
-      hdr[4] = uint8_t(other >> 24), hdr[5] = uint8_t(other >> 16), hdr[6] = uint8_t(other >> 8),
-      hdr[7] = uint8_t(other);
-      hdr[-2] = hdr[-1] = 0;
-      const uint16_t cs = wire::udp_checksum(m.addr.ip, port_endpoint(*r.sw, r.member->port).ip, hdr - 8,
-                                             uint16_t(hdr[-4] << 8 | hdr[-3]));
-      hdr[-2] = uint8_t(cs >> 8), hdr[-1] = uint8_t(cs);
-    }
-    p.rank = -1;
-    p.counts = false;
-    pkts.push_back(std::move(p));
-    ++stats["foreign." + kind];
+    if (kind == "spoofed_rank") fake.rank = uint16_t((r.rank + 1) % j.group);  // r's address, another rank's id
+    add_noise(fm.contrib(fake, q.op_base, 0, t.values[0][fake.rank], 0,
+                         [&](wire::Header& h) {
+                           if (kind == "foreign_job") h.job = q.job ^ 0x80000000u;
+                         }),
+              "foreign." + kind, t);
   }
-  (void)any;
-  // Noise goes anywhere in the capture; reordering moves genuine packets too.
-  const size_t genuine = pkts.size() - (n_malformed + n_foreign);
-  for (size_t i = genuine; i < pkts.size(); ++i) {
+}
+
+// Noise goes anywhere in the capture; reordering moves genuine packets too.
+void mix(const Request& q, std::mt19937_64& rng, Traffic& t) {
+  auto& pk = t.packets;
+  for (size_t i = pk.size() - t.noise; i < pk.size(); ++i) {
     const size_t j = rng() % (i + 1);
-    std::rotate(pkts.begin() + long(j), pkts.begin() + long(i), pkts.begin() + long(i) + 1);
+    std::rotate(pk.begin() + long(j), pk.begin() + long(i), pk.begin() + long(i) + 1);
   }
-  if (reorder > 0)
-    for (size_t i = 0; i + 1 < pkts.size(); ++i)
-      if (U(rng) < reorder) {
-        std::swap(pkts[i], pkts[i + 1 + rng() % (pkts.size() - i - 1)]);
-        ++stats["reordered"];
+  t.noise = 0;
+  std::uniform_real_distribution<double> U;
+  if (q.reorder > 0)
+    for (size_t i = 0; i + 1 < pk.size(); ++i)
+      if (U(rng) < q.reorder) {
+        std::swap(pk[i], pk[i + 1 + rng() % (pk.size() - i - 1)]);
+        ++t.stats["reordered"];
       }
-  // The order in which each chunk's first copies arrive, whatever kind of copy
-  // (original, duplicate, retransmit): FP32_ARRIVAL's order at a single switch.
-  for (auto& op_arr : arrival)
-    for (auto& c : op_arr) c.clear();
-  {
-    std::map<std::tuple<uint32_t, uint32_t, int>, bool> seen;
-    for (const auto& p : pkts) {
-      if (p.rank < 0) continue;
-      if (seen[{p.op, p.chunk, p.rank}]) continue;
-      seen[{p.op, p.chunk, p.rank}] = true;
-      arrival[p.op - op_base][p.chunk].push_back(uint16_t(p.rank));
+}
+
+// The order in which each chunk's first copies arrive, whatever kind of copy
+// (original, duplicate, retransmit): FP32_ARRIVAL's order at a single switch.
+void record_arrival(const Request& q, Traffic& t) {
+  t.arrival.assign(q.ops, std::vector<std::vector<uint16_t>>(q.chunks()));
+  std::set<std::tuple<uint32_t, uint32_t, int>> seen;
+  for (const auto& p : t.packets)
+    if (p.rank >= 0 && seen.insert({p.op, p.chunk, p.rank}).second)
+      t.arrival[p.op - q.op_base][p.chunk].push_back(uint16_t(p.rank));
+}
+
+// ---------------------------------------------------------------------------
+// Golden results from the reference model, per chunk in its arrival order.
+
+struct OpResult {
+  std::vector<uint8_t> out, flags;
+};
+
+std::vector<OpResult> expected_results(const Request& q, const Job& j, const Traffic& t) {
+  std::vector<OpResult> res(q.ops);
+  const uint32_t osz = info(q.out).bytes;
+  for (uint32_t o = 0; o < q.ops; ++o) {
+    res[o].out.resize(size_t(q.elements) * osz);
+    res[o].flags.resize(q.elements);
+    for (uint32_t c = 0; c < q.chunks(); ++c) {
+      OpDesc d = j.desc;
+      d.lanes = q.count(c);
+      auto acc = make_accumulator(d);
+      for (uint16_t r : t.arrival[o][c])
+        acc->add(app::element_bytes(q.dtype, std::span(t.values[o][r]).subspan(q.first(c), q.count(c))).data(), r);
+      acc->finalize(res[o].out.data() + size_t(q.first(c)) * osz, res[o].flags.data() + q.first(c));
     }
   }
+  return res;
+}
 
-  // Captures.
+std::string manifest(const Request& q, const Job& j, const Traffic& t, const std::vector<OpResult>& res) {
+  app::JsonObject stats;
+  for (const auto& [k, v] : t.stats) stats.num(k, v);
+  std::vector<std::string> ops;
+  for (uint32_t o = 0; o < q.ops; ++o) {
+    const uint32_t op = q.op_base + o;
+    size_t nf[3] = {0, 0, 0};
+    for (uint8_t f : res[o].flags)
+      nf[0] += (f & flag::OVERFLOW) != 0, nf[1] += (f & flag::INVALID) != 0, nf[2] += (f & flag::NAN_INPUT) != 0;
+    ops.push_back(app::JsonObject()
+                      .num("op", op)
+                      .str("result", "op" + std::to_string(op) + ".out")
+                      .str("flags", "op" + std::to_string(op) + ".flags")
+                      .num("overflow", nf[0])
+                      .num("invalid", nf[1])
+                      .num("nan_input", nf[2])
+                      .raw("arrival", app::json_array(t.arrival[o],
+                                                      [](const std::vector<uint16_t>& c) {
+                                                        return app::json_array(
+                                                            c, [](uint16_t r) { return std::to_string(r); });
+                                                      }))
+                      .text());
+  }
+  return app::JsonObject()
+             .num("job", q.job)
+             .num("group", j.group)
+             .str("dtype", name(q.dtype))
+             .str("out_dtype", name(q.out))
+             .str("policy", name(q.policy))
+             .str("transport", name(q.transport))
+             .str("exceptions", name(q.exceptions))
+             .num("elements", q.elements)
+             .num("chunk", q.chunk)
+             .num("chunks", q.chunks())
+             .str("values", name(q.values))
+             .str("order", name(q.order))
+             .num("packets", t.packets.size())
+             .raw("stats", stats.text())
+             .raw("ops", app::json_array(ops, [](const std::string& s) { return s; }))
+             .text() +
+         "\n";
+}
+
+// ---------------------------------------------------------------------------
+// Outputs: all written beside their places, renamed there together.
+
+// The directories the outputs go in, made (or refused) before any work: a
+// DIR option's directory with its parents; --merged FILE's must exist (or be
+// one of those).
+void prepare_outputs(const Request& q, app::OutputSet& out) {
+  if (!q.pcap_dir.empty()) out.make_dir(q.pcap_dir, "--pcap-dir", true);
+  if (!q.expected.empty()) out.make_dir(q.expected, "--expected", true);
+  if (!q.merged.empty()) app::check_writable(q.merged, "--merged");
+}
+
+void write_capture(app::OutputSet& out, const std::string& path, const std::vector<const Packet*>& pkts) {
+  app::OutputFile& f = out.open(path);
+  PcapStream pcap(f);
   uint64_t usec = 1;
-  if (!pcap_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(pcap_dir, ec);
-    if (ec) cli::fail("cannot create " + pcap_dir + ": " + ec.message());
-    std::map<std::pair<uint16_t, uint16_t>, std::unique_ptr<PcapWriter>> w;
-    for (const auto& c : cfgs)
-      for (const auto& p : c.ports)
-        w[{c.id, p.id}] = std::make_unique<PcapWriter>(pcap_dir + "/sw" + std::to_string(c.id) + ".port" +
-                                                       std::to_string(p.id) + ".pcap");
-    for (const auto& p : pkts) w.at({p.sw->id, p.port})->write(p.frame, usec++);
-  }
-  if (!merged.empty()) {
-    if (const fs::path dir = fs::path(merged).parent_path(); !dir.empty()) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      if (ec) cli::fail("cannot create " + dir.string() + ": " + ec.message());
-    }
-    PcapWriter m(merged);
-    usec = 1;
-    for (const auto& p : pkts) m.write(p.frame, usec++);
-  }
+  for (const Packet* p : pkts) pcap.write(p->frame, usec++);
+}
 
-  // Golden results from the reference model, per chunk in its arrival order.
-  if (!expected.empty()) {
-    std::error_code ec;
-    fs::create_directories(expected, ec);
-    if (ec) cli::fail("cannot create " + expected + ": " + ec.message());
-    std::ostringstream man;
-    man << "{\"job\":" << job_id << ",\"group\":" << group << ",\"dtype\":\"" << dts << "\",\"out_dtype\":\"" << ots
-        << "\",\"policy\":\"" << name(*pol) << "\",\"transport\":\"" << trs << "\",\"exceptions\":\"" << name(*ex)
-        << "\",\"elements\":" << elements << ",\"chunk\":" << chunk << ",\"chunks\":" << n_chunks << ",\"values\":\""
-        << values << "\",\"order\":\"" << order << "\",\"packets\":" << pkts.size() << ",\"stats\":{";
-    bool first = true;
-    for (const auto& [k, v] : stats) man << (first ? "" : ",") << "\"" << json_escape(k) << "\":" << v, first = false;
-    man << "},\"ops\":[";
-    const uint32_t osz = info(*ot).bytes;
-    for (uint32_t o = 0; o < ops; ++o) {
-      const uint32_t op = op_base + o;
-      std::vector<uint8_t> out(size_t(elements) * osz), flags(elements);
-      for (uint32_t c = 0; c < n_chunks; ++c) {
-        const uint32_t first_e = c * chunk, cnt = std::min(chunk, elements - first_e);
-        desc.lanes = cnt;
-        auto acc = make_accumulator(desc);
-        std::vector<uint8_t> buf(size_t(cnt) * esz);
-        for (uint16_t r : arrival[o][c]) {
-          for (uint32_t i = 0; i < cnt; ++i) store_bits(*dt, buf.data() + i * esz, all_values[o][r][first_e + i]);
-          acc->add(buf.data(), r);
-        }
-        acc->finalize(out.data() + size_t(first_e) * osz, flags.data() + first_e);
-      }
-      const std::string base = expected + "/op" + std::to_string(op);
-      std::ofstream(base + ".out", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), long(out.size()));
-      std::ofstream(base + ".flags", std::ios::binary)
-          .write(reinterpret_cast<const char*>(flags.data()), long(flags.size()));
-      for (uint16_t r = 0; r < group; ++r) {
-        std::vector<uint8_t> in(size_t(elements) * esz);
-        for (uint32_t i = 0; i < elements; ++i) store_bits(*dt, in.data() + i * esz, all_values[o][r][i]);
-        std::ofstream(expected + "/rank" + std::to_string(r) + ".op" + std::to_string(op) + ".in", std::ios::binary)
-            .write(reinterpret_cast<const char*>(in.data()), long(in.size()));
-      }
-      size_t nf[3] = {0, 0, 0};
-      for (uint8_t f : flags)
-        nf[0] += (f & flag::OVERFLOW) != 0, nf[1] += (f & flag::INVALID) != 0, nf[2] += (f & flag::NAN_INPUT) != 0;
-      man << (o ? "," : "") << "{\"op\":" << op << ",\"result\":\"op" << op << ".out\",\"flags\":\"op" << op
-          << ".flags\",\"overflow\":" << nf[0] << ",\"invalid\":" << nf[1] << ",\"nan_input\":" << nf[2]
-          << ",\"arrival\":[";
-      for (uint32_t c = 0; c < n_chunks; ++c) {
-        man << (c ? "," : "") << "[";
-        for (size_t k = 0; k < arrival[o][c].size(); ++k) man << (k ? "," : "") << arrival[o][c][k];
-        man << "]";
-      }
-      man << "]}";
-    }
-    man << "]}\n";
-    std::ofstream(expected + "/manifest.json") << man.str();
+void write_captures(const Request& q, const Traffic& t, app::OutputSet& out) {
+  if (!q.pcap_dir.empty()) {
+    std::map<std::pair<uint16_t, uint16_t>, std::vector<const Packet*>> by_port;
+    for (const auto& c : q.configs)
+      for (const auto& p : c.ports) by_port[{c.id, p.id}];
+    for (const auto& p : t.packets) by_port.at({p.sw->id, p.port}).push_back(&p);
+    for (const auto& [port, pkts] : by_port)
+      write_capture(
+          out, q.pcap_dir + "/sw" + std::to_string(port.first) + ".port" + std::to_string(port.second) + ".pcap", pkts);
   }
-  std::fprintf(stderr, "prism-gen: %zu packets, job %u, %u ranks, %u ops x %u chunks of %u %s\n", pkts.size(), job_id,
-               group, ops, n_chunks, chunk, dts.c_str());
+  if (!q.merged.empty()) {
+    std::vector<const Packet*> all;
+    for (const auto& p : t.packets) all.push_back(&p);
+    write_capture(out, q.merged, all);
+  }
+}
+
+void write_expected(const Request& q, const Job& j, const Traffic& t, app::OutputSet& out) {
+  const std::vector<OpResult> res = expected_results(q, j, t);
+  for (uint32_t o = 0; o < q.ops; ++o) {
+    const std::string base = q.expected + "/op" + std::to_string(q.op_base + o);
+    out.open(base + ".out").write(res[o].out.data(), res[o].out.size());
+    out.open(base + ".flags").write(res[o].flags.data(), res[o].flags.size());
+    for (uint16_t r = 0; r < j.group; ++r) {
+      const auto in = app::element_bytes(q.dtype, t.values[o][r]);
+      out.open(q.expected + "/rank" + std::to_string(r) + ".op" + std::to_string(q.op_base + o) + ".in")
+          .write(in.data(), in.size());
+    }
+  }
+  out.open(q.expected + "/manifest.json").write(manifest(q, j, t, res));
+}
+
+int cmd_write(const cli::Args& a) {
+  const Request q = parse_request(a);
+  const Job job = find_job(q);
+  app::OutputSet out;
+  prepare_outputs(q, out);
+
+  std::mt19937_64 rng(q.seed);
+  FrameMaker frames(q, job);
+  Traffic t;
+  add_contributions(q, job, frames, rng, t);
+  add_malformed(q, job, frames, rng, t);
+  add_foreign(q, job, frames, rng, t);
+  mix(q, rng, t);
+  record_arrival(q, t);
+
+  write_captures(q, t, out);
+  if (!q.expected.empty()) write_expected(q, job, t, out);
+  out.commit();
+  std::fprintf(stderr, "prism-gen: %zu packets, job %u, %u ranks, %u ops x %u chunks of %u %s\n", t.packets.size(),
+               q.job, job.group, q.ops, q.chunks(), q.chunk, name(q.dtype));
   return 0;
 }
 
@@ -548,32 +662,28 @@ int cmd_dump(const cli::Args& a) {
   return 0;
 }
 
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "write") {
+    const cli::Args a(argc, argv, 2,
+                      {"--config",          "--job",       "--dtype",   "--out-dtype", "--policy", "--transport",
+                       "--exceptions",      "--ops",       "--op-base", "--elements",  "--chunk",  "--mtu",
+                       "--values",          "--seed",      "--order",   "--loss",      "--dup",    "--reorder",
+                       "--late-retransmit", "--malformed", "--foreign", "--pcap-dir",  "--merged", "--expected"},
+                      {});
+    if (!a.positional.empty()) cli::fail("unexpected argument '" + a.positional[0] + "' (see --help)");
+    return cmd_write(a);
+  }
+  if (cmd == "dump") return cmd_dump(cli::Args(argc, argv, 2, {"--port"}, {}));
+  cli::fail("unknown command '" + cmd + "': use write or dump (see --help)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-      std::fputs(kUsage, argc < 2 ? stderr : stdout);
-      return argc < 2 ? 2 : 0;
-    }
-    const std::string cmd = argv[1];
-    if (cmd == "write") {
-      const cli::Args a(argc, argv, 2,
-                        {"--config",          "--job",       "--dtype",   "--out-dtype", "--policy", "--transport",
-                         "--exceptions",      "--ops",       "--op-base", "--elements",  "--chunk",  "--mtu",
-                         "--values",          "--seed",      "--order",   "--loss",      "--dup",    "--reorder",
-                         "--late-retransmit", "--malformed", "--foreign", "--pcap-dir",  "--merged", "--expected"},
-                        {});
-      if (!a.positional.empty()) cli::fail("unexpected argument '" + a.positional[0] + "' (see --help)");
-      return cmd_write(a);
-    }
-    if (cmd == "dump") return cmd_dump(cli::Args(argc, argv, 2, {"--port"}, {}));
-    cli::fail("unknown command '" + cmd + "': use write or dump (see --help)");
-  } catch (const cli::Error& e) {
-    std::fprintf(stderr, "prism-gen: %s\n", e.msg.c_str());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "prism-gen: %s\n", e.what());
-    return 2;
-  }
+  return cli::run_tool("prism-gen", [&] { return run(argc, argv); });
 }

@@ -6,9 +6,11 @@ results are checked against a fresh prism-reduce run over the rank inputs.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 import struct
 import subprocess
 from collections import Counter, defaultdict
@@ -494,3 +496,93 @@ def test_op_numbers_wrap(tmp_path):
         files = [str(out / 'exp' / f'rank{r}.op{op}.in') for r in range(4)]
         got, _ = reduce_run(tmp_path, 'fp32', 'fp32', 'kulisch', 'ieee', files, tmp_path / 'w.out')
         assert got == (out / 'exp' / f'op{op}.out').read_bytes()
+
+
+# ------------------------------------------------------------------ outputs
+def write_args(out: Path, merged, *extra):
+    return [GEN, 'write', '--config', REFERENCE_YAML, '--job', 7, '--dtype', 'fp32', '--policy', 'kulisch',
+            '--elements', 300, '--pcap-dir', out / 'ports', '--expected', out / 'exp', '--merged', merged, *extra]
+
+
+def tree_of(d: Path):
+    """Every path under d with its kind and, for files, its bytes."""
+    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink() else
+                                    os.readlink(p) if p.is_symlink() else 'dir') for p in sorted(d.rglob('*'))}
+
+
+def one_error_line(r, *words):
+    assert r.returncode == 2, f'expected exit 2, got {r.returncode}; stderr={r.stderr!r}'
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    for w in words:
+        assert str(w) in lines[0], f'{lines[0]!r} does not name {w!r}'
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full')
+def test_failed_write_exits_nonzero_and_leaves_nothing(tmp_path):
+    """--merged /dev/full: the write fails (ENOSPC); the exit status says so and
+    none of the other outputs appears: the directories it made are gone, an
+    existing golden directory keeps what it had."""
+    (tmp_path / 'exp').mkdir()
+    (tmp_path / 'exp' / 'manifest.json').write_text('earlier run\n')
+    before = tree_of(tmp_path)
+    r = run(write_args(tmp_path, '/dev/full'))
+    one_error_line(r, '/dev/full', os.strerror(errno.ENOSPC))
+    assert tree_of(tmp_path) == before
+
+
+def test_a_later_output_failing_leaves_no_earlier_one(tmp_path):
+    """The golden results cannot be written (op0.out is a directory): the
+    captures, written first, must not appear either, and an existing merged
+    capture keeps its old bytes."""
+    (tmp_path / 'exp' / 'op0.out').mkdir(parents=True)
+    (tmp_path / 'm.pcap').write_bytes(b'old capture')
+    before = tree_of(tmp_path)
+    r = run(write_args(tmp_path, tmp_path / 'm.pcap'))
+    one_error_line(r, tmp_path / 'exp' / 'op0.out', 'directory')
+    assert tree_of(tmp_path) == before
+
+
+def test_merged_in_a_missing_directory_is_refused(tmp_path):
+    r = run([GEN] + base_args(tmp_path, **{'--merged': str(tmp_path / 'typo' / 'deeper' / 'm.pcap')}))
+    one_error_line(r, '--merged', tmp_path / 'typo' / 'deeper', 'does not exist')
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_written_through_devices_and_symlinks(tmp_path):
+    """/dev/null stays a character device; a symlinked capture stays a link whose
+    target gets the same bytes a plain path gets; no temp is left anywhere."""
+    plain = tmp_path / 'plain'
+    r = run(write_args(plain, plain / 'm.pcap'))
+    assert r.returncode == 0, r.stderr
+    r = run(write_args(tmp_path / 'null', '/dev/null'))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.lstat('/dev/null').st_mode)
+    (tmp_path / 'real').mkdir()
+    (tmp_path / 'real' / 'capture.pcap').write_bytes(b'older')
+    link = tmp_path / 'link.pcap'
+    link.symlink_to('real/capture.pcap')
+    r = run(write_args(tmp_path / 'linked', link))
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == 'real/capture.pcap'
+    assert (tmp_path / 'real' / 'capture.pcap').read_bytes() == (plain / 'm.pcap').read_bytes()
+    assert {k: v for k, v in tree_of(tmp_path / 'linked').items()} == \
+        {k: v for k, v in tree_of(plain).items() if k != 'm.pcap'}
+    assert [p for p in tmp_path.rglob('*') if '.tmp' in p.name] == []
+    assert [n for n in os.listdir('/dev') if '.tmp' in n] == []
+
+
+def test_dir_options_make_their_directories(tmp_path):
+    """--pcap-dir and --expected name directories: made with their parents (as documented)."""
+    r = run(write_args(tmp_path / 'a' / 'b', tmp_path / 'm.pcap'))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / 'a' / 'b' / 'ports').is_dir() and (tmp_path / 'a' / 'b' / 'exp' / 'manifest.json').is_file()
+
+
+def test_help_names_every_choice():
+    """--help lists every format (docs/PROTOCOL.md's codes), policy, value kind and order."""
+    r = run([GEN, '--help'])
+    assert r.returncode == 0
+    for w in list(FORMATS) + ['fp32_arrival', 'kulisch', 'fp32_binomial', 'rounded', 'auto', 'ieee', 'saturate',
+                              'gradient', 'full', 'cancel', 'specials', 'round_robin', 'random', 'reverse']:
+        assert re.search(rf'(?<![0-9A-Za-z_]){w}(?![0-9A-Za-z_])', r.stdout), f'--help does not name {w}'
