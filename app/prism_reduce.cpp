@@ -22,110 +22,92 @@
 
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
+#include "kernels_option.hpp"
 #include "output_file.hpp"
 
 using namespace prism;
 
 namespace {
 
-constexpr int kUsageError = 2;
 using cli::fail;
 
-const char* kUsage =
-    "usage: prism-reduce --dtype D --policy P [--out-dtype O] [--exceptions ieee|saturate]\n"
-    "                    [--width BITS] [--kernels auto|portable|avx2] -o OUT IN...\n"
-    "  D, O: fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32 (O: fp32, or int32 for integer D)\n"
-    "  P: fp32_arrival kulisch fp32_binomial\n"
-    "  Each IN is a raw little-endian array of D; @LIST reads IN names from LIST, one per line.\n";
+std::string usage() {
+  return "usage: prism-reduce --dtype D --policy P [--out-dtype O] [--exceptions " + choices<Exceptions>("|") +
+         "]\n"
+         "                    [--width BITS] [--kernels " +
+         std::string(app::kKernelChoices) +
+         "] -o OUT IN...\n"
+         "  D, O: " +
+         choices<Format>() +
+         " (O: fp32, or int32 for integer D)\n"
+         "  P: " +
+         choices<Policy>() +
+         "\n"
+         "  Each IN is a raw little-endian array of D; @LIST reads IN names from LIST, one per line.\n";
+}
 
-const char* kFormatNames = "fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32";
-
-struct Args {
-  std::string dtype, policy, out_dtype, exceptions = "ieee", width, kernels = "auto", out;
+struct Request {
+  OpDesc desc;
+  int width = kMaxWidth;
+  const Kernels* kernels = nullptr;
+  std::string out;
   std::vector<std::string> ins;
 };
 
-Args parse(int argc, char** argv) {
+// The command line, checked: the op, the width, the kernels, OUT and the INs.
+Request parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::fputs(kUsage, stdout);
+      std::fputs(usage().c_str(), stdout);
       std::exit(0);
     }
   const cli::Args c(argc, argv, 1,
                     {"--dtype", "--policy", "--out-dtype", "--exceptions", "--width", "--kernels", "-o", "--output"},
                     {});
-  Args a;
-  a.dtype = c.str("--dtype");
-  a.policy = c.str("--policy");
-  a.out_dtype = c.str("--out-dtype");
-  a.exceptions = c.str("--exceptions", "ieee");
-  a.width = c.str("--width");
-  a.kernels = c.str("--kernels", "auto");
-  a.out = c.str("-o", c.str("--output"));
+  Request q;
+  OpDesc& d = q.desc;
+  d.dtype = cli::one_of<Format>(c, "--dtype");
+  d.policy = cli::one_of<Policy>(c, "--policy");
+  q.out = c.str("-o", c.str("--output"));
+  if (q.out.empty()) fail("missing -o OUT: name the file to write the result to");
+  d.out = cli::one_of<Format>(c, "--out-dtype", is_float(d.dtype) ? Format::FP32 : Format::INT32);
+  d.exceptions = cli::one_of<Exceptions>(c, "--exceptions", Exceptions::IEEE);
+  if (c.has("--width")) {
+    const std::string w = c.str("--width");
+    char* end = nullptr;
+    const long v = std::strtol(w.c_str(), &end, 10);
+    if (!end || *end || v < 1 || v > 4096) fail("bad --width '" + w + "': give a number of bits, 1..4096");
+    q.width = int(v);
+  }
+  q.kernels = &app::kernels_named(c.str("--kernels", "auto"));
   for (const auto& s : c.positional) {
     if (s[0] != '@') {
-      a.ins.push_back(s);
+      q.ins.push_back(s);
       continue;
     }
     std::ifstream list(s.substr(1));
     if (!list) fail("cannot read the input list " + s.substr(1) + ": " + std::strerror(errno));
     for (std::string line; std::getline(list, line);)
-      if (!line.empty()) a.ins.push_back(line);
+      if (!line.empty()) q.ins.push_back(line);
   }
-  return a;
+  return q;
 }
 
-Format parse_format(const std::string& what, const std::string& v) {
-  if (auto f = format_from_name(v)) return *f;
-  fail("unknown " + what + " '" + v + "': use one of " + kFormatNames);
-}
-
-int run(int argc, char** argv) {
-  const Args a = parse(argc, argv);
-  if (a.dtype.empty()) fail("missing --dtype: give the input format (" + std::string(kFormatNames) + ")");
-  if (a.policy.empty()) fail("missing --policy: use fp32_arrival, kulisch or fp32_binomial");
-  if (a.out.empty()) fail("missing -o OUT: name the file to write the result to");
-  OpDesc d;
-  d.dtype = parse_format("dtype", a.dtype);
-  const auto pol = policy_from_name(a.policy);
-  if (!pol) fail("unknown policy '" + a.policy + "': use fp32_arrival, kulisch or fp32_binomial");
-  d.policy = *pol;
-  d.out =
-      a.out_dtype.empty() ? (is_float(d.dtype) ? Format::FP32 : Format::INT32) : parse_format("out dtype", a.out_dtype);
-  const auto ex = exceptions_from_name(a.exceptions);
-  if (!ex) fail("unknown exceptions policy '" + a.exceptions + "': use ieee or saturate");
-  d.exceptions = *ex;
-  int width = kMaxWidth;
-  if (!a.width.empty()) {
-    char* end = nullptr;
-    const long w = std::strtol(a.width.c_str(), &end, 10);
-    if (!end || *end || w < 1 || w > 4096) fail("bad --width '" + a.width + "': give a number of bits, 1..4096");
-    width = int(w);
-  }
-  const Kernels* k = &best_kernels();
-  if (a.kernels == "portable")
-    k = &portable_kernels();
-  else if (a.kernels == "avx2") {
-    k = avx2_kernels();
-    if (!k) fail("--kernels avx2: this CPU lacks AVX2/FMA/F16C; use portable or auto");
-  } else if (a.kernels != "auto")
-    fail("unknown --kernels '" + a.kernels + "': use auto, portable or avx2");
-
-  if (a.ins.empty()) fail("no input files: give at least one IN array");
-  if (a.ins.size() > 65535) fail("too many inputs (" + std::to_string(a.ins.size()) + "): at most 65535");
-  d.group = uint32_t(a.ins.size());
-
-  // Check every input before writing anything.
-  const uint32_t esz = info(d.dtype).bytes;
+// Checks every input before anything is read or written: regular files of
+// whole elements, all the same length. Returns the lanes (elements) per input.
+uint32_t check_inputs(const Request& q) {
+  if (q.ins.empty()) fail("no input files: give at least one IN array");
+  if (q.ins.size() > 65535) fail("too many inputs (" + std::to_string(q.ins.size()) + "): at most 65535");
+  const uint32_t esz = info(q.desc.dtype).bytes;
   off_t len = -1;
   std::string first;
-  for (const auto& in : a.ins) {
+  for (const auto& in : q.ins) {
     struct stat st;
     if (stat(in.c_str(), &st) != 0) fail("cannot read input " + in + ": " + std::strerror(errno));
     if (!S_ISREG(st.st_mode)) fail("input " + in + " is not a regular file");
     if (st.st_size % esz)
-      fail("input " + in + " has " + std::to_string(st.st_size) + " bytes, not a whole number of " + a.dtype +
-           " elements (" + std::to_string(esz) + " bytes each)");
+      fail("input " + in + " has " + std::to_string(st.st_size) + " bytes, not a whole number of " +
+           name(q.desc.dtype) + " elements (" + std::to_string(esz) + " bytes each)");
     if (len >= 0 && st.st_size != len)
       fail("inputs differ in length: " + first + " has " + std::to_string(len) + " bytes, " + in + " has " +
            std::to_string(st.st_size));
@@ -134,24 +116,31 @@ int run(int argc, char** argv) {
       first = in;
     }
   }
-  d.lanes = uint32_t(len / esz);
-  if (auto err = admission_error(d, width)) fail(*err);
-  app::check_writable(a.out);  // before the work, not after it
+  return uint32_t(len / esz);
+}
 
-  auto acc = make_accumulator(d, *k);
-  std::vector<uint8_t> buf(static_cast<size_t>(len));
-  for (size_t r = 0; r < a.ins.size(); ++r) {
-    std::FILE* f = std::fopen(a.ins[r].c_str(), "rb");
-    if (!f) fail("cannot read input " + a.ins[r] + ": " + std::strerror(errno));
+struct Result {
+  std::vector<uint8_t> out, flags;
+};
+
+// The INs added in their order (the arrival order, the contribution index), finalized.
+Result reduce(const Request& q) {
+  auto acc = make_accumulator(q.desc, *q.kernels);
+  std::vector<uint8_t> buf(size_t(q.desc.lanes) * info(q.desc.dtype).bytes);
+  for (size_t r = 0; r < q.ins.size(); ++r) {
+    std::FILE* f = std::fopen(q.ins[r].c_str(), "rb");
+    if (!f) fail("cannot read input " + q.ins[r] + ": " + std::strerror(errno));
     const size_t got = buf.empty() ? 0 : std::fread(buf.data(), 1, buf.size(), f);
     std::fclose(f);
-    if (got != buf.size()) fail("short read on input " + a.ins[r] + ": did it change while being read?");
+    if (got != buf.size()) fail("short read on input " + q.ins[r] + ": did it change while being read?");
     acc->add(buf.data(), uint32_t(r));
   }
-  std::vector<uint8_t> out(size_t(d.lanes) * info(d.out).bytes), flags(d.lanes);
-  acc->finalize(out.data(), flags.data());
+  Result res{std::vector<uint8_t>(size_t(q.desc.lanes) * info(q.desc.out).bytes), std::vector<uint8_t>(q.desc.lanes)};
+  acc->finalize(res.out.data(), res.flags.data());
+  return res;
+}
 
-  app::write_file(a.out, out.data(), out.size());
+void report_flags(const std::vector<uint8_t>& flags) {
   size_t n_ovf = 0, n_inv = 0, n_nan = 0;
   for (uint8_t fl : flags) {
     n_ovf += (fl & flag::OVERFLOW) != 0;
@@ -159,19 +148,22 @@ int run(int argc, char** argv) {
     n_nan += (fl & flag::NAN_INPUT) != 0;
   }
   std::fprintf(stderr, "flags: overflow=%zu invalid=%zu nan_input=%zu\n", n_ovf, n_inv, n_nan);
+}
+
+int run(int argc, char** argv) {
+  Request q = parse(argc, argv);
+  q.desc.group = uint32_t(q.ins.size());
+  q.desc.lanes = check_inputs(q);
+  if (auto err = admission_error(q.desc, q.width)) fail(*err);
+  app::check_writable(q.out);  // before the work, not after it
+  const Result res = reduce(q);
+  app::write_file(q.out, res.out.data(), res.out.size());
+  report_flags(res.flags);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const cli::Error& e) {
-    std::fprintf(stderr, "prism-reduce: %s\n", e.msg.c_str());
-    return kUsageError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "prism-reduce: %s\n", e.what());
-    return kUsageError;
-  }
+  return cli::run_tool("prism-reduce", [&] { return run(argc, argv); });
 }

@@ -300,3 +300,17 @@ def test_output_that_cannot_be_made_is_refused(tmp_path, out, says):
     r = reduce_to(tmp_path, out)
     assert r.returncode == 2 and says in r.stderr and out in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.rglob('*') if p.name not in ('a.bin', 'b.bin')) == before
+
+
+def test_help_and_errors_name_every_choice(tmp_path):
+    """--help and an unknown name list every format, policy and exceptions policy
+    the reference model knows (the texts come from the tables, not copies)."""
+    r = subprocess.run([str(BIN), '--help'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    for w in ref.ALL_DTYPES + ref.POLICIES + ref.EXCEPTIONS:
+        assert re.search(rf'(?<![0-9A-Za-z_]){w}(?![0-9A-Za-z_])', r.stdout), f'--help does not name {w}'
+    a = write(tmp_path / 'a.bin', f32([1]))
+    for opt, listed in [('--dtype', ref.ALL_DTYPES), ('--policy', ref.POLICIES), ('--exceptions', ref.EXCEPTIONS)]:
+        args = {'--dtype': 'fp32', '--policy': 'kulisch', opt: 'nonesuch'}
+        r = run_cli([x for kv in args.items() for x in kv] + ['-o', 'out.bin', a], tmp_path)
+        assert_usage_error(r, 'nonesuch', *listed)
