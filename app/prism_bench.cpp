@@ -36,6 +36,8 @@
 #include "arith/accumulator.hpp"
 #include "bench_data.hpp"
 #include "cli.hpp"
+#include "json.hpp"
+#include "kernels_option.hpp"
 
 using namespace prism;
 using namespace prism::bench;
@@ -46,13 +48,9 @@ int run_pipeline(int argc, char** argv);  // bench_pipeline.cpp
 
 namespace {
 
-constexpr int kUsageError = 2;
 constexpr int kSanityFailure = 3;
 
-struct Fail {
-  std::string msg;
-};
-[[noreturn]] void fail(const std::string& msg) { throw Fail{msg}; }
+using cli::fail;
 
 const char* kUsage =
     "usage: prism-bench SUBCOMMAND [options]   (prism-bench SUBCOMMAND --help for its options)\n"
@@ -60,33 +58,48 @@ const char* kUsage =
     "  reducers   ns per element-contribution of each policy x input format (lib/arith hot path)\n"
     "  pipeline   the switch pipeline at full speed from memory, against forward-only and dpdk-testpmd\n";
 
-const char* kReducersUsage =
-    "usage: prism-bench reducers [options]\n"
-    "  Times one op = R contributions via Accumulator::add + finalize() + reset(), per policy x dtype,\n"
-    "  interleaved in one run; reports the best of --repeat repetitions. xarrival = best / best of\n"
-    "  fp32_arrival on the same dtype; med = median of the per-repetition ratios (its stability).\n"
-    "options:\n"
-    "  --elements N         elements per packet (lanes), 1..65535 (default 256)\n"
-    "  --ranks R            contributions per op, 1..65535 (default 64)\n"
-    "  --repeat K           timed repetitions per case; the best is reported (default 5)\n"
-    "  --min-time S         seconds per repetition, at least (default 0.1)\n"
-    "  --kernels K          auto | portable | avx2 (default auto: avx2 when the CPU has it,\n"
-    "                       unless PRISM_KERNELS=portable)\n"
-    "  --policy LIST        comma-separated: fp32_arrival kulisch fp32_binomial, or all (default all);\n"
-    "                       fp32_arrival is always measured as the baseline of the ratios\n"
-    "  --dtype LIST         comma-separated: fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32,\n"
-    "                       or all (default all)\n"
-    "  --seed N             seed of the generated gradient-like data (default 1)\n"
-    "  --spread B           binades spanned by the per-element magnitudes (default per format:\n"
-    "                       fp32/bf16 14, fp16 10, e4m3* 8, e5m2* 12, int8 3, int32 14)\n"
-    "  --breakdown          also time reset + R x add alone (interleaved) and report the add's\n"
-    "                       ns per element-contribution and finalize's ns per lane (the difference)\n"
-    "  --json               one JSON object per line instead of the table\n"
-    "  -h, --help           this text\n";
+// "fp32 14, fp16 10, ...": each format's default --spread (bench_data.hpp's windows).
+std::string default_spreads() {
+  std::string s;
+  for (const auto& e : entries(Format{})) {
+    const Window w = magnitude_window(e.value);
+    s += (s.empty() ? "" : ", ") + std::string(e.name) + " " + std::to_string(int(w.hi - w.lo));
+  }
+  return s;
+}
 
-const Policy kPolicies[] = {Policy::FP32_ARRIVAL, Policy::KULISCH_FIXED, Policy::FP32_BINOMIAL};
-const Format kFormats[] = {Format::FP32, Format::FP16,     Format::BF16, Format::E4M3FN, Format::E4M3FNUZ,
-                           Format::E5M2, Format::E5M2FNUZ, Format::INT8, Format::INT32};
+std::string reducers_usage() {
+  return "usage: prism-bench reducers [options]\n"
+         "  Times one op = R contributions via Accumulator::add + finalize() + reset(), per policy x dtype,\n"
+         "  interleaved in one run; reports the best of --repeat repetitions. xarrival = best / best of\n"
+         "  fp32_arrival on the same dtype; med = median of the per-repetition ratios (its stability).\n"
+         "options:\n"
+         "  --elements N         elements per packet (lanes), 1..65535 (default 256)\n"
+         "  --ranks R            contributions per op, 1..65535 (default 64)\n"
+         "  --repeat K           timed repetitions per case; the best is reported (default 5)\n"
+         "  --min-time S         seconds per repetition, at least (default 0.1)\n"
+         "  --kernels K          " +
+         std::string(app::kKernelChoices) +
+         " (default auto: avx2 when the CPU has it,\n"
+         "                       unless PRISM_KERNELS=portable)\n"
+         "  --policy LIST        comma-separated: " +
+         choices<Policy>() +
+         ", or all (default all);\n"
+         "                       fp32_arrival is always measured as the baseline of the ratios\n"
+         "  --dtype LIST         comma-separated: " +
+         choices<Format>() +
+         ",\n"
+         "                       or all (default all)\n"
+         "  --seed N             seed of the generated gradient-like data (default 1)\n"
+         "  --spread B           binades spanned by the per-element magnitudes (default per format:\n"
+         "                       " +
+         default_spreads() +
+         ")\n"
+         "  --breakdown          also time reset + R x add alone (interleaved) and report the add's\n"
+         "                       ns per element-contribution and finalize's ns per lane (the difference)\n"
+         "  --json               one JSON object per line instead of the table\n"
+         "  -h, --help           this text\n";
+}
 
 // ---------------------------------------------------------------------------
 // Command line.
@@ -96,114 +109,40 @@ struct ReducerArgs {
   uint32_t ranks = 64;
   uint32_t repeat = 5;
   double min_time = 0.1;
-  std::string kernels = "auto";
-  std::vector<Policy> policies;  // empty: all
-  std::vector<Format> dtypes;    // empty: all
+  const Kernels* kernels = nullptr;
+  std::vector<Policy> policies;  // what is reported (fp32_arrival is measured anyway)
+  std::vector<Format> dtypes;
   uint64_t seed = 1;
   double spread = -1;  // < 0: the format's default window
   bool json = false;
   bool breakdown = false;
 };
 
-uint64_t parse_uint(const std::string& key, const std::string& v, uint64_t lo, uint64_t hi) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || v[0] == '-' || !end || *end || errno || x < lo || x > hi)
-    fail("bad " + key + " '" + v + "': give a whole number " + std::to_string(lo) + ".." + std::to_string(hi));
-  return x;
-}
-
-std::vector<std::string> split_list(const std::string& v) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = v.find(',', start);
-    out.push_back(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 ReducerArgs parse_reducers(int argc, char** argv) {
-  ReducerArgs a;
-  for (int i = 0; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "-h" || s == "--help") {
-      std::fputs(kReducersUsage, stdout);
+  for (int i = 0; i < argc; ++i)
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::fputs(reducers_usage().c_str(), stdout);
       std::exit(0);
     }
-    if (s == "--json") {
-      a.json = true;
-      continue;
-    }
-    if (s == "--breakdown") {
-      a.breakdown = true;
-      continue;
-    }
-    std::string key = s, val;
-    bool has_val = false;
-    if (auto eq = s.find('='); s.rfind("--", 0) == 0 && eq != std::string::npos) {
-      key = s.substr(0, eq);
-      val = s.substr(eq + 1);
-      has_val = true;
-    }
-    const bool known = key == "--elements" || key == "--ranks" || key == "--repeat" || key == "--min-time" ||
-                       key == "--kernels" || key == "--policy" || key == "--dtype" || key == "--seed" ||
-                       key == "--spread";
-    if (!known) fail("unknown option '" + s + "' for reducers (see prism-bench reducers --help)");
-    if (!has_val) {
-      if (i + 1 >= argc) fail("option " + key + " needs a value (see prism-bench reducers --help)");
-      val = argv[++i];
-    }
-    if (key == "--elements") {
-      a.elements = uint32_t(parse_uint(key, val, 1, 65535));
-    } else if (key == "--ranks") {
-      a.ranks = uint32_t(parse_uint(key, val, 1, 65535));
-    } else if (key == "--repeat") {
-      a.repeat = uint32_t(parse_uint(key, val, 1, 1000));
-    } else if (key == "--seed") {
-      a.seed = parse_uint(key, val, 0, UINT64_MAX);
-    } else if (key == "--spread") {
-      char* end = nullptr;
-      const double b = std::strtod(val.c_str(), &end);
-      if (val.empty() || !end || *end || !(b >= 0) || b > 40) fail("bad --spread '" + val + "': give binades, 0..40");
-      a.spread = b;
-    } else if (key == "--min-time") {
-      char* end = nullptr;
-      const double t = std::strtod(val.c_str(), &end);
-      if (val.empty() || !end || *end || !(t > 0) || t > 60)
-        fail("bad --min-time '" + val + "': give seconds, more than 0 and at most 60");
-      a.min_time = t;
-    } else if (key == "--kernels") {
-      if (val != "auto" && val != "portable" && val != "avx2")
-        fail("unknown --kernels '" + val + "': use auto, portable or avx2");
-      a.kernels = val;
-    } else if (key == "--policy") {
-      a.policies.clear();
-      for (const auto& p : split_list(val)) {
-        if (p == "all") {
-          a.policies.clear();
-          break;
-        }
-        const auto pol = policy_from_name(p);
-        if (!pol) fail("unknown policy '" + p + "': use fp32_arrival, kulisch, fp32_binomial or all");
-        if (std::find(a.policies.begin(), a.policies.end(), *pol) == a.policies.end()) a.policies.push_back(*pol);
-      }
-    } else if (key == "--dtype") {
-      a.dtypes.clear();
-      for (const auto& d : split_list(val)) {
-        if (d == "all") {
-          a.dtypes.clear();
-          break;
-        }
-        const auto f = format_from_name(d);
-        if (!f) fail("unknown dtype '" + d + "': use fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32 or all");
-        if (std::find(a.dtypes.begin(), a.dtypes.end(), *f) == a.dtypes.end()) a.dtypes.push_back(*f);
-      }
-    }
-  }
+  const cli::Args c(
+      argc, argv, 0,
+      {"--elements", "--ranks", "--repeat", "--min-time", "--kernels", "--policy", "--dtype", "--seed", "--spread"},
+      {"--json", "--breakdown"});
+  if (!c.positional.empty())
+    fail("unexpected argument '" + c.positional[0] + "' for reducers (see prism-bench reducers --help)");
+  ReducerArgs a;
+  a.elements = uint32_t(c.num("--elements", 1, 65535, a.elements));
+  a.ranks = uint32_t(c.num("--ranks", 1, 65535, a.ranks));
+  a.repeat = uint32_t(c.num("--repeat", 1, 1000, a.repeat));
+  a.seed = c.num("--seed", 0, UINT64_MAX, a.seed);
+  a.spread = c.real("--spread", 0, 40, a.spread);
+  a.min_time = c.real("--min-time", 0, 60, a.min_time);
+  if (!(a.min_time > 0)) fail("bad --min-time '" + c.str("--min-time") + "': give seconds, more than 0 and at most 60");
+  a.kernels = &app::kernels_named(c.str("--kernels", "auto"));
+  a.policies = cli::list_of<Policy>("policy", c.str("--policy", "all"));
+  a.dtypes = cli::list_of<Format>("dtype", c.str("--dtype", "all"));
+  a.json = c.has("--json");
+  a.breakdown = c.has("--breakdown");
   return a;
 }
 
@@ -426,70 +365,87 @@ struct Row {
   bool speed_pass, mem_pass;
 };
 
-int run_reducers(int argc, char** argv) {
-  const ReducerArgs a = parse_reducers(argc, argv);
+// ---------------------------------------------------------------------------
+// The run, in named steps: prepare (data, sanity checks and accumulators,
+// before any timing), calibrate, measure, then rows, targets and the report.
 
-  const Kernels* k = nullptr;
-  if (a.kernels == "auto") {
-    k = &best_kernels();
-  } else if (a.kernels == "portable") {
-    k = &portable_kernels();
-  } else {
-    k = avx2_kernels();
-    if (!k) fail("--kernels avx2: this CPU lacks AVX2/FMA/F16C; use portable or auto");
-  }
+struct Plan {
+  std::vector<Format> dtypes;
+  std::vector<std::vector<uint8_t>> packets;  // per dtype
+  std::vector<OrderCheck> checks;             // per dtype
+  std::vector<Case> cases;                    // grouped by dtype, fp32_arrival in every group
+};
 
-  std::vector<Format> dtypes = a.dtypes;
-  if (dtypes.empty()) dtypes.assign(std::begin(kFormats), std::end(kFormats));
-  std::vector<Policy> want = a.policies;
-  if (want.empty()) want.assign(std::begin(kPolicies), std::end(kPolicies));
-  auto wanted = [&](Policy p) { return std::find(want.begin(), want.end(), p) != want.end(); };
+OpDesc bench_desc(Policy p, Format f, const ReducerArgs& a) {
+  OpDesc d;
+  d.dtype = f;
+  d.out = is_float(f) ? Format::FP32 : Format::INT32;
+  d.policy = p;
+  d.group = a.ranks;
+  d.lanes = a.elements;
+  return d;
+}
 
-  // Data, sanity checks and accumulators, all before any timing.
-  std::vector<std::vector<uint8_t>> packets(dtypes.size());
-  std::vector<OrderCheck> checks(dtypes.size());
-  std::vector<Case> cases;
-  cases.reserve(dtypes.size() * 3);
-  for (size_t di = 0; di < dtypes.size(); ++di) {
-    const Format f = dtypes[di];
-    packets[di] = make_packets(f, a.ranks, a.elements, a.seed, a.spread);
-    checks[di] = check_order(f, a.ranks, a.elements, packets[di], *k);
-    for (Policy p : kPolicies) {
+Plan prepare(const ReducerArgs& a) {
+  auto wanted = [&](Policy p) { return std::find(a.policies.begin(), a.policies.end(), p) != a.policies.end(); };
+  // Every case the run will time is admitted now, before any data is made: a
+  // shape the accumulators refuse fails here, with the reason, not mid-run.
+  for (Format f : a.dtypes)
+    for (const auto& e : entries(Policy{}))
+      if (wanted(e.value) || e.value == Policy::FP32_ARRIVAL)
+        if (auto err = admission_error(bench_desc(e.value, f, a), kMaxWidth))
+          fail("--ranks " + std::to_string(a.ranks) + " with --elements " + std::to_string(a.elements) + ": " + *err);
+  Plan pl;
+  pl.dtypes = a.dtypes;
+  pl.packets.resize(a.dtypes.size());
+  pl.checks.resize(a.dtypes.size());
+  pl.cases.reserve(a.dtypes.size() * count<Policy>());
+  for (size_t di = 0; di < a.dtypes.size(); ++di) {
+    const Format f = a.dtypes[di];
+    pl.packets[di] = make_packets(f, a.ranks, a.elements, a.seed, a.spread);
+    pl.checks[di] = check_order(f, a.ranks, a.elements, pl.packets[di], *a.kernels);
+    for (const auto& e : entries(Policy{})) {
+      const Policy p = e.value;
       if (!wanted(p) && p != Policy::FP32_ARRIVAL) continue;
       Case c;
       c.policy = p;
       c.dtype = f;
       c.report = wanted(p);
-      c.packets = &packets[di];
-      OpDesc d;
-      d.dtype = f;
-      d.out = is_float(f) ? Format::FP32 : Format::INT32;
-      d.policy = p;
-      d.group = a.ranks;
-      d.lanes = a.elements;
-      c.acc = make_accumulator(d, *k);
+      c.packets = &pl.packets[di];
+      const OpDesc d = bench_desc(p, f, a);
+      c.acc = make_accumulator(d, *a.kernels);
       c.out.assign(size_t(a.elements) * info(d.out).bytes, 0);
       c.flags.assign(a.elements, 0);
-      c.kernels = k->name;
-      cases.push_back(std::move(c));
+      c.kernels = a.kernels->name;
+      pl.cases.push_back(std::move(c));
     }
   }
+  return pl;
+}
 
-  // A repetition of a case is kSlices slices of min_time / kSlices, taken in
-  // turn with the other policies of the same format (so drift within a
-  // repetition touches every policy of a format alike); every case gets a
-  // repetition before any gets its next.
-  constexpr int kSlices = 8;
+// A repetition of a case is kSlices slices of min_time / kSlices, taken in
+// turn with the other policies of the same format (so drift within a
+// repetition touches every policy of a format alike); every case gets a
+// repetition before any gets its next.
+constexpr int kSlices = 8;
+
+size_t packet_bytes(const Case& c, const ReducerArgs& a) { return size_t(a.elements) * info(c.dtype).bytes; }
+
+// Warm-up and calibration: about 4 clock reads per slice.
+void calibrate(std::vector<Case>& cases, const ReducerArgs& a) {
   const double slice = a.min_time / kSlices;
-  // Warm-up and calibration: about 4 clock reads per slice.
   for (auto& c : cases) {
-    const size_t pb = size_t(a.elements) * info(c.dtype).bytes;
+    const size_t pb = packet_bytes(c, a);
     one_op(c, a.ranks, pb);
     c.batch = 1;
     const double ns = timed(c, a.ranks, pb, std::min(a.min_time, 0.05)).ns_per_op();
     c.batch = std::max<uint64_t>(1, uint64_t(slice * 1e9 / 4 / ns));
     timed(c, a.ranks, pb, a.min_time);
   }
+}
+
+void measure(std::vector<Case>& cases, const ReducerArgs& a) {
+  const double slice = a.min_time / kSlices;
   for (uint32_t rep = 0; rep < a.repeat; ++rep) {
     for (size_t g = 0; g < cases.size();) {
       size_t end = g;
@@ -497,7 +453,7 @@ int run_reducers(int argc, char** argv) {
       std::vector<Span> full(end - g), adds(end - g);
       for (int sl = 0; sl < kSlices; ++sl)
         for (size_t j = g; j < end; ++j) {
-          const size_t pb = size_t(a.elements) * info(cases[j].dtype).bytes;
+          const size_t pb = packet_bytes(cases[j], a);
           full[j - g] += timed(cases[j], a.ranks, pb, slice);
           if (a.breakdown) adds[j - g] += timed(cases[j], a.ranks, pb, slice, false);
         }
@@ -508,8 +464,9 @@ int run_reducers(int argc, char** argv) {
       g = end;
     }
   }
+}
 
-  // Results.
+std::vector<Row> make_rows(const std::vector<Case>& cases, const ReducerArgs& a) {
   const double contribs = double(a.ranks) * a.elements;
   std::vector<Row> rows;
   for (const auto& c : cases) {
@@ -545,65 +502,74 @@ int run_reducers(int argc, char** argv) {
     r.mem_pass = r.mt > 0 && r.bytes_per_lane <= r.mt;
     rows.push_back(r);
   }
-  int n_targets = 0, n_pass = 0;
-  std::string misses;
+  return rows;
+}
+
+struct Verdict {
+  int targets = 0, pass = 0;
+  std::string misses;  // " policy/dtype 3.20x>3.0x; ..."
+};
+
+Verdict judge(const std::vector<Row>& rows) {
+  Verdict v;
   for (const auto& r : rows) {
     if (r.st > 0) {
-      ++n_targets;
+      ++v.targets;
       if (r.speed_pass)
-        ++n_pass;
+        ++v.pass;
       else {
         char b[96];
         std::snprintf(b, sizeof b, " %s/%s %.2fx>%.1fx;", name(r.c->policy), name(r.c->dtype), r.ratio, r.st);
-        misses += b;
+        v.misses += b;
       }
     }
     if (r.mt > 0) {
-      ++n_targets;
+      ++v.targets;
       if (r.mem_pass)
-        ++n_pass;
+        ++v.pass;
       else
-        misses += std::string(" ") + name(r.c->policy) + "/" + name(r.c->dtype) + " " +
-                  std::to_string(r.bytes_per_lane) + "B>" + std::to_string(r.mt) + "B;";
+        v.misses += std::string(" ") + name(r.c->policy) + "/" + name(r.c->dtype) + " " +
+                    std::to_string(r.bytes_per_lane) + "B>" + std::to_string(r.mt) + "B;";
     }
   }
-  if (!misses.empty()) misses.pop_back();
-  uint64_t sink = 0;
-  for (const auto& c : cases) sink += c.sink;
-  const std::string cpu = cpu_model();
+  if (!v.misses.empty()) v.misses.pop_back();
+  return v;
+}
 
-  if (a.json) {
-    for (const auto& r : rows) {
-      const Case& c = *r.c;
-      std::printf(
-          "{\"bench\":\"reducers\",\"policy\":\"%s\",\"dtype\":\"%s\",\"ranks\":%u,\"elements\":%u,"
-          "\"ns_per_elem\":%.6g,\"ns_per_elem_median\":%.6g,\"gelem_s\":%.6g,\"gbps\":%.6g,",
-          name(c.policy), name(c.dtype), a.ranks, a.elements, r.ns_per_elem, r.ns_per_elem_median, r.gelem_s, r.gbps);
-      if (r.ratio >= 0)
-        std::printf("\"ratio_vs_arrival\":%.4g,\"ratio_median\":%.4g,", r.ratio, r.ratio_median);
-      else
-        std::printf("\"ratio_vs_arrival\":null,\"ratio_median\":null,");
-      if (a.breakdown)
-        std::printf("\"add_ns_per_elem\":%.6g,\"finalize_ns_per_lane\":%.6g,", r.add_ns_per_elem,
-                    r.finalize_ns_per_lane);
-      std::printf("\"bytes_per_lane\":%zu,\"lcores_100g\":%llu,\"kernels\":\"%s\",\"repeat\":%u,\"min_time_s\":%g,",
-                  r.bytes_per_lane, (unsigned long long)r.lcores_100g, c.kernels, a.repeat, a.min_time);
-      if (r.st > 0)
-        std::printf("\"speed_target\":%g,\"speed_pass\":%s,", r.st, r.speed_pass ? "true" : "false");
-      else
-        std::printf("\"speed_target\":null,\"speed_pass\":null,");
-      if (r.mt > 0)
-        std::printf("\"mem_target\":%zu,\"mem_pass\":%s}\n", r.mt, r.mem_pass ? "true" : "false");
-      else
-        std::printf("\"mem_target\":null,\"mem_pass\":null}\n");
-    }
-    std::printf(
-        "{\"bench\":\"reducers\",\"summary\":true,\"kernels\":\"%s\",\"cpu\":%s,\"targets\":%d,\"pass\":%d,"
-        "\"miss\":%d,\"kulisch_order_check\":\"pass\"}\n",
-        k->name, json_str(cpu).c_str(), n_targets, n_pass, n_targets - n_pass);
-    return sink == 0xFFFFFFFFFFFFFFFFull ? 1 : 0;  // keeps the results observable
+void print_json(const std::vector<Row>& rows, const Verdict& v, const ReducerArgs& a, const std::string& cpu) {
+  for (const auto& r : rows) {
+    const Case& c = *r.c;
+    app::JsonObject o;
+    o.str("bench", "reducers").str("policy", name(c.policy)).str("dtype", name(c.dtype));
+    o.num("ranks", a.ranks).num("elements", a.elements);
+    o.num("ns_per_elem", r.ns_per_elem).num("ns_per_elem_median", r.ns_per_elem_median);
+    o.num("gelem_s", r.gelem_s).num("gbps", r.gbps);
+    if (r.ratio >= 0)
+      o.num("ratio_vs_arrival", r.ratio, "%.4g").num("ratio_median", r.ratio_median, "%.4g");
+    else
+      o.null("ratio_vs_arrival").null("ratio_median");
+    if (a.breakdown) o.num("add_ns_per_elem", r.add_ns_per_elem).num("finalize_ns_per_lane", r.finalize_ns_per_lane);
+    o.num("bytes_per_lane", r.bytes_per_lane).num("lcores_100g", r.lcores_100g).str("kernels", c.kernels);
+    o.num("repeat", a.repeat).num("min_time_s", a.min_time, "%g");
+    if (r.st > 0)
+      o.num("speed_target", r.st, "%g").boolean("speed_pass", r.speed_pass);
+    else
+      o.null("speed_target").null("speed_pass");
+    if (r.mt > 0)
+      o.num("mem_target", r.mt).boolean("mem_pass", r.mem_pass);
+    else
+      o.null("mem_target").null("mem_pass");
+    std::printf("%s\n", o.text().c_str());
   }
+  app::JsonObject s;
+  s.str("bench", "reducers").boolean("summary", true).str("kernels", a.kernels->name).str("cpu", cpu);
+  s.num("targets", v.targets).num("pass", v.pass).num("miss", v.targets - v.pass).str("kulisch_order_check", "pass");
+  std::printf("%s\n", s.text().c_str());
+}
 
+void print_table(const Plan& pl, const std::vector<Row>& rows, const Verdict& v, const ReducerArgs& a,
+                 const std::string& cpu) {
+  const Kernels* k = a.kernels;
   std::printf("# prism-bench reducers: R=%u ranks, %u elements per packet, best of %u x >=%gs, kernels %s\n", a.ranks,
               a.elements, a.repeat, a.min_time, k->name);
   std::printf("# cpu: %s; one op = reset + %u x add + finalize (output fp32, int32 for integer inputs)\n", cpu.c_str(),
@@ -643,21 +609,37 @@ int run_reducers(int argc, char** argv) {
   std::printf("# sanity: kulisch forward == reverse order, bit for bit, on every dtype");
   if (k != &portable_kernels()) std::printf("; %s kernels == portable kernels", k->name);
   std::printf("\n");
-  for (size_t di = 0; di < dtypes.size(); ++di) {
-    if (!is_float(dtypes[di])) continue;
-    const OrderCheck& oc = checks[di];
+  for (size_t di = 0; di < pl.dtypes.size(); ++di) {
+    if (!is_float(pl.dtypes[di])) continue;
+    const OrderCheck& oc = pl.checks[di];
     std::printf("# %-8s fp32_arrival fwd vs rev: %3u of %u lanes differ; input exponent span %d fields",
-                name(dtypes[di]), oc.arrival_lanes_differ, a.elements, oc.span);
+                name(pl.dtypes[di]), oc.arrival_lanes_differ, a.elements, oc.span);
     if (oc.wide)
       std::printf(" (exact fast-lane window %d: held for %u of %u contributions); checked-add misses %llu of %llu",
                   oc.budget, oc.window_holds, a.ranks, (unsigned long long)oc.kulisch_slow,
                   (unsigned long long)oc.kulisch_total);
     std::printf("\n");
   }
-  std::printf("summary: %d of %d targets pass", n_pass, n_targets);
-  if (!misses.empty()) std::printf("; MISS:%s", misses.c_str());
+  std::printf("summary: %d of %d targets pass", v.pass, v.targets);
+  if (!v.misses.empty()) std::printf("; MISS:%s", v.misses.c_str());
   std::printf(" (kernels %s, R=%u, %u elements)\n", k->name, a.ranks, a.elements);
-  return sink == 0xFFFFFFFFFFFFFFFFull ? 1 : 0;
+}
+
+int run_reducers(int argc, char** argv) {
+  const ReducerArgs a = parse_reducers(argc, argv);
+  Plan pl = prepare(a);
+  calibrate(pl.cases, a);
+  measure(pl.cases, a);
+  const std::vector<Row> rows = make_rows(pl.cases, a);
+  const Verdict v = judge(rows);
+  const std::string cpu = cpu_model();
+  if (a.json)
+    print_json(rows, v, a, cpu);
+  else
+    print_table(pl, rows, v, a, cpu);
+  uint64_t sink = 0;
+  for (const auto& c : pl.cases) sink += c.sink;
+  return sink == 0xFFFFFFFFFFFFFFFFull ? 1 : 0;  // keeps the results observable
 }
 
 struct Subcommand {
@@ -685,16 +667,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const Fail& e) {
-    std::fprintf(stderr, "prism-bench: %s\n", e.msg.c_str());
-    return kUsageError;
-  } catch (const cli::Error& e) {
-    std::fprintf(stderr, "prism-bench: %s\n", e.msg.c_str());
-    return kUsageError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "prism-bench: %s\n", e.what());
-    return kUsageError;
-  }
+  return cli::run_tool("prism-bench", [&] { return run(argc, argv); });
 }
