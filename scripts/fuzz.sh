@@ -47,7 +47,9 @@ COMMON=(-std=c++20 -O1 -g -ffp-contract=off -fno-fast-math -fno-omit-frame-point
 OBJ_FLAGS=("${COMMON[@]}" -fsanitize=fuzzer-no-link)
 
 LIB_SRCS=(lib/format/format.cpp lib/arith/op.cpp lib/arith/kernels_portable.cpp lib/arith/kernels_avx2.cpp
-          lib/arith/accumulator.cpp lib/arith/partial.cpp lib/proto/packet.cpp lib/proto/fragment.cpp)
+          lib/arith/accumulator.cpp lib/arith/accumulator_kulisch.cpp lib/arith/accumulator_fp32.cpp
+          lib/arith/accumulator_int.cpp lib/arith/lanes.cpp lib/proto/packet.cpp lib/proto/partial.cpp
+          lib/proto/fragment.cpp)
 CONFIG_SRC=lib/config/config.cpp
 
 obj_of() { local s=${1#lib/}; s=${s#tests/fuzz/}; echo "$OUT/obj/${s//\//_}.o"; }

@@ -25,6 +25,8 @@
 //    instead of removing it.
 // Specials never reach the fixed-point path: a lane that has seen a NaN or an
 // infinity holds a quiet NaN whose payload carries the sideband bits.
+// One file per family: accumulator_kulisch.cpp, accumulator_fp32.cpp,
+// accumulator_int.cpp; their shared helpers are accumulator_impl.hpp.
 #pragma once
 
 #include <cstddef>

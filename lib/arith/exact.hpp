@@ -6,8 +6,9 @@
 //
 // Bank: the same range held as 6 signed 64-bit words of 50-bit digits with
 // deferred carries (in the manner of Neal's xsum). Digit k weighs 2^(50k);
-// every add puts less than 2^50 into each word it touches, so 2^12 adds fit
-// in the 13 bits of headroom before carries must be settled (normalize()).
+// every add puts at most 2^50 into each word it touches, so 2^12 adds fit
+// in the 13 bits of headroom before carries must be settled (normalize();
+// Bank::kAddsBeforeCarry shows the derivation).
 // 6 x 50 = 300 bits covers FP32's 278 + ceil(log2 65535) = 294 signed bits.
 #pragma once
 
@@ -99,8 +100,19 @@ class Bank {
  public:
   static constexpr int kWords = 6;
   static constexpr int kDigitBits = 50;
-  static constexpr int kAddsBeforeCarry = 1 << 12;
+  static constexpr int kWordBits = 64;  // int64_t
+  // Adds a word takes before its carries must be settled, derived as xsum's
+  // XSUM_SMALL_CARRY_TERMS is. After normalize() a word holds a digit in
+  // [0, 2^kDigitBits) (the top word the sign part, smaller for any value in
+  // range); each add() changes every word it touches by at most
+  // 2^kDigitBits. So after N adds |word| <= (N + 1) * 2^kDigitBits, which a
+  // signed word holds (2^(kWordBits - 1) - 1 at most) while
+  // N + 1 < 2^(kWordBits - 1 - kDigitBits) = 2^13. The largest power of two
+  // below that: N = 2^(kWordBits - 2 - kDigitBits) = 2^12 = 4096.
+  static constexpr int kAddsBeforeCarry = 1 << (kWordBits - 2 - kDigitBits);
   static constexpr int64_t kDigitMask = (int64_t(1) << kDigitBits) - 1;
+  static_assert((__int128(kAddsBeforeCarry) + 1) << kDigitBits <= (__int128(1) << (kWordBits - 1)) - 1,
+                "kAddsBeforeCarry adds (and the digit already there) fit a signed word");
 
   int64_t w[kWords];
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 #include "proto/packet.hpp"
 
 namespace prism::wire {

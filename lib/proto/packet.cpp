@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "arith/kernels.hpp"
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 #include "fuzz_check.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"

@@ -1,5 +1,5 @@
 // libFuzzer target: Kulisch lane records (payload encoding 3) on arbitrary
-// bytes (lib/arith/partial.hpp, docs/PROTOCOL.md "Kulisch partial").
+// bytes (lib/proto/partial.hpp, docs/PROTOCOL.md "Kulisch partial").
 //
 // Input: byte 0 picks options (below), the rest is lane records. The records
 // are decoded one by one (decode_kulisch_lane) as far as they are valid, at
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
-#include "arith/partial.hpp"
 #include "fuzz_check.hpp"
 #include "proto/fragment.hpp"
+#include "proto/partial.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
 

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "acc_util.hpp"
-#include "arith/partial.hpp"
+#include "proto/partial.hpp"
 
 namespace {
 

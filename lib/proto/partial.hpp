@@ -1,4 +1,5 @@
-// Lossless partials: the exact state of a chunk's lanes as bytes.
+// Lossless partials on the wire: the exact state of a chunk's lanes as lane
+// records (proto/fragment.hpp cuts them into frames).
 //
 // Kulisch lane record (payload encoding 3), one per element, in lane order:
 //   byte 0   sideband: bit0 NAN_INPUT, bit1 POS_INF, bit2 NEG_INF,
@@ -16,20 +17,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "arith/lanes.hpp"
 #include "arith/op.hpp"
 
 namespace prism {
-
-enum class PartialError : uint8_t {
-  None = 0,
-  Truncated,        // the bytes end inside a lane record
-  BadLength,        // n or offset place the magnitude beyond 384 bits
-  NonCanonical,     // a zero first or last magnitude byte, or a sign on zero
-  ReservedBits,     // bit 6 of the sideband set
-  SpecialValue,     // a special or NEG_ZERO_ONLY lane that carries a magnitude
-  Unrepresentable,  // an element that is not a whole number of lane units
-};
-const char* describe(PartialError e);
 
 inline constexpr size_t kLaneHeader = 3;
 inline constexpr size_t kMaxLaneBytes = kLaneHeader + 47;
@@ -43,12 +34,5 @@ PartialError decode_kulisch_lane(const uint8_t* p, size_t len, LaneExact* out, s
 // Whole chunks: n lanes back to back.
 size_t encode_kulisch_lanes(const LaneExact* lanes, uint32_t n, uint8_t* out);
 PartialError decode_kulisch_lanes(const uint8_t* p, size_t len, uint32_t n, LaneExact* out, size_t* used);
-
-// AUTO's question: is every lane exactly a value of `out` (finite, no
-// sideband but NEG_ZERO_ONLY where `out` has -0)? If so, writes the elements.
-bool lanes_fit_format(const LaneExact* lanes, uint32_t n, int unit, Format out, uint8_t* elems);
-
-// The reverse: elements of `f` (a rounded partial) as exact lanes in units of 2^unit.
-PartialError lanes_from_elements(Format f, const uint8_t* elems, uint32_t n, int unit, LaneExact* out);
 
 }  // namespace prism
