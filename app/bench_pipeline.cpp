@@ -53,9 +53,11 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
+#include "bench_baselines.hpp"
 #include "bench_data.hpp"
 #include "cli.hpp"
 #include "config/config.hpp"
+#include "output_file.hpp"
 #include "pcap_io.hpp"
 #include "proto/packet.hpp"
 #include "runtime.hpp"
@@ -66,6 +68,7 @@ namespace {
 
 using cli::fail;
 
+std::string pipeline_usage();  // below, from the tables of modes and formats
 const char* kPipelineUsage =
     "usage: prism-bench pipeline [options]\n"
     "Drives the switch pipeline (RX, parse, admit, VOQ rings, arbiter, reducers, TX) at full speed\n"
@@ -73,13 +76,13 @@ const char* kPipelineUsage =
     "io forwarding on the same devices and packets. Every run's RESULTs are checked against the\n"
     "reference before a figure is reported.\n"
     "\n"
-    "  --policies LIST  forward ideal fp32_arrival kulisch fp32_binomial (default forward,fp32_arrival,kulisch)\n"
+    "  --policies LIST  @POLICIES@ (default forward,fp32_arrival,kulisch)\n"
     "                   ideal: forward-only plus only the data work any reducer must do (the elements\n"
     "                   added into an accumulator that stays in L1, a result body written); a ceiling\n"
     "                   for every policy, float formats only\n"
-    "  --dtypes LIST    fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32 (default fp32)\n"
+    "  --dtypes LIST    @DTYPES@ (default fp32)\n"
     "  --payloads LIST  bytes of elements per contribution, 64..8192 (default 1024)\n"
-    "  --ranks LIST     R, contributions per op, 1..1024 (default 8)\n"
+    "  --ranks LIST     R, contributions per op, 2..1024 (default 8)\n"
     "  --lcores LIST    lcores running the stages: 1 = one lcore runs them all; N = RX and TX on the\n"
     "                   main lcore and N-1 reducer lcores (default 2)\n"
     "                   Without any of these five, the standard sweep runs: payload 256..8192 B,\n"
@@ -89,8 +92,7 @@ const char* kPipelineUsage =
     "  --fanout MODE    how a RESULT goes to its R ranks: copy (a whole frame each, made by the\n"
     "                   reducer; the default), chain (a header mbuf each, chained to one shared\n"
     "                   payload; the bench's ports only free what they are sent, so they take\n"
-    "                   chains) or egress (one frame per port from the reducer, copied by the\n"
-    "                   port's TX stage; on lcores=1 as copy)\n"
+    "                   chains)\n"
     "  --staged         keep the rings between stages with lcores=1 (by default one lcore runs each\n"
     "                   packet to completion, RX -> reducer -> TX, as prism-switch does)\n"
     "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
@@ -112,30 +114,43 @@ const char* kPipelineUsage =
 
 constexpr int kCheckFailed = 3;
 constexpr uint32_t kJob = 7;
-constexpr size_t kOpOffset = 14 + 20 + 8 + 8;  // the header's op field in a frame without VLAN
-constexpr size_t kUdpSumOffset = 14 + 20 + 6;
-constexpr size_t kKindOffset = 14 + 20 + 8 + 3;
+// Fields the RX and TX callbacks read and patch in the frames the bench built (no VLAN tag).
+constexpr size_t kOpOffset = wire::frame::at(wire::off::op);
+constexpr size_t kUdpSumOffset = wire::frame::udp_checksum;
+constexpr size_t kKindOffset = wire::frame::at(wire::off::kind);
 
 // --- what is measured ---------------------------------------------------------
 
-enum class Mode : uint8_t { FORWARD, IDEAL, ARRIVAL, KULISCH, BINOMIAL, TESTPMD, TESTPMD_CSUM };
+// What one measurement runs: a baseline, one of the switch's policies (named
+// as the policy is), or testpmd. The first five are what --policies selects.
+enum class Mode : uint8_t { FORWARD, IDEAL, ARRIVAL, KULISCH, BINOMIAL, TESTPMD, TESTPMD_CSUM, kCount };
+inline constexpr Entry<Mode> kModes[] = {
+    {Mode::FORWARD, "forward", "parse, admit and send each contribution back out: no slot, no arithmetic"},
+    {Mode::IDEAL, "ideal", "forward-only plus only the data work any reducer must do"},
+    {Mode::ARRIVAL, entry(Policy::FP32_ARRIVAL)->name, entry(Policy::FP32_ARRIVAL)->doc},
+    {Mode::KULISCH, entry(Policy::KULISCH_FIXED)->name, entry(Policy::KULISCH_FIXED)->doc},
+    {Mode::BINOMIAL, entry(Policy::FP32_BINOMIAL)->name, entry(Policy::FP32_BINOMIAL)->doc},
+    {Mode::TESTPMD, "testpmd", "dpdk-testpmd io forwarding"},
+    {Mode::TESTPMD_CSUM, "testpmd_csum", "dpdk-testpmd csum forwarding (checksums recomputed in software)"},
+};
+static_assert(std::size(kModes) == size_t(Mode::kCount), "every Mode has a row in kModes");
+constexpr std::span<const Entry<Mode>> entries(Mode) { return kModes; }
+constexpr std::span<const Entry<Mode>> kSelectable(kModes, 5);  // --policies
 bool is_testpmd(Mode m) { return m >= Mode::TESTPMD; }
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::FORWARD: return "forward";
-    case Mode::IDEAL: return "ideal";
-    case Mode::ARRIVAL: return "fp32_arrival";
-    case Mode::KULISCH: return "kulisch";
-    case Mode::BINOMIAL: return "fp32_binomial";
-    case Mode::TESTPMD: return "testpmd";
-    case Mode::TESTPMD_CSUM: return "testpmd_csum";
-  }
-  return "?";
-}
+const char* mode_name(Mode m) { return name(m); }
 Policy policy_of(Mode m) {
   return m == Mode::KULISCH    ? Policy::KULISCH_FIXED
          : m == Mode::BINOMIAL ? Policy::FP32_BINOMIAL
                                : Policy::FP32_ARRIVAL;
+}
+
+std::string pipeline_usage() {
+  std::string u = kPipelineUsage, policies;
+  for (const auto& m : kSelectable) policies += (policies.empty() ? "" : " ") + std::string(m.name);
+  auto put = [&](const std::string& key, const std::string& v) { u.replace(u.find(key), key.size(), v); };
+  put("@POLICIES@", policies);
+  put("@DTYPES@", choices<Format>());
+  return u;
 }
 
 // The packets a case runs on: forward, the policies and testpmd on the same
@@ -160,7 +175,7 @@ struct Args {
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
   bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, staged = false;
-  std::string fanout = "copy";  // --fanout: copy, chain or egress
+  std::string fanout = "copy";  // --fanout: copy or chain
   uint32_t max_lcores = 1;
 };
 
@@ -192,7 +207,7 @@ Args parse_args(int argc, char** argv) {
        "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout"},
       {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--staged", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
-    std::fputs(kPipelineUsage, stdout);
+    std::fputs(pipeline_usage().c_str(), stdout);
     std::exit(0);
   }
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see prism-bench pipeline --help)");
@@ -204,13 +219,14 @@ Args parse_args(int argc, char** argv) {
   r.time_s = a.real("--time", 0.01, 60, r.quick ? 0.15 : 1.0);
   r.warmup_s = a.real("--warmup", 0, 60, r.quick ? 0.05 : 0.3);
   r.json = a.str("--json");
+  // Before the run, not after it: a path that cannot be written fails now.
+  if (!r.json.empty()) app::check_writable(r.json, "--json");
   r.plot = a.str("--plot");
   r.work_dir = a.str("--work-dir");
   r.eal = a.str("--eal");
   r.use_testpmd = !a.has("--no-testpmd");
   r.fanout = a.str("--fanout", "copy");
-  if (r.fanout != "copy" && r.fanout != "chain" && r.fanout != "egress")
-    fail("--fanout '" + r.fanout + "': use copy, chain or egress");
+  if (!from_name<Fanout>(r.fanout)) fail("--fanout '" + r.fanout + "': use " + choices<Fanout>(" or "));
   r.staged = a.has("--staged");
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
@@ -218,19 +234,23 @@ Args parse_args(int argc, char** argv) {
   if (!r.plot.empty() && r.plot.size() < 5) fail("--plot wants a file name ending in .png");
   if (!r.plot.empty() && r.plot.substr(r.plot.size() - 4) != ".png")
     fail("--plot '" + r.plot + "': give a file name ending in .png");
+  if (!r.plot.empty()) app::check_writable(r.plot, "--plot");
 
   auto mode = [](const std::string& s) {
-    for (Mode m : {Mode::FORWARD, Mode::IDEAL, Mode::ARRIVAL, Mode::KULISCH, Mode::BINOMIAL})
-      if (s == mode_name(m)) return m;
-    fail("unknown policy '" + s + "': use forward, ideal, fp32_arrival, kulisch or fp32_binomial");
+    std::string names;
+    for (const auto& m : kSelectable) {
+      if (s == m.name) return m.value;
+      names += (names.empty() ? "" : " ") + std::string(m.name);
+    }
+    fail("unknown policy '" + s + "': use one of " + names);
   };
   auto dtype = [](const std::string& s) {
-    auto f = format_from_name(s);
-    if (!f) fail("unknown dtype '" + s + "': use fp32 fp16 bf16 e4m3fn e4m3fnuz e5m2 e5m2fnuz int8 int32");
+    auto f = from_name<Format>(s);
+    if (!f) fail("unknown dtype '" + s + "': use one of " + choices<Format>());
     return *f;
   };
   auto payload = [](const std::string& s) { return to_uint("--payloads", s, 64, 8192); };
-  auto ranks = [](const std::string& s) { return to_uint("--ranks", s, 1, 1024); };
+  auto ranks = [](const std::string& s) { return to_uint("--ranks", s, 2, 1024); };  // a reduction of one is no op
   auto lcores = [](const std::string& s) { return to_uint("--lcores", s, 1, 64); };
 
   const bool custom =
@@ -289,35 +309,43 @@ Format out_of(Format d) { return d == Format::INT8 ? Format::INT32 : d; }
 // Ops per replayed round: enough that the captures hold about 2048 frames.
 uint32_t ops_of(const Shape& s) { return std::clamp<uint32_t>(2048 / s.ranks, 4, 256); }
 
-std::string ip_str(uint32_t ip) { return format_ipv4(ip); }
 uint32_t rank_ip(uint32_t r) { return (10u << 24) | (1u << 16) | (r + 1); }
-std::string rank_mac(uint32_t r) {
-  char b[32];
-  std::snprintf(b, sizeof b, "02:00:00:01:%02x:%02x", (r + 1) >> 8 & 0xFF, (r + 1) & 0xFF);
-  return b;
-}
+wire::Mac rank_mac(uint32_t r) { return {0x02, 0, 0, 0x01, uint8_t((r + 1) >> 8), uint8_t(r + 1)}; }
 
-// The switch's configuration for one run: its ports replay `pcap[p]`.
-std::string config_yaml(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
-                        uint32_t reducers, const std::string& fanout) {
-  std::ostringstream y;
-  y << "switch: {id: 1, role: root}\nports:\n";
+// The switch's configuration for one run, as a value: its ports replay `pcap[p]`.
+SwitchConfig bench_config(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
+                          uint32_t reducers, Fanout fanout) {
+  SwitchConfig c;
+  c.path = "prism-bench";
+  c.id = 1;
+  c.role = Role::ROOT;
   for (uint32_t p = 0; p < ports; ++p) {
-    char mac[32];
-    std::snprintf(mac, sizeof mac, "02:00:00:00:ff:%02x", p);
-    y << "  - {id: " << p << ", device: \"net_pcap_b" << run << "_" << p << ",rx_pcap=" << pcap[p]
-      << ",infinite_rx=1\", mac: \"" << mac << "\", ip: 10.0." << p << ".254}\n";
+    PortConfig pc;
+    pc.id = uint16_t(p);
+    pc.device = "net_pcap_b" + std::to_string(run) + "_" + std::to_string(p) + ",rx_pcap=" + pcap[p] + ",infinite_rx=1";
+    pc.mac = {0x02, 0, 0, 0, 0xff, uint8_t(p)};
+    pc.ip = (10u << 24) | (p << 8) | 254;
+    c.ports.push_back(pc);
   }
-  y << "jobs:\n  - id: " << kJob << "\n    group: " << s.ranks << "\n    members:\n";
-  for (uint32_t r = 0; r < s.ranks; ++r)
-    y << "      - {rank: " << r << ", port: " << r % ports << ", mac: \"" << rank_mac(r)
-      << "\", ip: " << ip_str(rank_ip(r)) << "}\n";
+  JobConfig j;
+  j.id = kJob;
+  j.group = uint16_t(s.ranks);
+  for (uint32_t r = 0; r < s.ranks; ++r) {
+    MemberConfig m;
+    m.rank = uint16_t(r);
+    m.port = uint16_t(r % ports);
+    m.addr = {rank_mac(r), rank_ip(r), wire::kDefaultPort};
+    j.members.push_back(m);
+  }
+  c.jobs.push_back(j);
   // Retention is kept short so the slot table (reported) is not the limit at millions of ops a second.
-  y << "retention_ms: 2\nrings: {size: 1024}\nreducers: {shards: " << reducers << ", slots: 4096}\n";
-  y << "fanout: " << fanout << "\nlcores: [";
-  for (uint32_t l = 0; l < s.lcores; ++l) y << (l ? ", " : "") << l;
-  y << "]\n";
-  return y.str();
+  c.retention_ms = 2;
+  c.ring_size = 1024;
+  c.reducer_shards = reducers;
+  c.slots_per_shard = 4096;
+  c.fanout = fanout;
+  for (uint32_t l = 0; l < s.lcores; ++l) c.lcores.push_back(l);
+  return c;
 }
 
 // What a RESULT must carry for one op.
@@ -356,7 +384,7 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
   const uint32_t esz = info(s.dtype).bytes;
   for (uint32_t p = 0; p < ports; ++p)
     w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".pcap");
-  const SwitchConfig cfg = parse_config(config_yaml(s, ports, w.pcap, 0, 1, "copy"), "bench");
+  const SwitchConfig cfg = bench_config(s, ports, w.pcap, 0, 1, Fanout::COPY);
   const sw::Directory dir_(cfg);
   std::vector<std::unique_ptr<PcapWriter>> pw;
   for (uint32_t p = 0; p < ports; ++p) pw.push_back(std::make_unique<PcapWriter>(w.pcap[p]));
@@ -434,16 +462,15 @@ struct Rewriter {
 };
 
 void flip_signs(uint8_t* f, size_t len, uint32_t esz) {
-  constexpr size_t kIp = 14, kUdp = 14 + 20;
-  for (size_t at = wire::kFrameOverhead + esz - 1; at < len; at += esz) f[at] ^= 0x80;
-  f[kUdp + 6] = f[kUdp + 7] = 0;
-  const uint32_t src =
-      uint32_t(f[kIp + 12]) << 24 | uint32_t(f[kIp + 13]) << 16 | uint32_t(f[kIp + 14]) << 8 | f[kIp + 15];
-  const uint32_t dst =
-      uint32_t(f[kIp + 16]) << 24 | uint32_t(f[kIp + 17]) << 16 | uint32_t(f[kIp + 18]) << 8 | f[kIp + 19];
-  const uint16_t c = wire::udp_checksum(src, dst, f + kUdp, len - kUdp);
-  f[kUdp + 6] = uint8_t(c >> 8);
-  f[kUdp + 7] = uint8_t(c);
+  using namespace wire::frame;
+  for (size_t at = body + esz - 1; at < len; at += esz) f[at] ^= 0x80;
+  f[udp_checksum] = f[udp_checksum + 1] = 0;
+  auto be32 = [&](size_t at) {
+    return uint32_t(f[at]) << 24 | uint32_t(f[at + 1]) << 16 | uint32_t(f[at + 2]) << 8 | f[at + 3];
+  };
+  const uint16_t c = wire::udp_checksum(be32(ip_src), be32(ip_dst), f + udp, len - udp);
+  f[udp_checksum] = uint8_t(c >> 8);
+  f[udp_checksum + 1] = uint8_t(c);
 }
 
 inline uint16_t ld16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
@@ -597,14 +624,13 @@ Snap take(const pipe::Runtime& rt) {
     std::vector<std::pair<uint32_t, sw::JobStats>> jobs;
     const sw::ReducerStats st = r->snapshot(&jobs);
     for (uint64_t d : st.drops) s.drops += d;
-    s.drops += r->emitter().alloc_failures.get();
+    s.drops += r->emitter().counters().alloc_failures.get();
     s.elements += st.elements;
     for (const auto& [id, js] : jobs) s.ops += js.completed;
     s.busy.push_back(r->busy_tsc.get());
   }
   for (const auto& t : rt.tx()) {
     s.tx += t->counters().packets.get();
-    s.drops += t->counters().alloc_failures.get();
     s.busy.push_back(t->busy_tsc.get());
   }
   return s;
@@ -628,21 +654,21 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
   const uint32_t reducers = std::max<uint32_t>(1, c.s.lcores - 1);
-  const SwitchConfig cfg = parse_config(config_yaml(c.s, w.ports, w.pcap, run, reducers, a.fanout), "bench");
+  const SwitchConfig cfg = bench_config(c.s, w.ports, w.pcap, run, reducers, *from_name<Fanout>(a.fanout));
   pipe::RunOptions opt;
   opt.assume_chains = a.fanout == "chain";
   opt.staged = a.staged;
   opt.quiet = true;
-  opt.baseline = c.mode == Mode::FORWARD ? pipe::Baseline::FORWARD
-                 : c.mode == Mode::IDEAL ? pipe::Baseline::IDEAL
-                                         : pipe::Baseline::NONE;
+  if (c.mode == Mode::FORWARD) opt.work = [](const pipe::WorkContext&) { return std::make_unique<ForwardWork>(); };
+  if (c.mode == Mode::IDEAL)
+    opt.work = [](const pipe::WorkContext& ctx) { return std::make_unique<IdealWork>(ctx.prefetch); };
   opt.pool = pool;
   pipe::Runtime rt(cfg, opt);
   std::vector<Rewriter> rw(w.ports);
   Verifier v;
   v.w = &w;
-  v.forward = opt.baseline != pipe::Baseline::NONE;
-  v.ideal = opt.baseline == pipe::Baseline::IDEAL;
+  v.forward = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL;
+  v.ideal = c.mode == Mode::IDEAL;
   // The first round's frames (R RESULTs per op) are all checked; forward-only's are its input, unchanged.
   v.full_until = a.sampled_checks || v.forward ? 0 : uint64_t(w.ops) * c.s.ranks;
   v.prepare();
@@ -683,7 +709,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   remove_callbacks();
   // Which stage held the others back: RX polls skipped because a VOQ ring was
   // full (the reducers are the limit), reducer polls skipped because a TX ring was.
-  for (const auto& r : rt.rx()) res.rx_backpressure += r->counters().polls_skipped.get();
+  for (const auto& r : rt.rx()) res.rx_backpressure += r->counters().backpressure.get();
   for (const auto& r : rt.reducers()) res.reduce_backpressure += r->counters().backpressured.get();
   const double secs = double(s1.tsc - s0.tsc) / double(rt.tsc_hz());
   res.packets = s1.rx - s0.rx;
@@ -713,7 +739,8 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   res.bad = v.bad;
   for (const auto& r : rt.reducers()) {
     res.slots_high = std::max<uint64_t>(res.slots_high, r->snapshot().slots_high);
-    res.slot_bytes = std::max(res.slot_bytes, r->reducer().bytes_per_slot_estimate());
+    if (const sw::Reducer* red = r->work().reducer())
+      res.slot_bytes = std::max(res.slot_bytes, red->bytes_per_slot_estimate());
   }
   if (v.bad)
     res.error = v.first_bad;
@@ -916,17 +943,11 @@ void write_plot(const std::vector<Row>& rows, const std::string& png, const std:
 
 }  // namespace
 
-int run_pipeline(int argc, char** argv) {
-  const Args a = parse_args(argc, argv);
-  const bool own_dir = a.work_dir.empty();
-  const std::string dir = own_dir ? run_dir_default() : a.work_dir;
-  if (!own_dir) std::filesystem::create_directories(dir);
-  const bool tp = a.use_testpmd && testpmd_available(a.testpmd);
-  if (a.use_testpmd && !tp)
-    std::printf("note: %s not found: no testpmd baseline (install Debian's dpdk package, or --testpmd PATH)\n",
-                a.testpmd.c_str());
+// --- the run, in steps -------------------------------------------------------
 
-  // EAL: lcores 0..max-1; no hugepages unless the caller says otherwise.
+// The EAL for every measurement: lcores 0..max-1; no hugepages unless --eal
+// says otherwise. Returns its --file-prefix.
+std::string start_eal(const Args& a) {
   const std::string prefix = "prism-bench-" + std::to_string(getpid());
   std::vector<std::string> eal = {"prism-bench",
                                   "--file-prefix",
@@ -936,107 +957,127 @@ int run_pipeline(int argc, char** argv) {
                                   "--log-level=lib.eal:error",
                                   "--log-level=pmd.net.pcap:error",
                                   "--log-level=prism:warning"};
-  {
-    std::stringstream ss(a.eal.empty() ? "--no-huge -m 1024 --no-pci" : a.eal);
-    for (std::string t; ss >> t;) eal.push_back(t);
-  }
+  std::stringstream ss(a.eal.empty() ? "--no-huge -m 1024 --no-pci" : a.eal);
+  for (std::string t; ss >> t;) eal.push_back(t);
   std::vector<char*> eargv;
-  for (auto& s : eal) eargv.push_back(s.data());
+  for (auto& e : eal) eargv.push_back(e.data());
   if (rte_eal_init(int(eargv.size()), eargv.data()) < 0)
     fail(std::string("EAL init failed: ") + rte_strerror(rte_errno) + " (check --eal)");
+  return prefix;
+}
 
-  // Captures: one workload per (shape, policy in the header).
-  std::map<std::pair<Shape, Mode>, Workload> loads;
-  uint32_t wid = 0;
-  auto load_for = [&](const Case& c) -> const Workload& {
+// The captures: one workload per (shape, policy in the header), built on
+// first use (forward-only, ideal and testpmd replay FP32_ARRIVAL's packets;
+// the packets do not depend on the lcores).
+class Workloads {
+ public:
+  Workloads(const Args& a, std::string dir) : a_(a), dir_(std::move(dir)) {}
+  const Workload& operator()(const Case& c) {
     const Mode hm = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL || is_testpmd(c.mode) ? Mode::ARRIVAL : c.mode;
     Shape key = c.s;
-    key.lcores = 0;  // the packets do not depend on the lcores
-    auto it = loads.find({key, hm});
-    if (it == loads.end())
-      it = loads.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a.ports, dir, wid++)).first;
+    key.lcores = 0;
+    auto it = loads_.find({key, hm});
+    if (it == loads_.end())
+      it = loads_.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a_.ports, dir_, next_++)).first;
     return it->second;
-  };
+  }
 
-  std::printf(
-      "prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; RESULT fan-out by %s; "
-      "CPU %s\n",
-      a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports,
-      a.fanout == "chain"    ? "chained mbufs"
-      : a.fanout == "egress" ? "copies at each port's TX stage"
-                             : "copies",
-      cpu_model().c_str());
-  std::fflush(stdout);
-  // testpmd runs once per packet shape (its layout does not change with
-  // --lcores), in io mode; on the headline shape also in csum mode, the
-  // reference for a forwarder that sums every packet in software.
-  std::vector<Case> tp_cases;
-  if (tp)
-    for (const Case& c : a.cases) {
-      if (c.mode != Mode::FORWARD) continue;
-      Shape k = c.s;
-      k.lcores = 0;
-      const bool have = std::any_of(tp_cases.begin(), tp_cases.end(), [&](const Case& x) {
-        Shape y = x.s;
-        y.lcores = 0;
-        return !(y < k) && !(k < y);
-      });
-      if (have) continue;
-      tp_cases.push_back({Mode::TESTPMD, c.s, c.section});
-      if (c.s.dtype == Format::FP32 && c.s.payload == 1024 && c.s.ranks == 8)
-        tp_cases.push_back({Mode::TESTPMD_CSUM, c.s, c.section});
-    }
+ private:
+  const Args& a_;
+  std::string dir_;
+  std::map<std::pair<Shape, Mode>, Workload> loads_;
+  uint32_t next_ = 0;
+};
 
-  // One pool for every run (creating 150 MB of buffers per run would cost seconds).
-  rte_mempool* pool = pipe::make_pool("prism_bench_pool");
-  if (!pool) fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) + " (give --eal more memory)");
-  std::vector<std::vector<Result>> runs(a.cases.size()), tp_runs(tp_cases.size());
+bool same_packets(const Shape& x, const Shape& y) {
+  Shape k = x, l = y;
+  k.lcores = l.lcores = 0;
+  return !(k < l) && !(l < k);
+}
+bool same_shape(const Shape& x, const Shape& y, bool lc) {
+  return x.dtype == y.dtype && x.payload == y.payload && x.ranks == y.ranks && (!lc || x.lcores == y.lcores);
+}
+
+// testpmd runs once per packet shape (its layout does not change with
+// --lcores), in io mode; on the headline shape also in csum mode, the
+// reference for a forwarder that sums every packet in software.
+std::vector<Case> testpmd_cases(const Args& a) {
+  std::vector<Case> tp;
+  for (const Case& c : a.cases) {
+    if (c.mode != Mode::FORWARD) continue;
+    if (std::any_of(tp.begin(), tp.end(), [&](const Case& x) { return same_packets(x.s, c.s); })) continue;
+    tp.push_back({Mode::TESTPMD, c.s, c.section});
+    if (c.s.dtype == Format::FP32 && c.s.payload == 1024 && c.s.ranks == 8)
+      tp.push_back({Mode::TESTPMD_CSUM, c.s, c.section});
+  }
+  return tp;
+}
+
+// Every run of every case, by case: a.repeat rounds, the cases in order in
+// each. testpmd's runs for a shape go right before the first forward-only
+// run of that shape in each round, next to the runs their ratios pair them with.
+struct Runs {
+  std::vector<std::vector<Result>> prism, testpmd;
+  const std::vector<Result>& of(size_t row, size_t cases) const {
+    return row < cases ? prism[row] : testpmd[row - cases];
+  }
+};
+Runs measure(const Args& a, const std::vector<Case>& tp_cases, Workloads& loads, rte_mempool* pool) {
+  Runs runs{std::vector<std::vector<Result>>(a.cases.size()), std::vector<std::vector<Result>>(tp_cases.size())};
   uint32_t run_id = 0;
-  // testpmd's runs for a shape go right before the first forward-only run
-  // of that shape in each round, next to the runs their ratios pair them with.
-  auto same_packets = [](const Case& x, const Case& c) {
-    Shape k = c.s, y = x.s;
-    k.lcores = y.lcores = 0;
-    return !(y < k) && !(k < y);
-  };
   for (uint32_t rep = 0; rep < a.repeat; ++rep) {
     for (size_t i = 0; i < a.cases.size(); ++i) {
       const Case& c = a.cases[i];
       for (size_t t = 0; t < tp_cases.size() && c.mode == Mode::FORWARD; ++t)
-        if (same_packets(tp_cases[t], c) && tp_runs[t].size() == rep)
-          tp_runs[t].push_back(run_testpmd(tp_cases[t], load_for(tp_cases[t]), a));
+        if (same_packets(tp_cases[t].s, c.s) && runs.testpmd[t].size() == rep)
+          runs.testpmd[t].push_back(run_testpmd(tp_cases[t], loads(tp_cases[t]), a));
       Result r;
       try {
-        r = run_prism(c, load_for(c), a, run_id++, pool);
+        r = run_prism(c, loads(c), a, run_id++, pool);
       } catch (const std::exception& e) {
         r.c = c;
         r.error = e.what();
       }
-      runs[i].push_back(r);
+      runs.prism[i].push_back(r);
     }
     std::printf("  round %u of %u done\n", rep + 1, a.repeat);
     std::fflush(stdout);
   }
+  return runs;
+}
 
-  // Medians; the run reported is the one with the median Mpps.
-  auto pick = [](std::vector<Result>& v) {
-    std::vector<Result> ok;
-    for (auto& r : v)
-      if (r.error.empty()) ok.push_back(r);
-    if (ok.empty()) return v.front();
-    std::sort(ok.begin(), ok.end(), [](const Result& x, const Result& y) { return x.mpps < y.mpps; });
-    return ok[ok.size() / 2];
-  };
+// The run reported for a case is the one with the median Mpps.
+Result median_run(const std::vector<Result>& v) {
+  std::vector<Result> ok;
+  for (const auto& r : v)
+    if (r.error.empty()) ok.push_back(r);
+  if (ok.empty()) return v.front();
+  std::sort(ok.begin(), ok.end(), [](const Result& x, const Result& y) { return x.mpps < y.mpps; });
+  return ok[ok.size() / 2];
+}
+
+// A ratio is the median of the ratios of runs taken in the same round (the
+// machine's drift is shared by both); their range goes into *range.
+double paired(const std::vector<Result>& x, const std::vector<Result>& y, std::pair<double, double>* range) {
+  std::vector<double> q;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    if (x[i].error.empty() && y[i].error.empty() && x[i].mpps > 0 && y[i].mpps > 0) q.push_back(x[i].mpps / y[i].mpps);
+  if (q.empty()) return 0.0;
+  std::sort(q.begin(), q.end());
+  *range = {q.front(), q.back()};
+  return q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
+}
+
+// One row per case (its median run, with every round's drops, mismatches
+// and checks summed, and the first error), then one per testpmd case.
+std::vector<Row> rows_of(const Args& a, const std::vector<Case>& tp_cases, const Runs& runs) {
   std::vector<Row> rows;
-  auto same_shape = [](const Shape& x, const Shape& y, bool lc) {
-    return x.dtype == y.dtype && x.payload == y.payload && x.ranks == y.ranks && (!lc || x.lcores == y.lcores);
-  };
   for (size_t i = 0; i < a.cases.size(); ++i) {
     Row row;
-    row.r = pick(runs[i]);
+    row.r = median_run(runs.prism[i]);
     uint64_t drops = 0, bad = 0, checked = 0;
     std::string err;
-    for (const auto& r : runs[i]) {
+    for (const auto& r : runs.prism[i]) {
       drops += r.drops;
       bad += r.bad;
       checked += r.checked;
@@ -1048,64 +1089,53 @@ int run_pipeline(int argc, char** argv) {
     if (!err.empty()) row.r.error = err;
     rows.push_back(row);
   }
-  for (size_t i = 0; i < tp_cases.size(); ++i) {
-    Row row;
-    row.r = pick(tp_runs[i]);
-    rows.push_back(row);
-  }
-  // Pair each row with its baselines. A ratio is the median of the ratios of
-  // runs taken in the same round (the machine's drift is shared by both).
-  auto series = [&](size_t k) -> const std::vector<Result>& {
-    return k < a.cases.size() ? runs[k] : tp_runs[k - a.cases.size()];
-  };
-  // The median of the per-round ratios, and their range into *range.
-  auto paired = [&](size_t k, size_t j, std::pair<double, double>* range) {
-    std::vector<double> q;
-    const auto &x = series(k), &y = series(j);
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-      if (x[i].error.empty() && y[i].error.empty() && x[i].mpps > 0 && y[i].mpps > 0)
-        q.push_back(x[i].mpps / y[i].mpps);
-    if (q.empty()) return 0.0;
-    std::sort(q.begin(), q.end());
-    *range = {q.front(), q.back()};
-    return q.size() % 2 ? q[q.size() / 2] : (q[q.size() / 2 - 1] + q[q.size() / 2]) / 2;
+  for (size_t i = 0; i < tp_cases.size(); ++i) rows.push_back(Row{median_run(runs.testpmd[i])});
+  return rows;
+}
+
+// Each row's baselines: forward-only and the ideal on the same lcores,
+// testpmd (io and csum) on the same packets, FP32_ARRIVAL for the other policies.
+void pair_baselines(std::vector<Row>& rows, const Runs& runs, size_t cases) {
+  auto ratio = [&](size_t k, size_t j, std::pair<double, double>* range) {
+    return paired(runs.of(k, cases), runs.of(j, cases), range);
   };
   for (size_t k = 0; k < rows.size(); ++k) {
     Row& row = rows[k];
     if (row.r.c.mode == Mode::TESTPMD) continue;
     for (size_t j = 0; j < rows.size(); ++j) {
       const Row& o = rows[j];
+      const bool ok = o.r.error.empty();
       if (row.r.c.mode == Mode::TESTPMD_CSUM) {  // csum over io: the one ratio of a testpmd row
-        if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
+        if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && ok) {
           row.tp = o.r.mpps;
-          row.vs_tp = paired(k, j, &row.tp_range);
+          row.vs_tp = ratio(k, j, &row.tp_range);
         }
         continue;
       }
-      if (o.r.c.mode == Mode::FORWARD && same_shape(o.r.c.s, row.r.c.s, true) && o.r.error.empty()) {
+      if (o.r.c.mode == Mode::FORWARD && same_shape(o.r.c.s, row.r.c.s, true) && ok) {
         row.fwd = o.r.mpps;
-        row.vs_fwd = paired(k, j, &row.fwd_range);
+        row.vs_fwd = ratio(k, j, &row.fwd_range);
       }
-      if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
+      if (o.r.c.mode == Mode::TESTPMD && same_shape(o.r.c.s, row.r.c.s, false) && ok) {
         row.tp = o.r.mpps;
-        row.vs_tp = paired(k, j, &row.tp_range);
+        row.vs_tp = ratio(k, j, &row.tp_range);
       }
-      if (o.r.c.mode == Mode::TESTPMD_CSUM && same_shape(o.r.c.s, row.r.c.s, false) && o.r.error.empty()) {
+      if (o.r.c.mode == Mode::TESTPMD_CSUM && same_shape(o.r.c.s, row.r.c.s, false) && ok) {
         row.tp_csum = o.r.mpps;
-        row.vs_tp_csum = paired(k, j, &row.tp_csum_range);
+        row.vs_tp_csum = ratio(k, j, &row.tp_csum_range);
       }
-      if (row.r.c.mode >= Mode::ARRIVAL && o.r.c.mode == Mode::IDEAL && same_shape(o.r.c.s, row.r.c.s, true) &&
-          o.r.error.empty()) {
+      if (row.r.c.mode >= Mode::ARRIVAL && o.r.c.mode == Mode::IDEAL && same_shape(o.r.c.s, row.r.c.s, true) && ok) {
         row.ideal = o.r.mpps;
-        row.vs_ideal = paired(k, j, &row.ideal_range);
+        row.vs_ideal = ratio(k, j, &row.ideal_range);
       }
       if ((row.r.c.mode == Mode::KULISCH || row.r.c.mode == Mode::BINOMIAL) && o.r.c.mode == Mode::ARRIVAL &&
           same_shape(o.r.c.s, row.r.c.s, true) && o.r.mpps > 0)
-        row.vs_arrival = paired(k, j, &row.arrival_range);
+        row.vs_arrival = ratio(k, j, &row.arrival_range);
     }
   }
+}
 
-  // Table.
+void print_table(const std::vector<Row>& rows) {
   std::printf("\n%-14s %-7s %6s %5s %3s | %7s %8s %8s | %6s %6s %6s | %5s %5s %5s | %7s %7s | %5s %5s | %7s %6s %s\n",
               "policy", "dtype", "bytes", "R", "lc", "Mpps", "Gbit/s", "ns/elem", "/fwd", "/tpmd", "/arr", "rx%",
               "red%", "tx%", "main ns", "red ns", "L100", "L400", "slot B", "drops", "checked");
@@ -1152,7 +1182,10 @@ int run_pipeline(int argc, char** argv) {
       "(same packets); /arr: over FP32_ARRIVAL. rx%%, red%%, tx%%: share of an lcore's time busy in each stage.\n"
       "main ns, red ns: busy lcore-ns per contribution in RX+TX and in the reducers. L100, L400: lcores that\n"
       "100 and 400 Gbit/s on the wire would need at those costs. slot B: memory per in-flight slot.\n");
+}
 
+// The targets, with their verdicts; returns (targets, passed).
+std::pair<int, int> print_targets(const std::vector<Row>& rows) {
   // Targets (issue 5): 1 KiB payloads, R = 8, one reducer lcore: with RX/TX
   // on the main lcore and the reducer on a second (lcores=2), and with one
   // lcore running every stage (lcores=1, testpmd's own layout). Both are shown.
@@ -1211,54 +1244,84 @@ int run_pipeline(int argc, char** argv) {
         target(std::string("kulisch / fp32_arrival, ") + name(f), lc, r->vs_arrival, r->arrival_range, 0.8);
   }
 
+  return {n_t, n_pass};
+}
+
+void write_json(const std::vector<Row>& rows, const Args& a) {
+  std::ofstream j(a.json);
+  if (!j) fail("cannot write --json " + a.json);
+  j << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const Result& r = row.r;
+    j << "  {\"policy\": \"" << mode_name(r.c.mode) << "\", \"dtype\": \"" << name(r.c.s.dtype)
+      << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
+      << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
+      << ", \"lcores\": " << (is_testpmd(r.c.mode) ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
+      << ", \"section\": " << json_str(r.c.section)
+      << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || is_testpmd(r.c.mode) ? "null" : json_str(a.fanout))
+      << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
+      << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
+      << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
+      << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
+      << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
+      << ", \"slots_high\": " << r.slots_high << ", \"rx_backpressure_polls\": " << r.rx_backpressure
+      << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops
+      << ", \"results_checked\": " << r.checked << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat
+      << ", \"seconds\": " << a.time_s << ", \"baseline\": {\"forward_mpps\": " << row.fwd
+      << ", \"testpmd_mpps\": " << row.tp << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp
+      << ", \"vs_fp32_arrival\": " << row.vs_arrival << ", \"ideal_mpps\": " << row.ideal
+      << ", \"vs_ideal\": " << row.vs_ideal << ", \"vs_ideal_range\": [" << row.ideal_range.first << ", "
+      << row.ideal_range.second << "], \"testpmd_csum_mpps\": " << row.tp_csum
+      << ", \"vs_testpmd_csum\": " << row.vs_tp_csum << ", \"vs_testpmd_csum_range\": [" << row.tp_csum_range.first
+      << ", " << row.tp_csum_range.second << "], \"vs_forward_range\": [" << row.fwd_range.first << ", "
+      << row.fwd_range.second << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
+      << "], \"vs_fp32_arrival_range\": [" << row.arrival_range.first << ", " << row.arrival_range.second
+      << "]}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}" << (i + 1 < rows.size() ? "," : "")
+      << "\n";
+  }
+  j << "]\n";
+  std::printf("json: %s\n", a.json.c_str());
+}
+
+int run_pipeline(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  const bool own_dir = a.work_dir.empty();
+  const std::string dir = own_dir ? run_dir_default() : a.work_dir;
+  if (!own_dir) std::filesystem::create_directories(dir);
+  const bool tp = a.use_testpmd && testpmd_available(a.testpmd);
+  if (a.use_testpmd && !tp)
+    std::printf("note: %s not found: no testpmd baseline (install Debian's dpdk package, or --testpmd PATH)\n",
+                a.testpmd.c_str());
+  const std::string prefix = start_eal(a);
+  std::printf(
+      "prism-bench pipeline: %zu cases x %u runs, %.2f s each after %.2f s warm-up; %u ports; RESULT fan-out by %s; "
+      "CPU %s\n",
+      a.cases.size(), a.repeat, a.time_s, a.warmup_s, a.ports, a.fanout == "chain" ? "chained mbufs" : "copies",
+      cpu_model().c_str());
+  std::fflush(stdout);
+  const std::vector<Case> tp_cases = tp ? testpmd_cases(a) : std::vector<Case>{};
+  // One pool for every run (creating 150 MB of buffers per run would cost seconds).
+  rte_mempool* pool = pipe::make_pool("prism_bench_pool");
+  if (!pool) fail(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) + " (give --eal more memory)");
   uint64_t drops = 0, bad = 0, failed = 0;
-  for (const Row& row : rows) {
-    drops += row.r.drops;
-    bad += row.r.bad;
-    failed += !row.r.error.empty();
-  }
-  std::printf("summary: %d of %d targets pass; %llu drops; %llu RESULT mismatches; %llu failed measurements\n",
-              n_t ? n_pass : 0, n_t, (unsigned long long)drops, (unsigned long long)bad, (unsigned long long)failed);
-
-  if (!a.json.empty()) {
-    std::ofstream j(a.json);
-    if (!j) fail("cannot write --json " + a.json);
-    j << "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& row = rows[i];
-      const Result& r = row.r;
-      j << "  {\"policy\": \"" << mode_name(r.c.mode) << "\", \"dtype\": \"" << name(r.c.s.dtype)
-        << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
-        << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
-        << ", \"lcores\": " << (is_testpmd(r.c.mode) ? 1 : r.c.s.lcores) << ", \"ports\": " << a.ports
-        << ", \"section\": " << json_str(r.c.section)
-        << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || is_testpmd(r.c.mode) ? "null" : json_str(a.fanout))
-        << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
-        << ", \"stage_share\": {\"rx\": " << r.rx_share << ", \"reduce\": " << r.reduce_share
-        << ", \"tx\": " << r.tx_share << "}, \"main_ns_per_packet\": " << r.main_ns_pkt
-        << ", \"reduce_ns_per_packet\": " << r.reduce_ns_pkt << ", \"lcores_100g\": " << lcores_for(r, 100)
-        << ", \"lcores_400g\": " << lcores_for(r, 400) << ", \"slot_bytes\": " << r.slot_bytes
-        << ", \"slots_high\": " << r.slots_high << ", \"rx_backpressure_polls\": " << r.rx_backpressure
-        << ", \"reduce_backpressure_polls\": " << r.reduce_backpressure << ", \"drops\": " << r.drops
-        << ", \"results_checked\": " << r.checked << ", \"mismatches\": " << r.bad << ", \"repeat\": " << a.repeat
-        << ", \"seconds\": " << a.time_s << ", \"baseline\": {\"forward_mpps\": " << row.fwd
-        << ", \"testpmd_mpps\": " << row.tp << ", \"vs_forward\": " << row.vs_fwd << ", \"vs_testpmd\": " << row.vs_tp
-        << ", \"vs_fp32_arrival\": " << row.vs_arrival << ", \"ideal_mpps\": " << row.ideal
-        << ", \"vs_ideal\": " << row.vs_ideal << ", \"vs_ideal_range\": [" << row.ideal_range.first << ", "
-        << row.ideal_range.second << "], \"testpmd_csum_mpps\": " << row.tp_csum
-        << ", \"vs_testpmd_csum\": " << row.vs_tp_csum << ", \"vs_testpmd_csum_range\": [" << row.tp_csum_range.first
-        << ", " << row.tp_csum_range.second << "], \"vs_forward_range\": [" << row.fwd_range.first << ", "
-        << row.fwd_range.second << "], \"vs_testpmd_range\": [" << row.tp_range.first << ", " << row.tp_range.second
-        << "], \"vs_fp32_arrival_range\": [" << row.arrival_range.first << ", " << row.arrival_range.second
-        << "]}, \"error\": " << (r.error.empty() ? "null" : json_str(r.error)) << "}"
-        << (i + 1 < rows.size() ? "," : "") << "\n";
+  {
+    Workloads loads(a, dir);
+    const Runs runs = measure(a, tp_cases, loads, pool);
+    std::vector<Row> rows = rows_of(a, tp_cases, runs);
+    pair_baselines(rows, runs, a.cases.size());
+    print_table(rows);
+    const auto [n_t, n_pass] = print_targets(rows);
+    for (const Row& row : rows) {
+      drops += row.r.drops;
+      bad += row.r.bad;
+      failed += !row.r.error.empty();
     }
-    j << "]\n";
-    std::printf("json: %s\n", a.json.c_str());
+    std::printf("summary: %d of %d targets pass; %llu drops; %llu RESULT mismatches; %llu failed measurements\n",
+                n_t ? n_pass : 0, n_t, (unsigned long long)drops, (unsigned long long)bad, (unsigned long long)failed);
+    if (!a.json.empty()) write_json(rows, a);
+    if (!a.plot.empty()) write_plot(rows, a.plot, dir);
   }
-  if (!a.plot.empty()) write_plot(rows, a.plot, dir);
-
-  loads.clear();
   rte_mempool_free(pool);
   rte_eal_cleanup();
   std::error_code ec;

@@ -3,14 +3,17 @@
 //   prism-switch [EAL options] -- --config FILE [--exit-when-idle MS] [--quiet]
 //
 // Without hugepages it falls back to --no-huge (with a warning) rather than
-// fail. SIGINT/SIGTERM stop it cleanly and print a summary. Counters are on
+// fail. SIGINT, SIGTERM and SIGHUP stop it cleanly and print a summary. Counters are on
 // DPDK's telemetry socket: dpdk-telemetry.py -f <file-prefix>, then /prism/...
+#include <fcntl.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_log.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -46,6 +49,32 @@ bool hugepages_available() {
 }
 
 void on_signal(int) { pipe::Runtime::request_stop(); }
+
+// The EAL's --file-prefix (default "rte").
+std::string file_prefix(const std::vector<std::string>& eal) {
+  for (size_t i = 0; i < eal.size(); ++i) {
+    if (eal[i] == "--file-prefix" && i + 1 < eal.size()) return eal[i + 1];
+    if (eal[i].rfind("--file-prefix=", 0) == 0) return eal[i].substr(14);
+  }
+  return "rte";
+}
+
+// The process that holds the EAL's lock on this prefix's runtime config (a
+// primary process already running with the same --file-prefix), or 0. The
+// EAL fails on such a clash without setting rte_errno, so its own message
+// would end in "Success".
+pid_t prefix_holder(const std::string& prefix) {
+  const char* run = getuid() == 0 ? "/var/run/dpdk" : std::getenv("XDG_RUNTIME_DIR");
+  const std::string path = std::string(run ? run : "/tmp") + (getuid() == 0 ? "/" : "/dpdk/") + prefix + "/config";
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  const bool held = fcntl(fd, F_GETLK, &lk) == 0 && lk.l_type != F_UNLCK;
+  close(fd);
+  return held ? lk.l_pid : 0;
+}
 
 }  // namespace
 
@@ -103,15 +132,24 @@ int main(int argc, char** argv) {
       eal_args.push_back("512");
     }
   }
+  const std::string prefix = file_prefix(eal_args);
+  if (const pid_t holder = prefix_holder(prefix)) {
+    std::fprintf(stderr,
+                 "prism-switch: another DPDK process (pid %d) already runs with --file-prefix %s: give this one "
+                 "its own (e.g. --file-prefix %s2)\n",
+                 int(holder), prefix.c_str(), prefix.c_str());
+    return 2;
+  }
   std::vector<char*> eargv;
   for (auto& s : eal_args) eargv.push_back(s.data());
   if (rte_eal_init(int(eargv.size()), eargv.data()) < 0) {
-    std::fprintf(stderr, "prism-switch: EAL initialisation failed: %s (check the EAL options before '--')\n",
-                 rte_strerror(rte_errno));
+    const int err = rte_errno;
+    std::fprintf(stderr, "prism-switch: EAL initialisation failed: %s (check the EAL options before '--'%s)\n",
+                 err ? rte_strerror(err) : "see the EAL's message above",
+                 prefix_holder(prefix) ? "; another DPDK process uses the same --file-prefix: give each its own" : "");
     return 2;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
   int rc;
   try {
     pipe::Runtime rt(cfg, opt);

@@ -1,6 +1,7 @@
 // The switch, assembled from its configuration: mempool, ports, rings,
 // stages, their lcores, telemetry, and the run loop. Setup is a readable
-// sequence; every DPDK resource is owned here and released in the destructor.
+// sequence that wires the graph once (stage.hpp's picture); every DPDK
+// resource is owned here and released in the destructor.
 #pragma once
 
 #include <rte_log.h>
@@ -8,13 +9,17 @@
 #include <rte_ring.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
-#include "stages.hpp"
+#include "reduce.hpp"
+#include "rx.hpp"
 #include "switch/directory.hpp"
+#include "tx.hpp"
 
 namespace prism::pipe {
 
@@ -25,10 +30,9 @@ int logtype();
 struct RunOptions {
   uint32_t exit_when_idle_ms = 0;  // stop once inputs are drained and nothing moved for this long
   bool quiet = false;
-  // A baseline for benchmarks in place of the reducers (stages.hpp):
-  // FORWARD parses, admits and sends back out with no arithmetic; IDEAL does
-  // that after the data work any reducer must do.
-  Baseline baseline = Baseline::NONE;
+  // What each reducer shard does with its packets; empty: the switch's
+  // (ReducerWork). Benchmarks bring their baselines here.
+  std::function<std::unique_ptr<ShardWork>(const WorkContext&)> work;
   // A pool to use instead of creating one (made by make_pool(); the caller
   // frees it after the runtime): benchmarks build many runtimes in a row.
   rte_mempool* pool = nullptr;
@@ -56,25 +60,22 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Runs until SIGINT/SIGTERM (request_stop) or, with exit_when_idle_ms, until idle.
-  // Prints the summary. Returns 0, or 3 when ops were left incomplete at an idle exit.
+  // Runs until request_stop() (SIGINT, SIGTERM, SIGHUP) or, with
+  // exit_when_idle_ms, until idle. Prints the summary. Returns 0, or 3 when
+  // ops were left incomplete at an idle exit.
   int run();
   static void request_stop() { stop_.store(true); }
 
-  // Telemetry: every /prism/... command reads these.
+  // What telemetry, the summary and the bench read.
   const std::vector<std::unique_ptr<RxStage>>& rx() const { return rx_; }
   const std::vector<std::unique_ptr<ReduceStage>>& reducers() const { return red_; }
   const std::vector<std::unique_ptr<TxStage>>& tx() const { return tx_; }
   const SwitchConfig& config() const { return cfg_; }
   std::vector<std::pair<std::string, unsigned>> ring_fill() const;
+  // NACKs sent out of a switch port, by RX and every shard.
+  uint64_t nacks(uint16_t cfg_port) const;
   // The DPDK port behind a configured port.
   uint16_t dpdk_port(uint16_t cfg_port) const { return dpdk_port_.at(cfg_port); }
-  // Which lcore runs which stages.
-  struct LcoreStages {
-    unsigned id;
-    std::vector<const Stage*> stages;
-  };
-  std::vector<LcoreStages> lcore_map() const;
   uint64_t tsc_hz() const { return tsc_hz_; }
   // One lcore runs every stage and each packet goes RX -> reducer -> TX in
   // one call chain, without the rings.
@@ -85,25 +86,38 @@ class Runtime {
     unsigned id;
     std::vector<Stage*> stages;
   };
+  struct PortInfo {  // what setup learned of a port's device
+    bool can_chain;
+  };
+  void start_ports();
+  std::vector<unsigned> choose_lcores() const;
+  rte_ring* make_ring(const std::string& name, unsigned flags);
+  std::unique_ptr<Egress> egress() const;
+  std::unique_ptr<Emitter> emitter() const;
+  void wire_stages();
+  void assign_lcores(const std::vector<unsigned>& ids);
   static int lcore_main(void* arg);
   void loop(Lcore& l, bool main);
   bool idle(uint64_t now_tsc) const;
-  void summary(bool incomplete_report);
-  void register_telemetry();
 
   const SwitchConfig& cfg_;
   RunOptions opt_;
   sw::Directory dir_;
   rte_mempool* pool_ = nullptr;
   bool own_pool_ = true;
-  std::vector<uint16_t> dpdk_port_;  // by config port index
+  uint16_t ports_ = 0;               // one more than the highest configured port id
+  std::vector<uint16_t> dpdk_port_;  // by config port id
+  std::vector<PortInfo> port_info_;  // by config port id
+  std::vector<Copies> copies_;       // by config port id
   std::vector<uint16_t> started_;
   std::vector<std::string> probed_;  // devices this runtime created (removed again on destruction)
   std::vector<rte_ring*> rings_;     // every ring, for cleanup and telemetry
   std::vector<std::string> ring_names_;
-  std::vector<std::unique_ptr<RxStage>> rx_;
-  std::vector<std::unique_ptr<ReduceStage>> red_;
+  std::vector<rte_ring*> tx_ring_;  // by config port id (staged)
   std::vector<std::unique_ptr<TxStage>> tx_;
+  std::vector<TxStage*> tx_by_port_;
+  std::vector<std::unique_ptr<ReduceStage>> red_;
+  std::vector<std::unique_ptr<RxStage>> rx_;
   std::vector<Lcore> lcores_;
   uint64_t tsc_hz_ = 0, start_tsc_ = 0;
   bool run_to_completion_ = false;

@@ -2,7 +2,7 @@
 # PRISM's main job on the embedded default: the bundled captures in
 # pcaps/demo (8 ranks of job 7 on 4 ports, 2 ops x 1024 fp32 elements, once
 # under KULISCH_FIXED and once under FP32_ARRIVAL) replayed through
-# prism-switch with configs/demo.yaml, under several arbiter orders.
+# prism-switch with configs/demo.yaml.in, under several arbiter orders.
 # Prints, per run, the results check against the golden results and how many
 # elements differ from the first run. KULISCH_FIXED must match the golden
 # results and be identical in every order; FP32_ARRIVAL changes with the order.
@@ -28,7 +28,7 @@ for policy in kulisch fp32_arrival; do
     out="$TMP/$policy.$1.$2"
     mkdir -p "$out"
     sed -e "s|@IN@|pcaps/demo/$policy|g" -e "s|@OUT@|$out|g" -e "s|@MODE@|$1|" -e "s|@SEED@|$2|" \
-      configs/demo.yaml >"$out/switch.yaml"
+      configs/demo.yaml.in >"$out/switch.yaml"
     "$SWITCH" -l 0 --no-huge -m 512 --no-pci --file-prefix "$PREFIX" --log-level=lib.eal:error \
       --log-level=pmd.net.pcap:error -- --config "$out/switch.yaml" --exit-when-idle 200 --quiet \
       >"$out/switch.log" 2>&1 || { cat "$out/switch.log"; echo "prism-switch failed"; exit 1; }

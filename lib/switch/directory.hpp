@@ -8,30 +8,10 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "switch/drop.hpp"
+#include "switch/sink.hpp"
 
 namespace prism::sw {
-
-// Why a packet is dropped. Every drop has one reason and one counter.
-enum class Drop : uint8_t {
-  MALFORMED = 0,   // parse refused it (the parser's own reason is counted too)
-  NOT_FOR_US,      // not IPv4/UDP to our port: ignored, not an error
-  UNKNOWN_SOURCE,  // valid PRISM packet from an address no job registers
-  UNKNOWN_JOB,
-  NOT_A_MEMBER,         // the sender id is not a member/child of the job
-  SPOOFED,              // the sender id belongs to another address
-  WRONG_KIND,           // e.g. a RESULT from a rank, a PARTIAL at a switch without that child
-  NOT_ALLOWED,          // format or policy not allowed for the job
-  DESCRIPTOR_MISMATCH,  // disagrees with the slot's descriptor
-  TOO_NARROW,           // Kulisch width exceeds the configured one
-  NO_FREE_SLOT,         // slot table or the job's quota full
-  DUPLICATE,            // a contributor already counted (or a repeated fragment)
-  RESULT_EXPIRED,       // retransmit for a result no longer retained
-  LATE,                 // contribution for a completed op (not a retransmit)
-  BAD_PARTIAL,          // a partial that cannot be merged exactly
-  STALE_RESULT,         // a parent RESULT for no waiting slot
-  kCount
-};
-const char* name(Drop d);
 
 struct Member {
   uint32_t job;
@@ -40,14 +20,6 @@ struct Member {
   wire::Endpoint addr;
   uint16_t terms;  // contributions its packets fold: 1 for a rank, `ranks` for a child
   bool child;
-};
-
-// Where one copy of a fan-out goes: a switch port, the switch's endpoint on
-// it and the receiver's.
-struct Dest {
-  uint16_t port;
-  wire::Endpoint src, dst;
-  wire::HeaderTemplate hdr;  // wire::header_template(src, dst)
 };
 
 struct Job {
@@ -60,6 +32,10 @@ struct Job {
   uint32_t index = 0;  // dense, 0 .. jobs - 1: per-job state elsewhere is an array by it
   bool allows(Format f) const { return format_mask & (1u << uint8_t(f)); }
   bool allows(Policy p) const { return policy_mask & (1u << uint8_t(p)); }
+  // Where a RESULT for member or child `m` (one of this job's) goes.
+  const Dest& dest_of(const Member& m) const {
+    return result_dests[m.child ? members.size() + size_t(&m - children.data()) : size_t(&m - members.data())];
+  }
 };
 
 class Directory {
@@ -76,8 +52,14 @@ class Directory {
     }
   }
   size_t jobs() const { return jobs_.size(); }
-  // True when any job registers this (ip, udp port): such a sender may get NACKs.
-  bool registered(const wire::Endpoint& e) const { return addrs_.count(key(e)) != 0; }
+  // The member or child registered at exactly this source (MAC, IP, UDP port)
+  // behind switch port `in_port`, in any job; null when there is none. Only
+  // such a source is ever answered (a NACK goes to its registered address).
+  const Member* registered(const wire::Endpoint& src, uint16_t in_port) const;
+  // True when some member or child is registered with this IP and UDP port
+  // (whatever its MAC and switch port): a packet from it that claims another
+  // identity is counted as spoofed rather than as from an unknown source.
+  bool claims_registered_address(const wire::Endpoint& src) const { return by_addr_.count(key(src)) != 0; }
   bool is_parent(const wire::Endpoint& e) const {
     return cfg_.parent && cfg_.parent->addr.ip == e.ip && cfg_.parent->addr.port == e.port;
   }
@@ -99,23 +81,8 @@ class Directory {
   };
   std::vector<JobRef> lookup_;  // at most half full
   uint32_t lookup_mask_ = 0, lookup_shift_ = 32;
-  std::unordered_map<uint64_t, int> addrs_;
-  std::vector<wire::Endpoint> self_;  // by port id
+  std::unordered_multimap<uint64_t, const Member*> by_addr_;  // (IP, UDP port) -> every member and child there
+  std::vector<wire::Endpoint> self_;                          // by port id
 };
-
-struct Verdict {
-  bool ok = false;
-  const Job* job = nullptr;
-  const Member* member = nullptr;  // the rank or child that sent it (null for the parent's RESULT)
-  bool from_parent = false;
-  Drop why = Drop::MALFORMED;
-  bool nack = false;  // the source is registered: it may be told why (NACK)
-};
-
-// Checks a parsed packet's claim against the directory: the job exists, the
-// sender is who it says it is (same MAC, IP and UDP port as registered, on
-// the port it is attached to), and the kind is one this switch takes from it:
-// CONTRIB from a member rank, PARTIAL from a child, RESULT from the parent.
-Verdict admit(const Directory& dir, const wire::Parsed& p, uint16_t in_port);
 
 }  // namespace prism::sw

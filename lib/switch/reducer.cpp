@@ -89,12 +89,10 @@ struct Reducer::Slot {
   int32_t self = -1;  // index in slots_
   SlotKey key{};
   State state = State::FREE;
-  uint32_t generation = 0;
   const Job* job = nullptr;
   wire::Header desc;  // the op's descriptor, fixed by the first packet
-  uint32_t lanes = 0;
   std::unique_ptr<Accumulator> acc;
-  OpDesc acc_desc;
+  OpDesc acc_desc;  // the accumulator's: acc_desc.lanes is the chunk's element count
   std::vector<uint64_t> ranks_seen, children_seen;
   // Kulisch fragments of each child's partial, staged until all its lanes are in.
   std::vector<std::vector<LaneExact>> staged;
@@ -102,10 +100,41 @@ struct Reducer::Slot {
   std::vector<uint32_t> staged_count;
   uint32_t terms = 0, expected = 0;
   uint64_t t_open = 0, t_done = 0, t_partial = 0;
-  std::shared_ptr<std::vector<uint8_t>> result_body;
-  std::shared_ptr<std::vector<uint8_t>> spare_body;  // a released result's body, for the next op's
+  // The RESULT's header. Its body is made from the accumulator each time it
+  // is sent (finalize is a function of the exact state: every copy has the
+  // same bits), except at a leaf, which keeps the parent's body here.
   wire::Header result_h;
+  std::vector<uint8_t> parent_body;
+  uint32_t lanes() const { return acc_desc.lanes; }
+  // Opens the slot for op chunk `k` with descriptor `h` (its accumulator `d`),
+  // keeping the memory of the op before it where it can.
+  void start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns);
 };
+
+void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns) {
+  key = k;
+  state = State::OPEN;
+  job = &j;
+  desc = h;
+  const bool same = acc && acc_desc.dtype == d.dtype && acc_desc.out == d.out && acc_desc.policy == d.policy &&
+                    acc_desc.exceptions == d.exceptions && acc_desc.group == d.group && acc_desc.lanes == d.lanes;
+  if (same)
+    acc->reset();
+  else
+    acc = make_accumulator(d);
+  acc_desc = d;
+  ranks_seen.assign((size_t(j.cfg->group) + 63) / 64, 0);
+  children_seen.assign((j.child_of_id.size() + 63) / 64, 0);
+  for (auto& st : staged) st.clear();
+  staged.resize(j.children.size());
+  staged_seen.resize(j.children.size());
+  for (auto& ss : staged_seen) ss.clear();
+  staged_count.assign(j.children.size(), 0);
+  terms = 0;
+  expected = uint32_t(j.members.size());
+  for (const auto& c : j.children) expected += c.terms;
+  t_open = now_ns;
+}
 
 Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
     : dir_(dir), index_(std::move(index)), tombstones_(kTombstones), mtu_(mtu) {
@@ -127,7 +156,7 @@ Reducer::~Reducer() = default;
 size_t Reducer::bytes_per_slot_estimate() const {
   size_t b = sizeof(Slot);
   for (const auto& s : slots_)
-    if (s->acc) return b + s->acc->bytes_per_lane() * s->lanes + (s->ranks_seen.size() + s->children_seen.size()) * 8;
+    if (s->acc) return b + s->acc->bytes_per_lane() * s->lanes() + (s->ranks_seen.size() + s->children_seen.size()) * 8;
   return b;
 }
 
@@ -151,62 +180,27 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
   return slots_[size_t(i)].get();
 }
 
-void Reducer::nack(const wire::Parsed& p, wire::NackReason r, uint16_t port, Sink& out) {
-  static const auto kEmpty = std::make_shared<const std::vector<uint8_t>>();
-  Out o;
-  o.port = port;
-  o.src = dir_.self(port);
-  o.dst = p.src;
-  o.h = p.h;
-  o.h.kind = wire::Kind::NACK;
-  o.h.sender = dir_.config().id;
-  o.h.terms = 0;
-  o.h.count = 0;
-  o.h.flags = 0;
-  o.h.status = uint8_t(r);
-  o.body = kEmpty;
-  out.send(std::move(o));
-  ++stats_.nacks_sent;
-}
-
-void Reducer::refuse(const wire::Parsed* p, Drop why, bool may_nack, uint16_t in_port, Sink& out) {
-  drop(why);
-  if (!p || !may_nack) return;
-  wire::NackReason r;
-  switch (why) {
-    case Drop::MALFORMED: r = wire::NackReason::MALFORMED; break;
-    case Drop::UNKNOWN_JOB: r = wire::NackReason::UNKNOWN_JOB; break;
-    case Drop::NOT_A_MEMBER:
-    case Drop::SPOOFED: r = wire::NackReason::NOT_A_MEMBER; break;
-    default: return;
+void Reducer::refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out) {
+  drop(d);
+  if (const auto r = nack_for(d)) {
+    out.send(nack(dir_, p, *r, from));
+    ++stats_.nacks_sent;
   }
-  nack(*p, r, in_port, out);
 }
 
 Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const wire::Header& h = p.h;
   const Job& job = *v.job;
-  const uint16_t port = v.member->port;
+  const Member& from = *v.member;
   const SlotKey key{h.job, h.op, h.chunk};
-  if (tombstones_.contains(key)) {  // the op completed and its result expired
-    if (h.flags & wire::hflag::RETRANSMIT) {
-      drop(Drop::RESULT_EXPIRED);
-      nack(p, wire::NackReason::RESULT_EXPIRED, port, out);
-    } else {
-      drop(Drop::LATE);
-    }
+  const auto refused = [&](Drop d) {
+    refuse(d, p, from, out);
     return nullptr;
-  }
-  if (h.group != job.cfg->group) {
-    drop(Drop::DESCRIPTOR_MISMATCH);
-    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
-    return nullptr;
-  }
-  if (!job.allows(h.dtype) || !job.allows(h.policy)) {
-    drop(Drop::NOT_ALLOWED);
-    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
-    return nullptr;
-  }
+  };
+  if (tombstones_.contains(key))  // the op completed and its result expired
+    return refused((h.flags & wire::hflag::RETRANSMIT) ? Drop::RESULT_EXPIRED : Drop::LATE);
+  if (h.group != job.cfg->group) return refused(Drop::DESCRIPTOR_MISMATCH);
+  if (!job.allows(h.dtype) || !job.allows(h.policy)) return refused(Drop::NOT_ALLOWED);
   OpDesc d;
   d.dtype = h.dtype;
   d.out = h.out_dtype;
@@ -214,59 +208,20 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
   d.exceptions = h.exceptions;
   d.group = h.group;
   d.lanes = h.encoding == wire::Encoding::KULISCH ? p.chunk_lanes : h.count;
-  if (admission_error(d, kMaxWidth)) {  // not a valid op at all (e.g. float in, int out)
-    drop(Drop::DESCRIPTOR_MISMATCH);
-    nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, port, out);
-    return nullptr;
-  }
-  if ((d.policy == Policy::KULISCH_FIXED || !is_float(d.dtype)) &&
-      required_width(d.dtype, d.group) > dir_.config().kulisch_width) {
-    drop(Drop::TOO_NARROW);
-    nack(p, wire::NackReason::ACCUMULATOR_TOO_NARROW, port, out);
-    return nullptr;
-  }
+  // Not a valid op at all (e.g. float in, int out), or wider than this switch's accumulators.
+  if (admission_error(d, kMaxWidth)) return refused(Drop::DESCRIPTOR_MISMATCH);
+  if (const auto w = exact_width_needed(d); w && *w > dir_.config().kulisch_width) return refused(Drop::TOO_NARROW);
   JobStats& js = *stats_of_[job.index];
-  if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || free_.empty()) {
+  const int32_t idx = free_.empty() ? -1 : free_.back();
+  // The index may be full before the slots are (a hash table fills before 100%).
+  if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || idx < 0 || !index_->insert(key, idx)) {
     ++js.quota_refused;
-    drop(Drop::NO_FREE_SLOT);
-    nack(p, wire::NackReason::NO_FREE_SLOT, port, out);
-    return nullptr;
-  }
-  const int32_t idx = free_.back();
-  if (!index_->insert(key, idx)) {  // the index is full (a hash table can fill before the slots do)
-    ++js.quota_refused;
-    drop(Drop::NO_FREE_SLOT);
-    nack(p, wire::NackReason::NO_FREE_SLOT, port, out);
-    return nullptr;
+    return refused(Drop::NO_FREE_SLOT);
   }
   free_.pop_back();
   cache_[cache_at(key)] = idx;
   Slot& s = *slots_[size_t(idx)];
-  s.key = key;
-  s.state = State::OPEN;
-  ++s.generation;
-  s.job = &job;
-  s.desc = h;
-  s.lanes = d.lanes;
-  const bool same = s.acc && s.acc_desc.dtype == d.dtype && s.acc_desc.out == d.out && s.acc_desc.policy == d.policy &&
-                    s.acc_desc.exceptions == d.exceptions && s.acc_desc.group == d.group && s.acc_desc.lanes == d.lanes;
-  if (same)
-    s.acc->reset();
-  else
-    s.acc = make_accumulator(d);
-  s.acc_desc = d;
-  s.ranks_seen.assign((size_t(job.cfg->group) + 63) / 64, 0);
-  s.children_seen.assign((job.child_of_id.size() + 63) / 64, 0);
-  for (auto& st : s.staged) st.clear();
-  s.staged.resize(job.children.size());
-  s.staged_seen.resize(job.children.size());
-  for (auto& ss : s.staged_seen) ss.clear();
-  s.staged_count.assign(job.children.size(), 0);
-  s.terms = 0;
-  s.expected = uint32_t(job.members.size());
-  for (const auto& c : job.children) s.expected += c.terms;
-  s.t_open = now_ns;
-  s.result_body.reset();
+  s.start(key, job, h, d, now_ns);
   ++js.opened;
   ++js.in_flight;
   ++stats_.slots_in_use;
@@ -303,13 +258,10 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
   const wire::Header& h = p.h;
   const Member& m = *v.member;
   if (s.state != State::OPEN) return repeat(s, p, m, out);
-  if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes) {
-    drop(Drop::DESCRIPTOR_MISMATCH);
-    return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, m.port, out);
-  }
+  if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes()) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
-  stats_.elements += s.lanes;
+  stats_.elements += s.lanes();
   if (++s.terms == s.expected) complete(s, now_ns, out);
 }
 
@@ -317,51 +269,40 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   const wire::Header& h = p.h;
   const Member& c = *v.member;
   if (s.state != State::OPEN) return repeat(s, p, c, out);
-  if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes || h.terms != c.terms) {
-    drop(Drop::DESCRIPTOR_MISMATCH);
-    return nack(p, wire::NackReason::DESCRIPTOR_MISMATCH, c.port, out);
-  }
+  if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes() || h.terms != c.terms)
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, c, out);
   const uint32_t ci = uint32_t(s.job->child_of_id[c.id]);
   if (s.children_seen[c.id >> 6] & (uint64_t(1) << (c.id & 63))) return drop(Drop::DUPLICATE);
   const int unit = unit_exp(s.desc.dtype);
   if (h.encoding == wire::Encoding::OUT_DTYPE) {
-    std::vector<LaneExact> lanes(s.lanes);
-    if (lanes_from_elements(h.out_dtype, p.payload, h.count, unit, lanes.data()) != PartialError::None) {
-      drop(Drop::BAD_PARTIAL);
-      return nack(p, wire::NackReason::MALFORMED, c.port, out);
-    }
+    std::vector<LaneExact> lanes(s.lanes());
+    if (lanes_from_elements(h.out_dtype, p.payload, h.count, unit, lanes.data()) != PartialError::None)
+      return refuse(Drop::BAD_PARTIAL, p, c, out);
     if (p.sideband)
-      for (uint32_t i = 0; i < s.lanes; ++i) lanes[i].side |= side_from_status(p.sideband[i]);
-    if (!s.acc->add_exact(lanes.data())) {
-      drop(Drop::BAD_PARTIAL);
-      return nack(p, wire::NackReason::MALFORMED, c.port, out);
-    }
+      for (uint32_t i = 0; i < s.lanes(); ++i) lanes[i].side |= side_from_status(p.sideband[i]);
+    if (!s.acc->add_exact(lanes.data())) return refuse(Drop::BAD_PARTIAL, p, c, out);
   } else {  // Kulisch fragment: stage until every lane of the chunk is in
     auto& st = s.staged[ci];
     auto& seen = s.staged_seen[ci];
     if (st.empty()) {
-      st.assign(s.lanes, LaneExact{});
-      seen.assign((size_t(s.lanes) + 63) / 64, 0);
+      st.assign(s.lanes(), LaneExact{});
+      seen.assign((size_t(s.lanes()) + 63) / 64, 0);
     }
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i)
       if (seen[i >> 6] & (uint64_t(1) << (i & 63))) return drop(Drop::DUPLICATE);  // a repeated fragment
-    if (wire::decode_fragment(p, st.data()) != PartialError::None) {
-      drop(Drop::BAD_PARTIAL);
-      return nack(p, wire::NackReason::MALFORMED, c.port, out);
-    }
+    if (wire::decode_fragment(p, st.data()) != PartialError::None) return refuse(Drop::BAD_PARTIAL, p, c, out);
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i) test_set(seen, i);
     s.staged_count[ci] += h.count;
-    if (s.staged_count[ci] < s.lanes) return;
+    if (s.staged_count[ci] < s.lanes()) return;
     const bool ok = s.acc->add_exact(st.data());
     st.clear();
     if (!ok) {
       s.staged_count[ci] = 0;
-      drop(Drop::BAD_PARTIAL);
-      return nack(p, wire::NackReason::MALFORMED, c.port, out);
+      return refuse(Drop::BAD_PARTIAL, p, c, out);
     }
   }
   test_set(s.children_seen, c.id);
-  stats_.elements += uint64_t(s.lanes) * c.terms;
+  stats_.elements += uint64_t(s.lanes()) * c.terms;
   s.terms += c.terms;
   if (s.terms == s.expected) complete(s, now_ns, out);
 }
@@ -371,7 +312,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
 // is a repeat.
 void Reducer::repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out) {
   if (s.state == State::DONE && (p.h.flags & wire::hflag::RETRANSMIT)) {
-    send_result(s, &from, true, out);
+    send_result(s, {&s.job->dest_of(from), 1}, true, out);
     ++stats_.resent;
     return;
   }
@@ -386,30 +327,13 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
     waiting_.push_back(s.self);
     return;
   }
-  const uint32_t osz = info(s.desc.out_dtype).bytes;
-  // The slot's last body is reused when nothing else holds it (no queued
-  // frame, no emitter's cache): a steady stream of ops allocates nothing.
-  std::shared_ptr<std::vector<uint8_t>> body;
-  if (s.spare_body && s.spare_body.use_count() == 1)
-    body = std::move(s.spare_body);
-  else
-    body = std::make_shared<std::vector<uint8_t>>();
-  s.spare_body.reset();
-  body->resize(size_t(s.lanes) * osz + s.lanes);
-  uint8_t* flags = body->data() + size_t(s.lanes) * osz;
-  s.acc->finalize(body->data(), flags);
-  uint8_t status = 0;
-  for (uint32_t i = 0; i < s.lanes; ++i) status |= flags[i];
-  if (!status) body->resize(size_t(s.lanes) * osz);  // no sideband when no element has a flag
   s.result_h = s.desc;
   s.result_h.kind = wire::Kind::RESULT;
   s.result_h.sender = dir_.config().id;
   s.result_h.terms = s.desc.group;
-  s.result_h.count = uint16_t(s.lanes);
+  s.result_h.count = uint16_t(s.lanes());
   s.result_h.encoding = wire::Encoding::OUT_DTYPE;
-  s.result_h.status = status;
-  s.result_h.flags = uint8_t((s.desc.flags & wire::hflag::LAST_CHUNK) | (status ? wire::hflag::SIDEBAND : 0));
-  s.result_body = std::move(body);
+  s.result_h.flags = uint8_t(s.desc.flags & wire::hflag::LAST_CHUNK);
   deliver(s, now_ns, out);
 }
 
@@ -422,24 +346,32 @@ void Reducer::deliver(Slot& s, uint64_t now_ns, Sink& out) {
   JobStats& js = *stats_of_[s.job->index];
   ++js.completed;
   --js.in_flight;
-  send_result(s, nullptr, false, out);
+  send_result(s, s.job->result_dests, false, out);
 }
 
-void Reducer::send_result(Slot& s, const Member* only, bool retransmit, Sink& out) {
-  auto emit = [&](const Member& m) {
-    Out o;
-    o.port = m.port;
-    o.src = dir_.self(m.port);
-    o.dst = m.addr;
-    o.h = s.result_h;
-    if (retransmit) o.h.flags |= wire::hflag::RETRANSMIT;
-    o.body = s.result_body;
-    out.send(std::move(o));
-    ++stats_.results_sent;
-  };
-  if (only) return emit(*only);
-  out.send_all(s.result_h, s.result_body, s.job->result_dests);
-  stats_.results_sent += s.job->result_dests.size();
+// The RESULT's body is made here, into the sink's buffer (the frame it is
+// sent from): finalized from the accumulator at a root, the parent's body
+// at a leaf. Its status and sideband follow from the flags.
+void Reducer::send_result(Slot& s, std::span<const Dest> to, bool retransmit, Sink& out) {
+  wire::Header h = s.result_h;
+  size_t len;
+  if (dir_.config().role == Role::LEAF) {
+    len = s.parent_body.size();
+    std::copy(s.parent_body.begin(), s.parent_body.end(), out.result_buffer(len));
+  } else {
+    const size_t elems = size_t(s.lanes()) * info(s.desc.out_dtype).bytes;
+    uint8_t* body = out.result_buffer(elems + s.lanes());
+    uint8_t* flags = body + elems;
+    s.acc->finalize(body, flags);
+    uint8_t status = 0;
+    for (uint32_t i = 0; i < s.lanes(); ++i) status |= flags[i];
+    h.status = status;
+    if (status) h.flags |= wire::hflag::SIDEBAND;
+    len = status ? elems + s.lanes() : elems;  // no sideband when no element has a flag
+  }
+  if (retransmit) h.flags |= wire::hflag::RETRANSMIT;
+  out.send_result(h, len, to);
+  stats_.results_sent += to.size();
 }
 
 void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
@@ -464,16 +396,16 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
   const uint32_t osz = info(s.desc.out_dtype).bytes;
   std::vector<LaneExact> lanes;
   if (!fp32_policy && s.desc.transport != Transport::ROUNDED) {
-    lanes.resize(s.lanes);
+    lanes.resize(s.lanes());
     s.acc->state(lanes.data());
-    auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz);
+    auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes()) * osz);
     if (s.desc.transport == Transport::AUTO &&
-        lanes_fit_format(lanes.data(), s.lanes, unit_exp(s.desc.dtype), s.desc.out_dtype, body->data())) {
+        lanes_fit_format(lanes.data(), s.lanes(), unit_exp(s.desc.dtype), s.desc.out_dtype, body->data())) {
       h.encoding = wire::Encoding::OUT_DTYPE;
-      h.count = uint16_t(s.lanes);
+      h.count = uint16_t(s.lanes());
       return emit(h, std::move(body));
     }
-    for (auto& f : wire::kulisch_fragments(lanes.data(), s.lanes, wire::max_body(mtu_))) {
+    for (auto& f : wire::kulisch_fragments(lanes.data(), s.lanes(), wire::max_body(mtu_))) {
       wire::Header fh = h;
       fh.encoding = wire::Encoding::KULISCH;
       fh.count = f.count;
@@ -482,26 +414,25 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
     return;
   }
   // ROUNDED (and every FP32-policy partial): the rounded sum, flags in a sideband.
-  auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes) * osz + s.lanes);
-  uint8_t* flags = body->data() + size_t(s.lanes) * osz;
+  auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes()) * osz + s.lanes());
+  uint8_t* flags = body->data() + size_t(s.lanes()) * osz;
   s.acc->finalize(body->data(), flags);
   uint8_t any = 0;
-  for (uint32_t i = 0; i < s.lanes; ++i) any |= flags[i];
-  if (!any) body->resize(size_t(s.lanes) * osz);
+  for (uint32_t i = 0; i < s.lanes(); ++i) any |= flags[i];
+  if (!any) body->resize(size_t(s.lanes()) * osz);
   h.encoding = wire::Encoding::OUT_DTYPE;
-  h.count = uint16_t(s.lanes);
+  h.count = uint16_t(s.lanes());
   if (any) h.flags |= wire::hflag::SIDEBAND;
   emit(h, std::move(body));
 }
 
 void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out) {
-  if (!wire::same_descriptor(s.desc, p.h) || p.h.count != s.lanes) return drop(Drop::DESCRIPTOR_MISMATCH);
-  auto body = std::make_shared<std::vector<uint8_t>>(p.payload, p.payload + p.payload_len);
-  if (p.sideband) body->insert(body->end(), p.sideband, p.sideband + p.h.count);
+  if (!wire::same_descriptor(s.desc, p.h) || p.h.count != s.lanes()) return drop(Drop::DESCRIPTOR_MISMATCH);
+  s.parent_body.assign(p.payload, p.payload + p.payload_len);
+  if (p.sideband) s.parent_body.insert(s.parent_body.end(), p.sideband, p.sideband + p.h.count);
   s.result_h = p.h;
   s.result_h.sender = dir_.config().id;
   s.result_h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
-  s.result_body = std::move(body);
   deliver(s, now_ns, out);
 }
 
@@ -509,8 +440,6 @@ void Reducer::release(Slot& s, bool tombstone) {
   index_->erase(s.key);
   if (tombstone) tombstones_.insert(s.key);
   s.state = State::FREE;
-  s.spare_body = std::move(s.result_body);
-  s.result_body.reset();
   free_.push_back(s.self);
   --stats_.slots_in_use;
 }

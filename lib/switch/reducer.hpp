@@ -20,6 +20,8 @@
 #include "arith/accumulator.hpp"
 #include "proto/fragment.hpp"
 #include "switch/directory.hpp"
+#include "switch/ingress.hpp"
+#include "switch/sink.hpp"
 
 namespace prism::sw {
 
@@ -76,30 +78,10 @@ class SlotIndex {
 };
 std::unique_ptr<SlotIndex> make_map_index();
 
-// A frame to send: the header and a body that every copy of a fan-out shares.
-struct Out {
-  uint16_t port;  // switch port to send it on
-  wire::Endpoint src, dst;
-  wire::Header h;
-  std::shared_ptr<const std::vector<uint8_t>> body;
-};
-
-class Sink {
- public:
-  virtual ~Sink() = default;
-  virtual void send(Out&& o) = 0;
-  // One header and body to each of `to` (a RESULT's fan-out). A sink that
-  // builds frames makes what the copies share once; this default sends
-  // each copy as its own Out.
-  virtual void send_all(const wire::Header& h, const std::shared_ptr<const std::vector<uint8_t>>& body,
-                        std::span<const Dest> to) {
-    for (const Dest& d : to) send(Out{d.port, d.src, d.dst, h, body});
-  }
-};
-
+// Per job, counted in op chunks (a slot holds one chunk of one op).
 struct JobStats {
   uint64_t opened = 0, completed = 0, expired = 0, timed_out = 0, quota_refused = 0;
-  uint32_t in_flight = 0;
+  uint64_t in_flight = 0;
 };
 
 struct ReducerStats {
@@ -110,16 +92,44 @@ struct ReducerStats {
   uint64_t slots_in_use = 0, slots_high = 0;
 };
 
+// One named statistic of a block S: these tables are the only place the
+// statistics are named (telemetry, the summary and the bench iterate them).
+template <class S>
+struct StatField {
+  const char* name;
+  const char* doc;
+  uint64_t S::*field;
+};
+inline constexpr StatField<ReducerStats> kReducerStats[] = {
+    {"packets", "admitted packets the shard took", &ReducerStats::packets},
+    {"contribs", "CONTRIBs among them", &ReducerStats::contribs},
+    {"partials", "PARTIALs among them", &ReducerStats::partials},
+    {"parent_results", "RESULTs from the parent among them", &ReducerStats::parent_results},
+    {"results_sent", "RESULT frames sent (one per destination)", &ReducerStats::results_sent},
+    {"partials_sent", "PARTIAL frames sent to the parent", &ReducerStats::partials_sent},
+    {"resent", "RESULTs sent again for a retransmission, and PARTIALs retried", &ReducerStats::resent},
+    {"nacks_sent", "NACKs the shard sent", &ReducerStats::nacks_sent},
+    {"elements", "element-contributions reduced", &ReducerStats::elements},
+    {"slots_in_use", "slots holding an op chunk now", &ReducerStats::slots_in_use},
+    {"slots_high", "the most slots ever in use at once", &ReducerStats::slots_high},
+};
+inline constexpr StatField<JobStats> kJobStats[] = {
+    {"opened", "op chunks that took a slot", &JobStats::opened},
+    {"completed", "op chunks whose every contribution arrived", &JobStats::completed},
+    {"expired", "completed chunks whose retained result was let go", &JobStats::expired},
+    {"timed_out", "chunks abandoned after op_timeout_ms", &JobStats::timed_out},
+    {"slot_refusals", "chunks refused a slot (slot_quota or a full table)", &JobStats::quota_refused},
+    {"in_flight", "chunks open now", &JobStats::in_flight},
+};
+
 class Reducer {
  public:
   // `slots`: capacity of this shard's slot table. `mtu`: IP MTU for PARTIAL fragments.
   Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu = 1500);
   ~Reducer();
 
-  // One admitted packet (admit() said ok); `now_ns` is the lcore's clock.
+  // One admitted packet (ingress() admitted it); `now_ns` is the lcore's clock.
   void on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
-  // Counts a drop decided before the reducer (parse, admit) and NACKs it when allowed.
-  void refuse(const wire::Parsed* p, Drop why, bool nack, uint16_t in_port, Sink& out);
   // Expires retained results and abandons timed-out ops; call every few ms.
   void tick(uint64_t now_ns, Sink& out);
 
@@ -144,11 +154,12 @@ class Reducer {
   void repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out);
   void complete(Slot& s, uint64_t now_ns, Sink& out);
   void deliver(Slot& s, uint64_t now_ns, Sink& out);
-  void send_result(Slot& s, const Member* only, bool retransmit, Sink& out);
+  void send_result(Slot& s, std::span<const Dest> to, bool retransmit, Sink& out);
   void send_partial(Slot& s, bool retransmit, Sink& out);
   void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
   void release(Slot& s, bool tombstone);
-  void nack(const wire::Parsed& p, wire::NackReason r, uint16_t port, Sink& out);
+  // Counts the drop and, when the reason has one, NACKs the admitted sender `from`.
+  void refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out);
   void drop(Drop d) { ++stats_.drops[size_t(d)]; }
 
   const Directory& dir_;
@@ -162,7 +173,6 @@ class Reducer {
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;
   size_t mtu_;
-  std::vector<uint8_t> scratch_;
   // A direct-mapped cache in front of the index (an exact-match flow cache,
   // as in Open vSwitch): an op's R packets arrive close together, so most
   // find the slot here without hashing into the index. An entry is only a

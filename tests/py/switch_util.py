@@ -194,17 +194,16 @@ def dump(pcap: Path) -> list[dict]:
 # ------------------------------------------------------------------ summary
 @dataclass
 class Summary:
-    rx: dict = field(default_factory=dict)          # port -> {packets, bytes, to_reducers, nacks}
-    tx: dict = field(default_factory=dict)          # port -> {packets, bytes, copies, copies_lost}
+    rx: dict = field(default_factory=dict)          # port -> {packets, bytes, to_reducers, backpressure, ...}
+    tx: dict = field(default_factory=dict)          # port -> {packets, bytes, retries, nacks}
     refused: Counter = field(default_factory=Counter)   # parser refusal name -> n (all ports)
     rx_dropped: Counter = field(default_factory=Counter)  # RX drop reason -> n (all ports)
-    shards: dict = field(default_factory=dict)      # shard -> {packets, contribs, ..., resent, nacks}
+    shards: dict = field(default_factory=dict)      # shard -> {packets, contribs, ..., nacks_sent, ...}
     shard_dropped: Counter = field(default_factory=Counter)  # reducer drop reason -> n (all shards)
-    jobs: dict = field(default_factory=dict)        # job -> Counter(opened, completed, ...) over shards
+    jobs: dict = field(default_factory=dict)        # job -> Counter(opened, completed, ...) of op chunks, over shards
     incomplete: list = field(default_factory=list)  # (job, op, chunk, got, of)
-    abandoned: dict = field(default_factory=dict)  # job -> ops abandoned after op_timeout_ms
+    abandoned: dict = field(default_factory=dict)  # job -> op chunks abandoned after op_timeout_ms
     header: str = ''
-    hw_checksums: int = 0  # packets whose sums the device verified (RX checksum offload), all ports
 
     def shard_total(self, key: str) -> int:
         return sum(s[key] for s in self.shards.values())
@@ -212,19 +211,34 @@ class Summary:
     def dropped(self, reason: str) -> int:
         return self.rx_dropped[reason] + self.shard_dropped[reason]
 
+    @property
+    def hw_checksums(self) -> int:  # packets whose sums the device verified (RX checksum offload), all ports
+        return sum(p['hw_checksums'] for p in self.rx.values())
 
-_RX = re.compile(r'^  port (\d+) rx: (\d+) packets, (\d+) bytes, (\d+) to reducers, (\d+) NACKs$')
-_TX = re.compile(r'^  port (\d+) tx: (\d+) packets, (\d+) bytes$')
-_HWSUM = re.compile(r'^    checksums verified by the device (\d+)$')
-_TXCOPIES = re.compile(r'^    copies made at egress (\d+), lost for want of a buffer (\d+)$')
-_SHARD = re.compile(r'^  shard (\d+): (\d+) packets \((\d+) contribs, (\d+) partials\), (\d+) results sent, '
-                    r'(\d+) partials sent, (\d+) resent, (\d+) NACKs, (\d+) element-contributions$')
+    @property
+    def nacks(self) -> int:  # NACKs sent out of every port
+        return sum(p['nacks'] for p in self.tx.values())
+
+
+# Every counter line is "name value" pairs: the switch prints its counter tables as they are.
+_PAIRS = r'((?:[a-z_0-9]+ \d+)(?:, [a-z_0-9]+ \d+)*)'
+_RX = re.compile(r'^  port (\d+) rx: ' + _PAIRS + '$')
+_TX = re.compile(r'^  port (\d+) tx: ' + _PAIRS + '$')
+_SHARD = re.compile(r'^  shard (\d+): ' + _PAIRS + '$')
+_JOB = re.compile(r'^    job (\d+) chunks: ' + _PAIRS + '$')
 _REFUSED = re.compile(r'^    refused (\S+)\s+(\d+)$')
 _DROPPED = re.compile(r'^    dropped (\S+)\s+(\d+)$')
-_JOB = re.compile(r'^    job (\d+): (\d+) ops opened, (\d+) completed, (\d+) expired, (\d+) timed out, '
-                  r'(\d+) refused for slots$')
 _INCOMPLETE = re.compile(r'^  INCOMPLETE job (\d+) op (\d+) chunk (\d+): (\d+) of (\d+) contributions$')
-_ABANDONED = re.compile(r'^  INCOMPLETE job (\d+): (\d+) ops abandoned after op_timeout_ms$')
+_ABANDONED = re.compile(r'^  INCOMPLETE job (\d+): (\d+) op chunks abandoned after op_timeout_ms$')
+
+
+def _pairs(text: str) -> dict:
+    out = {}
+    for kv in text.split(', '):
+        k, v = kv.split(' ')
+        assert k not in out, f'counter {k} twice in one line: {text!r}'
+        out[k] = int(v)
+    return out
 
 
 def parse_summary(stdout: str) -> Summary:
@@ -236,21 +250,13 @@ def parse_summary(stdout: str) -> Summary:
             continue
         if m := _RX.match(ln):
             section = 'rx'
-            s.rx[int(m[1])] = dict(zip(('packets', 'bytes', 'to_reducers', 'nacks'), map(int, m.groups()[1:])))
-        elif m := _HWSUM.match(ln):
-            assert section == 'rx', f'checksum line outside a port section: {ln!r}'
-            s.hw_checksums += int(m[1])
+            s.rx[int(m[1])] = _pairs(m[2])
         elif m := _TX.match(ln):
             section = 'tx'
-            tx_port = int(m[1])
-            s.tx[tx_port] = dict(zip(('packets', 'bytes'), map(int, m.groups()[1:])), copies=0, copies_lost=0)
-        elif m := _TXCOPIES.match(ln):
-            assert section == 'tx', f'copies line outside a TX port section: {ln!r}'
-            s.tx[tx_port].update(copies=int(m[1]), copies_lost=int(m[2]))
+            s.tx[int(m[1])] = _pairs(m[2])
         elif m := _SHARD.match(ln):
             section = 'shard'
-            s.shards[int(m[1])] = dict(zip(('packets', 'contribs', 'partials', 'results_sent', 'partials_sent',
-                                            'resent', 'nacks', 'elements'), map(int, m.groups()[1:])))
+            s.shards[int(m[1])] = _pairs(m[2])
         elif m := _REFUSED.match(ln):
             assert section == 'rx', f'refusal line outside a port section: {ln!r}'
             s.refused[m[1]] += int(m[2])
@@ -258,9 +264,8 @@ def parse_summary(stdout: str) -> Summary:
             assert section in ('rx', 'shard'), f'drop line outside a section: {ln!r}'
             (s.rx_dropped if section == 'rx' else s.shard_dropped)[m[1]] += int(m[2])
         elif m := _JOB.match(ln):
-            c = s.jobs.setdefault(int(m[1]), Counter())
-            c.update(dict(zip(('opened', 'completed', 'expired', 'timed_out', 'quota_refused'),
-                              map(int, m.groups()[1:]))))
+            assert section == 'shard', f'job line outside a shard section: {ln!r}'
+            s.jobs.setdefault(int(m[1]), Counter()).update(_pairs(m[2]))
         elif m := _INCOMPLETE.match(ln):
             s.incomplete.append(tuple(map(int, m.groups())))
         elif m := _ABANDONED.match(ln):

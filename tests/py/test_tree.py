@@ -123,7 +123,7 @@ def run_tree_on(d: Path, dtype: str, transport: str, tag: str, leaf_dev: str, ro
                             str(d / 'root_out.pcap'), str(d / 'leaf_out.pcap')],
                            check=True, capture_output=True, text=True)
     res = json.loads(check.stdout)
-    m = re.search(r'port 1 tx: (\d+) packets, (\d+) bytes', leaf.stdout)
+    m = re.search(r'port 1 tx: packets (\d+), bytes (\d+)', leaf.stdout)
     assert m, leaf.stdout
     res['upstream_bytes'] = int(m.group(2))
     res['leaf_log'] = leaf.stdout

@@ -1,5 +1,5 @@
 // The switch's logic without DPDK: frames built by the codec go through
-// parse -> admit -> Reducer, and what it emits is parsed back. Results are
+// parse -> ingress -> Reducer (the RX stage's path), and what it emits is parsed back. Results are
 // checked against a separate accumulator fed the same inputs in another
 // order (exactness itself is checked against independent references in
 // test_accumulator and tests/py).
@@ -48,17 +48,24 @@ struct Switch {
   Directory dir;
   Reducer red;
   Capture cap;
+  std::map<Drop, uint64_t> refused;  // at ingress (the RX stage's counters)
   explicit Switch(const std::string& yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 64, make_map_index()) {}
 
   void feed(const std::vector<uint8_t>& frame, uint16_t in_port = 0, uint64_t now = 0) {
     wire::Parsed p;
     const auto r = wire::parse(frame, cfg.udp_port, &p);
-    if (r != wire::Refusal::OK) return red.refuse(nullptr, Drop::MALFORMED, false, in_port, cap);
-    const Verdict v = admit(dir, p, in_port);
-    if (!v.ok) return red.refuse(&p, v.why, v.nack, in_port, cap);
+    const Verdict v = ingress(dir, r, p, in_port);
+    if (!v.admitted()) {
+      ++refused[*v.drop];
+      answer(dir, v, p, cap);
+      return;
+    }
     red.on_packet(p, v, now, cap);
   }
-  uint64_t drops(Drop d) const { return red.stats().drops[size_t(d)]; }
+  uint64_t drops(Drop d) const {
+    const auto it = refused.find(d);
+    return red.stats().drops[size_t(d)] + (it == refused.end() ? 0 : it->second);
+  }
 };
 
 std::vector<uint8_t> frame_of(const Out& o) {
@@ -141,14 +148,12 @@ TEST(Switch, DuplicatesCountOnceAndSpoofsNeverTouchTheSum) {
   sw.feed(contrib(sw.cfg, 1, 1, in[2], 0, Policy::KULISCH_FIXED, 2));  // rank 1's address claims rank 2
   EXPECT_EQ(sw.drops(Drop::DUPLICATE), 1u);
   EXPECT_EQ(sw.drops(Drop::SPOOFED), 1u);
-  // The spoof got a NACK (its address is registered) and changed nothing.
-  ASSERT_EQ(sw.cap.outs.size(), 1u);
-  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
-  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::NOT_A_MEMBER));
+  // The spoof got no answer (PROTOCOL.md: spoofed ids are never reflected) and changed nothing.
+  EXPECT_TRUE(sw.cap.outs.empty());
   for (uint16_t r : {1, 2, 3}) sw.feed(contrib(sw.cfg, r, 1, in[r]));
-  ASSERT_EQ(sw.cap.outs.size(), 5u);
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
   const auto want = reference(in, Policy::KULISCH_FIXED);
-  EXPECT_EQ(std::vector<uint8_t>(sw.cap.outs[1].body->begin(), sw.cap.outs[1].body->end()), want);
+  EXPECT_EQ(std::vector<uint8_t>(sw.cap.outs[0].body->begin(), sw.cap.outs[0].body->end()), want);
 }
 
 TEST(Switch, RetransmitAfterCompletionResendsToThatRankOnlyThenExpires) {
@@ -160,6 +165,9 @@ TEST(Switch, RetransmitAfterCompletionResendsToThatRankOnlyThenExpires) {
   ASSERT_EQ(sw.cap.outs.size(), 5u);
   EXPECT_EQ(sw.cap.outs[4].dst.ip, member_ep(sw.cfg, 2).ip);
   EXPECT_TRUE(sw.cap.outs[4].h.flags & wire::hflag::RETRANSMIT);
+  // Made again from the retained accumulator: the very bits every rank got.
+  EXPECT_EQ(*sw.cap.outs[4].body, *sw.cap.outs[0].body);
+  EXPECT_EQ(sw.cap.outs[4].h.status, sw.cap.outs[0].h.status);
   sw.red.tick(200'000'000, sw.cap);  // past retention_ms = 100
   EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
   sw.feed(contrib(sw.cfg, 2, 9, in[2], wire::hflag::RETRANSMIT), 0, 300'000'000);
@@ -181,6 +189,159 @@ TEST(Switch, UnknownSourcesAreDroppedWithoutReply) {
   EXPECT_TRUE(sw.cap.outs.empty());
 }
 
+// The three shapes of a CONTRIB whose source is not the member it claims:
+// none is answered, none touches a slot, each is counted once. Two switch
+// ports, rank 0 behind port 0.
+const char* kTwoPorts = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:ff:01", ip: 10.0.1.254}
+jobs:
+  - id: 7
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 1, mac: "02:00:00:00:00:02", ip: 10.0.1.3}
+      - {rank: 3, port: 1, mac: "02:00:00:00:00:03", ip: 10.0.1.4}
+)";
+
+std::vector<uint8_t> contrib_from(const SwitchConfig& c, const wire::Endpoint& src, uint16_t sender,
+                                  uint8_t flags = 0) {
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.sender = sender;
+  h.group = 4;
+  h.count = 1;
+  h.flags = flags;
+  const float x = 1.0f;
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), src, {c.ports[0].mac, c.ports[0].ip, c.udp_port}, h,
+                       {reinterpret_cast<const uint8_t*>(&x), 4}));
+  return f;
+}
+
+TEST(Ingress, SpoofedSendersAreCountedAndNeverAnswered) {
+  Switch sw(kTwoPorts);
+  const wire::Endpoint rank0 = member_ep(sw.cfg, 0);
+  wire::Endpoint stranger = rank0;  // rank 0's IP and UDP port, an unregistered MAC
+  stranger.mac[5] = 0x77;
+  struct Shape {
+    const char* what;
+    wire::Endpoint src;
+    uint16_t sender, in_port;
+  } shapes[] = {
+      {"an unregistered MAC with a member's IP and UDP port", stranger, 0, 0},
+      {"another member's address claiming a different rank", member_ep(sw.cfg, 1), 0, 0},
+      {"a member's address on a switch port it is not registered on", rank0, 0, 1},
+  };
+  uint64_t n = 0;
+  for (const Shape& s : shapes) {
+    const auto f = contrib_from(sw.cfg, s.src, s.sender);
+    wire::Parsed p;
+    ASSERT_EQ(wire::parse(f, sw.cfg.udp_port, &p), wire::Refusal::OK) << s.what;
+    const Verdict v = ingress(sw.dir, wire::Refusal::OK, p, s.in_port);
+    EXPECT_FALSE(v.admitted()) << s.what;
+    EXPECT_EQ(v.drop, Drop::SPOOFED) << s.what;
+    EXPECT_FALSE(v.nack()) << s.what;
+    sw.feed(f, s.in_port);
+    EXPECT_EQ(sw.drops(Drop::SPOOFED), ++n) << s.what;
+    EXPECT_TRUE(sw.cap.outs.empty()) << s.what << ": answered";
+  }
+  EXPECT_EQ(sw.red.stats().packets, 0u) << "a spoof reached the reducer";
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  // The genuine rank 0, on its own port, is admitted.
+  wire::Parsed p;
+  const auto f = contrib_from(sw.cfg, rank0, 0);
+  ASSERT_EQ(wire::parse(f, sw.cfg.udp_port, &p), wire::Refusal::OK);
+  const Verdict v = ingress(sw.dir, wire::Refusal::OK, p, 0);
+  EXPECT_TRUE(v.admitted());
+  EXPECT_EQ(v.member, &sw.dir.job(7)->members[0]);
+}
+
+// A NACK goes only to a registered member's own address and port: an
+// unknown job or sender id from a registered source is answered there; the
+// same from an unregistered MAC, or the right address on the wrong port, is not.
+TEST(Ingress, NacksGoOnlyToTheRegisteredAddress) {
+  Switch sw(kTwoPorts);
+  const wire::Endpoint rank2 = member_ep(sw.cfg, 2);
+  auto unknown_job = contrib_from(sw.cfg, rank2, 2);
+  unknown_job[wire::kFrameOverhead - wire::kHeaderSize + 7] = 9;  // job 7 -> 9 (low byte, big-endian)
+  unknown_job[14 + 20 + 6] = unknown_job[14 + 20 + 7] = 0;        // UDP checksum off
+  auto not_member = contrib_from(sw.cfg, rank2, 40);
+  for (const auto* f : {&unknown_job, &not_member}) {
+    sw.cap.outs.clear();
+    sw.feed(*f, 0);  // the wrong port: no answer
+    EXPECT_TRUE(sw.cap.outs.empty());
+    sw.feed(*f, 1);
+    ASSERT_EQ(sw.cap.outs.size(), 1u);
+    const Out& o = sw.cap.outs[0];
+    EXPECT_EQ(o.h.kind, wire::Kind::NACK);
+    EXPECT_EQ(o.port, 1);
+    EXPECT_EQ(o.dst.ip, rank2.ip);
+    EXPECT_EQ(o.dst.port, rank2.port);
+    EXPECT_TRUE(wire::same_mac(o.dst.mac, rank2.mac));
+    EXPECT_EQ(o.src.ip, sw.cfg.ports[1].ip);
+    EXPECT_EQ(o.h.status, uint8_t(f == &unknown_job ? wire::NackReason::UNKNOWN_JOB : wire::NackReason::NOT_A_MEMBER));
+    wire::Endpoint stranger = rank2;
+    stranger.mac[0] = 0x06;
+    wire::Parsed p;
+    ASSERT_EQ(wire::parse(*f, sw.cfg.udp_port, &p), wire::Refusal::OK);
+    p.src = stranger;
+    EXPECT_FALSE(ingress(sw.dir, wire::Refusal::OK, p, 1).nack());
+  }
+  EXPECT_EQ(sw.drops(Drop::UNKNOWN_JOB), 1u);
+  EXPECT_EQ(sw.drops(Drop::NOT_A_MEMBER), 1u);
+  EXPECT_EQ(sw.drops(Drop::UNKNOWN_SOURCE), 2u);  // the same two on the wrong port
+}
+
+// Every drop reason maps to at most one NACK, and the ones a sender cannot
+// act on (or that would reflect traffic) to none: PROTOCOL.md's table.
+TEST(Ingress, DropToNackMappingIsProtocols) {
+  using R = wire::NackReason;
+  const std::map<Drop, R> want = {
+      {Drop::MALFORMED, R::MALFORMED},
+      {Drop::BAD_PARTIAL, R::MALFORMED},
+      {Drop::UNKNOWN_JOB, R::UNKNOWN_JOB},
+      {Drop::NOT_A_MEMBER, R::NOT_A_MEMBER},
+      {Drop::NOT_ALLOWED, R::DESCRIPTOR_MISMATCH},
+      {Drop::DESCRIPTOR_MISMATCH, R::DESCRIPTOR_MISMATCH},
+      {Drop::TOO_NARROW, R::ACCUMULATOR_TOO_NARROW},
+      {Drop::NO_FREE_SLOT, R::NO_FREE_SLOT},
+      {Drop::RESULT_EXPIRED, R::RESULT_EXPIRED},
+  };
+  for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
+    const Drop d = Drop(i);
+    const auto it = want.find(d);
+    if (it == want.end())
+      EXPECT_FALSE(nack_for(d)) << name(d);
+    else
+      EXPECT_EQ(nack_for(d), it->second) << name(d);
+  }
+}
+
+// Parser refusals: below the UDP checks the source is not trusted (never
+// answered); broken PRISM headers past them are NACKed MALFORMED to a
+// registered member only.
+TEST(Ingress, ParserRefusalsAnsweredOnlyPastTheUdpChecks) {
+  Switch sw(kTwoPorts);
+  auto bad_magic = contrib_from(sw.cfg, member_ep(sw.cfg, 0), 0);
+  bad_magic[wire::kFrameOverhead - wire::kHeaderSize] ^= 0xFF;
+  bad_magic[14 + 20 + 6] = bad_magic[14 + 20 + 7] = 0;  // UDP checksum off
+  sw.feed(bad_magic, 0);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::MALFORMED));
+  auto bad_sum = contrib_from(sw.cfg, member_ep(sw.cfg, 0), 0);
+  bad_sum[14 + 20 + 6] ^= 0x5A;  // a wrong UDP checksum
+  sw.feed(bad_sum, 0);
+  EXPECT_EQ(sw.cap.outs.size(), 1u) << "a frame with a bad UDP checksum was answered";
+  EXPECT_EQ(sw.drops(Drop::MALFORMED), 2u);
+  EXPECT_EQ(classify(wire::Refusal::WRONG_PORT).drop, Drop::NOT_FOR_US);
+  EXPECT_FALSE(classify(wire::Refusal::UDP_BAD_CHECKSUM).source_checked);
+  EXPECT_TRUE(classify(wire::Refusal::SHORT_HEADER).source_checked);
+}
+
 TEST(Switch, DescriptorMismatchIsRefused) {
   Switch sw(kRoot);
   sw.feed(contrib(sw.cfg, 0, 1, {1.0f, 2.0f}));
@@ -188,6 +349,30 @@ TEST(Switch, DescriptorMismatchIsRefused) {
   EXPECT_EQ(sw.drops(Drop::DESCRIPTOR_MISMATCH), 1u);
   ASSERT_EQ(sw.cap.outs.size(), 1u);
   EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::DESCRIPTOR_MISMATCH));
+}
+
+// A configuration made as a value (not read from YAML, which refuses this)
+// with a Kulisch width too narrow for fp32 at R = 4 (280 bits): the reducer
+// still refuses each such op with NACK ACCUMULATOR_TOO_NARROW to its sender,
+// and opens no slot.
+TEST(Switch, AnOpWiderThanTheConfiguredWidthIsRefused) {
+  SwitchConfig cfg = parse_config(kRoot);
+  cfg.kulisch_width = 100;
+  const Directory dir(cfg);
+  Reducer red(dir, 8, make_map_index());
+  Capture cap;
+  const auto f = contrib(cfg, 1, 3, {1.0f, 2.0f});
+  wire::Parsed p;
+  ASSERT_EQ(wire::parse(f, cfg.udp_port, &p), wire::Refusal::OK);
+  const Verdict v = ingress(dir, wire::Refusal::OK, p, 0);
+  ASSERT_TRUE(v.admitted());
+  red.on_packet(p, v, 0, cap);
+  EXPECT_EQ(red.stats().drops[size_t(Drop::TOO_NARROW)], 1u);
+  EXPECT_EQ(red.stats().slots_in_use, 0u);
+  ASSERT_EQ(cap.outs.size(), 1u);
+  EXPECT_EQ(cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(cap.outs[0].h.status, uint8_t(wire::NackReason::ACCUMULATOR_TOO_NARROW));
+  EXPECT_EQ(cap.outs[0].dst.ip, member_ep(cfg, 1).ip);
 }
 
 // Two leaves (ranks 0,1 and 2,3) under a root: KULISCH and AUTO transport give

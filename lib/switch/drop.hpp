@@ -1,0 +1,86 @@
+// Why the switch drops a packet: one reason per drop, one counter per
+// reason, and the NACK (if any) that tells a registered sender about it.
+// The table is the only place the reasons are listed: telemetry, the
+// summary, docs and tests take their names from it.
+#pragma once
+
+#include <cstdint>
+#include <iterator>
+#include <optional>
+
+#include "proto/wire.hpp"
+#include "util/closed_set.hpp"
+
+namespace prism::sw {
+
+using ::prism::name;
+
+enum class Drop : uint8_t {
+  MALFORMED,
+  NOT_FOR_US,
+  UNKNOWN_SOURCE,
+  UNKNOWN_JOB,
+  NOT_A_MEMBER,
+  SPOOFED,
+  WRONG_KIND,
+  NOT_ALLOWED,
+  DESCRIPTOR_MISMATCH,
+  TOO_NARROW,
+  NO_FREE_SLOT,
+  DUPLICATE,
+  RESULT_EXPIRED,
+  LATE,
+  BAD_PARTIAL,
+  STALE_RESULT,
+  kCount
+};
+
+inline constexpr Entry<Drop> kDrops[] = {
+    {Drop::MALFORMED, "malformed", "PRISM traffic the parser refused (its own reason is counted too)"},
+    {Drop::NOT_FOR_US, "not_for_us", "not IPv4/UDP to the switch's port: ignored, not an error"},
+    {Drop::UNKNOWN_SOURCE, "unknown_source", "a valid packet from an address no job registers"},
+    {Drop::UNKNOWN_JOB, "unknown_job", "the job id is not configured on this switch"},
+    {Drop::NOT_A_MEMBER, "not_a_member", "the sender id is not a member (or child) of the job"},
+    {Drop::SPOOFED, "spoofed", "the sender id belongs to another address, or came in on another port"},
+    {Drop::WRONG_KIND, "wrong_kind", "a kind this switch does not take from that sender (e.g. a NACK)"},
+    {Drop::NOT_ALLOWED, "not_allowed", "a format or policy the job does not allow"},
+    {Drop::DESCRIPTOR_MISMATCH, "descriptor_mismatch", "disagrees with the op's descriptor or is not a valid op"},
+    {Drop::TOO_NARROW, "too_narrow", "the exact sum needs a wider accumulator than kulisch_width"},
+    {Drop::NO_FREE_SLOT, "no_free_slot", "the slot table or the job's slot_quota is full"},
+    {Drop::DUPLICATE, "duplicate", "a contributor (or a partial's fragment) already counted"},
+    {Drop::RESULT_EXPIRED, "result_expired", "a retransmission for a result no longer retained"},
+    {Drop::LATE, "late", "a contribution (not a retransmission) for an op that has completed"},
+    {Drop::BAD_PARTIAL, "bad_partial", "a partial that cannot be merged exactly"},
+    {Drop::STALE_RESULT, "stale_result", "a parent's RESULT for no op waiting for it"},
+};
+static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
+constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
+
+// The NACK that answers a drop, when the packet's source is a registered
+// member (a NACK never goes anywhere else); none for drops a sender cannot
+// act on, and never for a spoofed sender id (that would reflect traffic).
+constexpr std::optional<wire::NackReason> nack_for(Drop d) {
+  using R = wire::NackReason;
+  switch (d) {
+    case Drop::MALFORMED:
+    case Drop::BAD_PARTIAL: return R::MALFORMED;
+    case Drop::UNKNOWN_JOB: return R::UNKNOWN_JOB;
+    case Drop::NOT_A_MEMBER: return R::NOT_A_MEMBER;
+    case Drop::NOT_ALLOWED:
+    case Drop::DESCRIPTOR_MISMATCH: return R::DESCRIPTOR_MISMATCH;
+    case Drop::TOO_NARROW: return R::ACCUMULATOR_TOO_NARROW;
+    case Drop::NO_FREE_SLOT: return R::NO_FREE_SLOT;
+    case Drop::RESULT_EXPIRED: return R::RESULT_EXPIRED;
+    case Drop::NOT_FOR_US:
+    case Drop::UNKNOWN_SOURCE:
+    case Drop::SPOOFED:
+    case Drop::WRONG_KIND:
+    case Drop::DUPLICATE:
+    case Drop::LATE:
+    case Drop::STALE_RESULT:
+    case Drop::kCount: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace prism::sw

@@ -1,0 +1,62 @@
+// RX + ingress for one port: polls the device, parses each frame
+// (wire::parse), asks the one ingress decision (sw::ingress) what becomes of
+// it, counts and NACKs what is refused (through its own Emitter), and hands
+// the admitted on (Handoff) to the shard that owns their (job, op, chunk).
+//
+// Backpressure: a burst the handoff could not take whole stays here and RX
+// polls its port no more until it is gone, so a full ring never drops
+// silently.
+#pragma once
+
+#include <memory>
+
+#include "emit.hpp"
+#include "handoff.hpp"
+#include "stage.hpp"
+
+namespace prism::pipe {
+
+struct RxCounters {
+  Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums;
+  Counter refused[size_t(wire::Refusal::kCount)];  // by the parser's reason (named by its table)
+  Counter dropped[size_t(sw::Drop::kCount)];       // by the switch's reason (sw::kDrops)
+};
+inline constexpr CounterField<RxCounters> kRxCounters[] = {
+    {"packets", "frames received", &RxCounters::packets},
+    {"bytes", "bytes of those frames", &RxCounters::bytes},
+    {"to_reducers", "admitted packets handed to the reducer shards", &RxCounters::to_reducers},
+    {"backpressure", "polls skipped while the reducers could not take more", &RxCounters::backpressure},
+    {"multi_segment", "frames refused for arriving in several segments", &RxCounters::multi_segment},
+    {"hw_checksums", "frames whose checksums the device verified", &RxCounters::hw_checksums},
+};
+
+class RxStage final : public Stage {
+ public:
+  // `nacks`: where this port's NACKs are made and sent.
+  RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
+          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks);
+  const char* kind() const override { return "rx"; }
+  unsigned poll(uint64_t now_tsc) override;
+  bool drained() const override { return pending_n_ == 0 && nacks_->drained(); }
+  const RxCounters& counters() const { return c_; }
+  const Emitter& emitter() const { return *nacks_; }
+  uint64_t last_rx_tsc() const { return last_rx_.load(std::memory_order_relaxed); }
+  uint16_t port() const { return cfg_port_; }
+
+ private:
+  void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v);
+  bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here
+  uint16_t cfg_port_, dpdk_port_;
+  const sw::Directory& dir_;
+  uint32_t shards_;
+  std::unique_ptr<Handoff> next_;
+  std::unique_ptr<Emitter> nacks_;
+  rte_mbuf* pending_[kBurst];  // admitted, not yet handed on
+  uint16_t pending_shard_[kBurst];
+  uint16_t pending_n_ = 0, pending_at_ = 0;
+  RxCounters c_;
+  std::atomic<uint64_t> last_rx_{0};
+  LinkWatch link_;
+};
+
+}  // namespace prism::pipe

@@ -1,0 +1,188 @@
+#include "telemetry.hpp"
+
+#include <rte_telemetry.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "runtime.hpp"
+
+namespace prism::pipe {
+namespace {
+
+std::atomic<const Runtime*> g_rt{nullptr};
+
+template <class S>
+uint64_t value(const S& block, const CounterField<S>& f) {
+  return (block.*f.field).get();
+}
+template <class S>
+uint64_t value(const S& block, const sw::StatField<S>& f) {
+  return block.*f.field;
+}
+// One table's counters under `prefix`: into a telemetry dict, or "name value" pairs for the summary.
+template <class S, class Table>
+void dict_add(rte_tel_data* d, const std::string& prefix, const S& block, const Table& table) {
+  for (const auto& f : table) rte_tel_data_add_dict_u64(d, (prefix + f.name).c_str(), value(block, f));
+}
+template <class S, class Table>
+std::string pairs(const S& block, const Table& table) {
+  std::string out;
+  for (const auto& f : table)
+    out += (out.empty() ? "" : ", ") + std::string(f.name) + " " + std::to_string(value(block, f));
+  return out;
+}
+
+std::map<uint32_t, sw::JobStats> job_totals(const Runtime& rt) {
+  std::map<uint32_t, sw::JobStats> sum;
+  for (const auto& rs : rt.reducers()) {
+    std::vector<std::pair<uint32_t, sw::JobStats>> jobs;
+    rs->snapshot(&jobs);
+    for (const auto& [id, js] : jobs)
+      for (const auto& f : sw::kJobStats) sum[id].*f.field += js.*f.field;
+  }
+  return sum;
+}
+
+template <class F>
+int with_runtime(rte_tel_data* d, F fill) {
+  const Runtime* rt = g_rt.load();
+  if (!rt) return -1;
+  rte_tel_data_start_dict(d);
+  fill(*rt);
+  return 0;
+}
+
+int tel_ports(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& r : rt.rx()) {
+      const std::string k = "port" + std::to_string(r->port()) + "_";
+      dict_add(d, k + "rx_", r->counters(), kRxCounters);
+      rte_tel_data_add_dict_u64(d, (k + "nacks").c_str(), rt.nacks(r->port()));
+    }
+    for (const auto& t : rt.tx()) dict_add(d, "port" + std::to_string(t->port()) + "_tx_", t->counters(), kTxCounters);
+  });
+}
+
+int tel_rings(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& [name, n] : rt.ring_fill()) rte_tel_data_add_dict_u64(d, name.c_str(), n);
+  });
+}
+
+int tel_drops(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    uint64_t refused[size_t(wire::Refusal::kCount)] = {}, dropped[size_t(sw::Drop::kCount)] = {};
+    for (const auto& r : rt.rx()) {
+      for (size_t i = 0; i < size_t(wire::Refusal::kCount); ++i) refused[i] += r->counters().refused[i].get();
+      for (size_t i = 0; i < size_t(sw::Drop::kCount); ++i) dropped[i] += r->counters().dropped[i].get();
+    }
+    for (const auto& rs : rt.reducers()) {
+      const sw::ReducerStats s = rs->snapshot();
+      for (size_t i = 0; i < size_t(sw::Drop::kCount); ++i) dropped[i] += s.drops[i];
+    }
+    for (size_t i = 1; i < size_t(wire::Refusal::kCount); ++i)
+      rte_tel_data_add_dict_u64(d, (std::string("refused_") + wire::name(wire::Refusal(i))).c_str(), refused[i]);
+    for (const auto& e : sw::kDrops) rte_tel_data_add_dict_u64(d, e.name, dropped[size_t(e.value)]);
+  });
+}
+
+int tel_reducers(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& rs : rt.reducers()) {
+      const std::string k = "shard" + std::to_string(rs->shard()) + "_";
+      dict_add(d, k, rs->snapshot(), sw::kReducerStats);
+      dict_add(d, k, rs->counters(), kReduceCounters);
+      dict_add(d, k, rs->emitter().counters(), kEmitCounters);
+    }
+  });
+}
+
+int tel_jobs(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& [id, t] : job_totals(rt)) dict_add(d, "job" + std::to_string(id) + "_chunks_", t, sw::kJobStats);
+  });
+}
+
+int tel_slots(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& rs : rt.reducers()) {
+      const sw::ReducerStats s = rs->snapshot();
+      const std::string k = "shard" + std::to_string(rs->shard()) + "_";
+      rte_tel_data_add_dict_u64(d, (k + "capacity").c_str(), rt.config().slots_per_shard);
+      rte_tel_data_add_dict_u64(d, (k + "in_use").c_str(), s.slots_in_use);
+      rte_tel_data_add_dict_u64(d, (k + "high_water").c_str(), s.slots_high);
+    }
+  });
+}
+
+int tel_arbiter(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    for (const auto& rs : rt.reducers()) {
+      const std::string k = "shard" + std::to_string(rs->shard()) + "_";
+      rte_tel_data_add_dict_string(d, (k + "mode").c_str(), name(rs->arbiter()));
+      for (const auto& p : rt.config().ports)
+        rte_tel_data_add_dict_u64(d, (k + "served_port" + std::to_string(p.id)).c_str(), rs->served(p.id));
+    }
+  });
+}
+
+}  // namespace
+
+void register_telemetry(const Runtime* rt) {
+  g_rt.store(rt);
+  static bool done = false;
+  if (done || !rt) return;
+  done = true;
+  rte_telemetry_register_cmd("/prism/ports", tel_ports, "PRISM per port: RX and TX counters, NACKs sent");
+  rte_telemetry_register_cmd("/prism/rings", tel_rings, "PRISM VOQ and TX ring fill levels");
+  rte_telemetry_register_cmd("/prism/drops", tel_drops, "PRISM drops by reason (parser refusals and switch drops)");
+  rte_telemetry_register_cmd("/prism/reducers", tel_reducers, "PRISM reducer shards: packets, results, slots");
+  rte_telemetry_register_cmd("/prism/jobs", tel_jobs, "PRISM per job, in op chunks: opened, completed, in flight");
+  rte_telemetry_register_cmd("/prism/slots", tel_slots, "PRISM slot tables: capacity, in use, high water");
+  rte_telemetry_register_cmd("/prism/arbiter", tel_arbiter, "PRISM arbiter: mode and packets served per input port");
+}
+
+void print_summary(const Runtime& rt, bool report_incomplete) {
+  std::printf("prism-switch %u summary\n", rt.config().id);
+  const auto reasons = [](const char* what, const Counter* c, size_t n, auto name_of, size_t from) {
+    for (size_t i = from; i < n; ++i)
+      if (c[i].get()) std::printf("    %s %-20s %llu\n", what, name_of(i), (unsigned long long)c[i].get());
+  };
+  for (const auto& r : rt.rx()) {
+    std::printf("  port %u rx: %s\n", r->port(), pairs(r->counters(), kRxCounters).c_str());
+    reasons(
+        "refused", r->counters().refused, size_t(wire::Refusal::kCount),
+        [](size_t i) { return wire::name(wire::Refusal(i)); }, 1);
+    reasons(
+        "dropped", r->counters().dropped, size_t(sw::Drop::kCount), [](size_t i) { return name(sw::Drop(i)); }, 0);
+  }
+  for (const auto& t : rt.tx())
+    std::printf("  port %u tx: %s, nacks %llu\n", t->port(), pairs(t->counters(), kTxCounters).c_str(),
+                (unsigned long long)rt.nacks(t->port()));
+  for (const auto& rs : rt.reducers()) {
+    const sw::Reducer* red = rs->work().reducer();
+    const sw::ReducerStats s = red ? red->stats() : sw::ReducerStats{};
+    std::printf("  shard %u: %s, %s, %s\n", rs->shard(), pairs(s, sw::kReducerStats).c_str(),
+                pairs(rs->counters(), kReduceCounters).c_str(), pairs(rs->emitter().counters(), kEmitCounters).c_str());
+    for (const auto& e : sw::kDrops)
+      if (s.drops[size_t(e.value)])
+        std::printf("    dropped %-20s %llu\n", e.name, (unsigned long long)s.drops[size_t(e.value)]);
+    if (!red) continue;
+    for (const auto& [job, js] : red->job_stats()) {
+      std::printf("    job %u chunks: %s\n", job, pairs(js, sw::kJobStats).c_str());
+      if (report_incomplete && js.timed_out)
+        std::printf("  INCOMPLETE job %u: %llu op chunks abandoned after op_timeout_ms\n", job,
+                    (unsigned long long)js.timed_out);
+    }
+    if (report_incomplete)
+      for (const auto& o : red->open_slots())
+        std::printf("  INCOMPLETE job %u op %u chunk %u: %u of %u contributions\n", o.key.job, o.key.op, o.key.chunk,
+                    o.terms, o.group);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace prism::pipe
