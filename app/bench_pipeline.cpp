@@ -16,7 +16,7 @@
 //            parse + admit + VOQ ring + TX ring + TX, no slot, no arithmetic
 //   ideal    forward plus the data work any reducer must do for a
 //            contribution: its elements added into an accumulator that stays
-//            in L1, and a result body written (pipe::Baseline::IDEAL). A
+//            in L1, and a result body written (the bench's IdealWork, app/bench_baselines.hpp). A
 //            ceiling for every policy: what no reducer design can beat on
 //            these packets, lcores and devices
 //   testpmd  dpdk-testpmd in io forwarding mode, one forwarding lcore

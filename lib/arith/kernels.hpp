@@ -78,7 +78,7 @@ struct Kernels {
   // acc[i] = fl32(acc[i] + e[i]), then out[i] = acc[i], for n fp32 elements
   // in one pass (`out` may be `e`): the least data work a reducer can do for
   // a contribution, which the bench's ideal reducer does and nothing else
-  // (pipe::Baseline::IDEAL). Cost (AVX2): 2 loads, 1 add, 2 stores per 8 lanes.
+  // (the bench's IdealWork, app/bench_baselines.hpp). Cost (AVX2): 2 loads, 1 add, 2 stores per 8 lanes.
   void (*add_f32_out)(float* acc, const uint8_t* e, uint8_t* out, uint32_t n);
 };
 

@@ -125,7 +125,7 @@ def test_tool_reports_instructions_per_contribution(tmp_path):
     fns = res['functions']
     # Self costs add up to the total, and every forwarded packet was parsed and checksummed.
     assert abs(sum(fns.values()) - res['instructions_per_packet']) < 1e-6 * res['instructions_per_packet']
-    assert fns['prism::wire::parse'] > 0 and fns['prism::sw::admit'] > 0
+    assert fns['prism::wire::parse'] > 0 and fns['prism::sw::ingress'] > 0
     assert '| forward |' in r.stdout
     # --cache-sim: misses per contribution, their per-function parts adding up to them. net_pcap's copy of each
     # frame out of its replay buffers (megabytes, past the simulated 2 MiB last level) misses at least once a frame.
