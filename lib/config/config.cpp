@@ -239,22 +239,10 @@ const PortConfig* SwitchConfig::port(uint16_t id) const {
   return nullptr;
 }
 
-SwitchConfig parse_config(const std::string& text, const std::string& name) {
-  Reader rd(name);
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                      ": not valid YAML: " + e.msg);
-  }
-  if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
-  rd.only(root, "",
-          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "partial_retry_ms", "rings",
-           "arbiter", "reducers", "fanout", "lcores"});
-  SwitchConfig c;
-  c.path = name;
+namespace {
 
+// switch: its id, role, UDP port and parent.
+void read_switch(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   if (const YAML::Node s = root["switch"]) {
     rd.only(s, "switch", {"id", "role", "udp_port", "parent"});
     c.id = uint16_t(rd.uint_or(s, "id", "switch", 0, 65535, 0));
@@ -272,7 +260,9 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     if (c.role == Role::ROOT && c.parent)
       rd.fail(s["parent"], "switch.parent", "a root has no parent: remove it or set role: leaf");
   }
+}
 
+void read_ports(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   if (const YAML::Node ps = root["ports"]) {
     if (!ps.IsSequence()) rd.fail(ps, "ports", "expected a list of ports");
     std::set<uint16_t> ids;
@@ -290,111 +280,125 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
       c.ports.push_back(pc);
     }
   }
+}
 
-  if (c.parent) check_not_a_port_ip(rd, c, root["switch"]["parent"]["ip"], "switch.parent.ip", "parent switch");
+// jobs[i].members: each rank's port and address, no rank or address twice.
+void read_members(const Reader& rd, const YAML::Node& ms, const std::string& key, const SwitchConfig& c,
+                  JobConfig& jc) {
+  if (ms && !ms.IsSequence()) rd.fail(ms, key + ".members", "expected a list of members");
+  std::set<uint16_t> ranks;
+  std::set<std::pair<uint32_t, uint16_t>> addrs;
+  for (size_t k = 0; ms && k < ms.size(); ++k) {
+    const YAML::Node m = ms[k];
+    const std::string mk = idx(key + ".members", k);
+    rd.only(m, mk, {"rank", "port", "mac", "ip", "udp_port"});
+    MemberConfig mc;
+    mc.rank = uint16_t(rd.uint(rd.need(m, "rank", mk), mk + ".rank", 0, 65534));
+    if (!ranks.insert(mc.rank).second)
+      rd.fail(m["rank"], mk + ".rank",
+              "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
+    mc.port = uint16_t(rd.uint_or(m, "port", mk, 0, 1023, 0));
+    mc.addr = rd.endpoint(m, mk);
+    check_not_a_port_ip(rd, c, m["ip"], mk + ".ip", "member");
+    if (!addrs.insert({mc.addr.ip, mc.addr.port}).second)
+      rd.fail(m["ip"], mk, "another member of job " + std::to_string(jc.id) + " has the same ip and udp_port");
+    jc.members.push_back(mc);
+  }
+}
 
-  if (const YAML::Node js = root["jobs"]) {
-    if (!js.IsSequence()) rd.fail(js, "jobs", "expected a list of jobs");
-    std::set<uint32_t> job_ids;
-    for (size_t i = 0; i < js.size(); ++i) {
-      const YAML::Node j = js[i];
-      const std::string key = idx("jobs", i);
-      rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "members", "children"});
-      JobConfig jc;
-      jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
-      if (!job_ids.insert(jc.id).second)
-        rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
-      jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
-      if (const YAML::Node fs = j["formats"]) {
-        if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
-        for (size_t k = 0; k < fs.size(); ++k) {
-          const std::string v = rd.str(fs[k], idx(key + ".formats", k));
-          const auto f = from_name<Format>(v);
-          if (!f) rd.fail(fs[k], idx(key + ".formats", k), "'" + v + "' is not a format (" + choices<Format>() + ")");
-          jc.formats.push_back(*f);
-        }
-      }
-      if (const YAML::Node ps = j["policies"]) {
-        if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
-        for (size_t k = 0; k < ps.size(); ++k) {
-          const std::string v = rd.str(ps[k], idx(key + ".policies", k));
-          const auto p = from_name<Policy>(v);
-          if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (" + choices<Policy>() + ")");
-          jc.policies.push_back(*p);
-        }
-      }
-      const YAML::Node ms = j["members"];
-      if (ms && !ms.IsSequence()) rd.fail(ms, key + ".members", "expected a list of members");
-      std::set<uint16_t> ranks;
-      std::set<std::pair<uint32_t, uint16_t>> addrs;
-      for (size_t k = 0; ms && k < ms.size(); ++k) {
-        const YAML::Node m = ms[k];
-        const std::string mk = idx(key + ".members", k);
-        rd.only(m, mk, {"rank", "port", "mac", "ip", "udp_port"});
-        MemberConfig mc;
-        mc.rank = uint16_t(rd.uint(rd.need(m, "rank", mk), mk + ".rank", 0, 65534));
-        if (!ranks.insert(mc.rank).second)
-          rd.fail(m["rank"], mk + ".rank",
-                  "rank " + std::to_string(mc.rank) + " is listed twice in job " + std::to_string(jc.id));
-        mc.port = uint16_t(rd.uint_or(m, "port", mk, 0, 1023, 0));
-        mc.addr = rd.endpoint(m, mk);
-        check_not_a_port_ip(rd, c, m["ip"], mk + ".ip", "member");
-        if (!addrs.insert({mc.addr.ip, mc.addr.port}).second)
-          rd.fail(m["ip"], mk, "another member of job " + std::to_string(jc.id) + " has the same ip and udp_port");
-        jc.members.push_back(mc);
-      }
-      const YAML::Node cs = j["children"];
-      if (cs && !cs.IsSequence()) rd.fail(cs, key + ".children", "expected a list of child switches");
-      std::set<uint16_t> child_ids;
-      uint32_t child_ranks = 0;
-      for (size_t k = 0; cs && k < cs.size(); ++k) {
-        const YAML::Node m = cs[k];
-        const std::string ck = idx(key + ".children", k);
-        rd.only(m, ck, {"id", "port", "mac", "ip", "udp_port", "ranks"});
-        ChildConfig cc;
-        cc.id = uint16_t(rd.uint(rd.need(m, "id", ck), ck + ".id", 0, 65535));
-        if (!child_ids.insert(cc.id).second)
-          rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
-        cc.port = uint16_t(rd.uint_or(m, "port", ck, 0, 1023, 0));
-        cc.addr = rd.endpoint(m, ck);
-        check_not_a_port_ip(rd, c, m["ip"], ck + ".ip", "child switch");
-        cc.ranks = uint16_t(rd.uint(rd.need(m, "ranks", ck), ck + ".ranks", 1, 65535));
-        child_ranks += cc.ranks;
-        jc.children.push_back(cc);
-      }
-      const uint32_t local = uint32_t(jc.members.size()) + child_ranks;
-      if (local == 0) rd.fail(j, key, "a job needs members (ranks) or children (switches below)");
-      jc.group =
-          uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
-      if (jc.group == 0) rd.fail(j, key + ".group", "a leaf must say how many ranks the whole job has (group)");
-      for (size_t k = 0; k < jc.members.size(); ++k)
-        if (jc.members[k].rank >= jc.group)
-          rd.fail(ms[k]["rank"], idx(key + ".members", k) + ".rank",
-                  "rank " + std::to_string(jc.members[k].rank) + " is not below the group size " +
-                      std::to_string(jc.group));
-      if (local > jc.group)
-        rd.fail(j["group"] ? j["group"] : j, key + ".group",
-                std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
-      if (c.role == Role::ROOT && local != jc.group)
-        rd.fail(j["group"] ? j["group"] : j, key + ".group",
-                "at a root, members plus children's ranks (" + std::to_string(local) + ") must cover the group (" +
-                    std::to_string(jc.group) + ")");
-      if (!c.ports.empty()) {
-        for (const auto& m : jc.members)
-          if (!c.port(m.port))
-            rd.fail(
-                j, key + ".members",
-                "rank " + std::to_string(m.rank) + " uses port " + std::to_string(m.port) + ", which is not in ports");
-        for (const auto& ch : jc.children)
-          if (!c.port(ch.port))
-            rd.fail(
-                j, key + ".children",
-                "child " + std::to_string(ch.id) + " uses port " + std::to_string(ch.port) + ", which is not in ports");
-      }
-      c.jobs.push_back(std::move(jc));
+// jobs[i].children: each child switch's id, port, address and the ranks it folds.
+void read_children(const Reader& rd, const YAML::Node& cs, const std::string& key, const SwitchConfig& c,
+                   JobConfig& jc) {
+  if (cs && !cs.IsSequence()) rd.fail(cs, key + ".children", "expected a list of child switches");
+  std::set<uint16_t> child_ids;
+  for (size_t k = 0; cs && k < cs.size(); ++k) {
+    const YAML::Node m = cs[k];
+    const std::string ck = idx(key + ".children", k);
+    rd.only(m, ck, {"id", "port", "mac", "ip", "udp_port", "ranks"});
+    ChildConfig cc;
+    cc.id = uint16_t(rd.uint(rd.need(m, "id", ck), ck + ".id", 0, 65535));
+    if (!child_ids.insert(cc.id).second)
+      rd.fail(m["id"], ck + ".id", "child " + std::to_string(cc.id) + " is listed twice");
+    cc.port = uint16_t(rd.uint_or(m, "port", ck, 0, 1023, 0));
+    cc.addr = rd.endpoint(m, ck);
+    check_not_a_port_ip(rd, c, m["ip"], ck + ".ip", "child switch");
+    cc.ranks = uint16_t(rd.uint(rd.need(m, "ranks", ck), ck + ".ranks", 1, 65535));
+    jc.children.push_back(cc);
+  }
+}
+
+// jobs[i]: its id, formats, policies, members, children and group, checked
+// against the switch's role and ports.
+JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key, const SwitchConfig& c,
+                   std::set<uint32_t>& job_ids) {
+  rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "members", "children"});
+  JobConfig jc;
+  jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
+  if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
+  jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
+  if (const YAML::Node fs = j["formats"]) {
+    if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
+    for (size_t k = 0; k < fs.size(); ++k) {
+      const std::string v = rd.str(fs[k], idx(key + ".formats", k));
+      const auto f = from_name<Format>(v);
+      if (!f) rd.fail(fs[k], idx(key + ".formats", k), "'" + v + "' is not a format (" + choices<Format>() + ")");
+      jc.formats.push_back(*f);
     }
   }
+  if (const YAML::Node ps = j["policies"]) {
+    if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const std::string v = rd.str(ps[k], idx(key + ".policies", k));
+      const auto p = from_name<Policy>(v);
+      if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (" + choices<Policy>() + ")");
+      jc.policies.push_back(*p);
+    }
+  }
+  const YAML::Node ms = j["members"];
+  read_members(rd, ms, key, c, jc);
+  read_children(rd, j["children"], key, c, jc);
+  uint32_t child_ranks = 0;
+  for (const auto& cc : jc.children) child_ranks += cc.ranks;
+  const uint32_t local = uint32_t(jc.members.size()) + child_ranks;
+  if (local == 0) rd.fail(j, key, "a job needs members (ranks) or children (switches below)");
+  jc.group =
+      uint16_t(rd.uint_or(j, "group", key, 1, 65535, c.role == Role::ROOT ? std::min<uint32_t>(local, 65535) : 0));
+  if (jc.group == 0) rd.fail(j, key + ".group", "a leaf must say how many ranks the whole job has (group)");
+  for (size_t k = 0; k < jc.members.size(); ++k)
+    if (jc.members[k].rank >= jc.group)
+      rd.fail(
+          ms[k]["rank"], idx(key + ".members", k) + ".rank",
+          "rank " + std::to_string(jc.members[k].rank) + " is not below the group size " + std::to_string(jc.group));
+  if (local > jc.group)
+    rd.fail(j["group"] ? j["group"] : j, key + ".group",
+            std::to_string(local) + " ranks attach here, more than the group size " + std::to_string(jc.group));
+  if (c.role == Role::ROOT && local != jc.group)
+    rd.fail(j["group"] ? j["group"] : j, key + ".group",
+            "at a root, members plus children's ranks (" + std::to_string(local) + ") must cover the group (" +
+                std::to_string(jc.group) + ")");
+  if (!c.ports.empty()) {
+    for (const auto& m : jc.members)
+      if (!c.port(m.port))
+        rd.fail(j, key + ".members",
+                "rank " + std::to_string(m.rank) + " uses port " + std::to_string(m.port) + ", which is not in ports");
+    for (const auto& ch : jc.children)
+      if (!c.port(ch.port))
+        rd.fail(j, key + ".children",
+                "child " + std::to_string(ch.id) + " uses port " + std::to_string(ch.port) + ", which is not in ports");
+  }
+  return jc;
+}
 
+void read_jobs(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
+  const YAML::Node js = root["jobs"];
+  if (!js) return;
+  if (!js.IsSequence()) rd.fail(js, "jobs", "expected a list of jobs");
+  std::set<uint32_t> job_ids;
+  for (size_t i = 0; i < js.size(); ++i) c.jobs.push_back(read_job(rd, js[i], idx("jobs", i), c, job_ids));
+}
+
+// The switch-wide settings: width, timers, rings, arbiter, reducers, fan-out, lcores.
+void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   c.kulisch_width = int(rd.uint_or(root, "kulisch_width", "", 8, 4096, kMaxWidth));
   for (size_t i = 0; i < c.jobs.size(); ++i)
     check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, c.jobs[i], i);
@@ -422,6 +426,30 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));
   }
+}
+
+}  // namespace
+
+SwitchConfig parse_config(const std::string& text, const std::string& name) {
+  Reader rd(name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": not valid YAML: " + e.msg);
+  }
+  if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
+  rd.only(root, "",
+          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "partial_retry_ms", "rings",
+           "arbiter", "reducers", "fanout", "lcores"});
+  SwitchConfig c;
+  c.path = name;
+  read_switch(rd, root, c);
+  read_ports(rd, root, c);
+  if (c.parent) check_not_a_port_ip(rd, c, root["switch"]["parent"]["ip"], "switch.parent.ip", "parent switch");
+  read_jobs(rd, root, c);
+  read_settings(rd, root, c);
   return c;
 }
 
