@@ -93,7 +93,7 @@ write: the CONTRIBs of every rank of a job for a run of ops, as captures.
   --pcap-dir DIR       one capture per switch port: DIR/sw<id>.port<p>.pcap
   --merged FILE        one capture of everything, in arrival order (FILE's directory must exist)
   --expected DIR       golden results: op<op>.out, op<op>.flags, inputs rank<r>.op<op>.in, manifest.json
-  A DIR is made if missing, with its parents (as mkdir -p), and removed again if the run fails.
+  A DIR is made if missing (its parent must exist), and removed again if the run fails.
   Outputs appear together or not at all: each is written beside its place and renamed there
   when every one is complete. A symlink's target gets the data; a device or FIFO is written through.
 dump: parses every frame with PRISM's parser and prints one JSON object per line.
@@ -556,11 +556,11 @@ std::string manifest(const Request& q, const Job& j, const Traffic& t, const std
 // Outputs: all written beside their places, renamed there together.
 
 // The directories the outputs go in, made (or refused) before any work: a
-// DIR option's directory with its parents; --merged FILE's must exist (or be
-// one of those).
+// DIR option's directory itself, in a parent that exists (nothing is made
+// anywhere else); --merged FILE's must exist.
 void prepare_outputs(const Request& q, app::OutputSet& out) {
-  if (!q.pcap_dir.empty()) out.make_dir(q.pcap_dir, "--pcap-dir", true);
-  if (!q.expected.empty()) out.make_dir(q.expected, "--expected", true);
+  if (!q.pcap_dir.empty()) out.make_dir(q.pcap_dir, "--pcap-dir", false);
+  if (!q.expected.empty()) out.make_dir(q.expected, "--expected", false);
   if (!q.merged.empty()) app::check_writable(q.merged, "--merged");
 }
 

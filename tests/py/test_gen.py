@@ -215,6 +215,7 @@ def tree(tmp_path):
 
 def write(tmp_path, configs, *args, name='w'):
     out = tmp_path / name
+    out.mkdir(exist_ok=True)  # the outputs' directories are made, their parent is not
     cmd = [GEN, 'write'] + [x for c in configs for x in ('--config', c)] + \
         ['--job', 7, '--merged', out / 'm.pcap', '--pcap-dir', out / 'ports', '--expected', out / 'exp'] + list(args)
     r = run(cmd)
@@ -553,6 +554,8 @@ def test_outputs_written_through_devices_and_symlinks(tmp_path):
     """/dev/null stays a character device; a symlinked capture stays a link whose
     target gets the same bytes a plain path gets; no temp is left anywhere."""
     plain = tmp_path / 'plain'
+    for d in ('plain', 'null', 'linked'):
+        (tmp_path / d).mkdir()
     r = run(write_args(plain, plain / 'm.pcap'))
     assert r.returncode == 0, r.stderr
     r = run(write_args(tmp_path / 'null', '/dev/null'))
@@ -573,10 +576,16 @@ def test_outputs_written_through_devices_and_symlinks(tmp_path):
 
 
 def test_dir_options_make_their_directories(tmp_path):
-    """--pcap-dir and --expected name directories: made with their parents (as documented)."""
-    r = run(write_args(tmp_path / 'a' / 'b', tmp_path / 'm.pcap'))
+    """--pcap-dir and --expected name directories: made when missing, in a parent that exists; a
+    missing parent is refused in one line and nothing is made anywhere (as documented)."""
+    (tmp_path / 'a').mkdir()
+    r = run(write_args(tmp_path / 'a', tmp_path / 'm.pcap'))
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / 'a' / 'b' / 'ports').is_dir() and (tmp_path / 'a' / 'b' / 'exp' / 'manifest.json').is_file()
+    assert (tmp_path / 'a' / 'ports').is_dir() and (tmp_path / 'a' / 'exp' / 'manifest.json').is_file()
+    r = run(write_args(tmp_path / 'x' / 'y', tmp_path / 'm2.pcap'))
+    assert r.returncode == 2, r.stderr
+    assert 'does not exist' in r.stderr and r.stderr.count('\n') == 1, r.stderr
+    assert not (tmp_path / 'x').exists() and not (tmp_path / 'm2.pcap').exists()
 
 
 def test_help_names_every_choice():

@@ -340,6 +340,7 @@ def load_config(path: Path) -> dict:
 
 def gen_write(tmp_path: Path, name: str, *args, config=REFERENCE_YAML):
     out = tmp_path / name
+    out.mkdir(exist_ok=True)  # prism-gen makes --expected and --pcap-dir themselves, not their parents
     cmd = [str(GEN), 'write', '--config', str(config), '--job', '7', '--merged', str(out / 'm.pcap'),
            '--expected', str(out / 'exp'), '--pcap-dir', str(out / 'ports'), *map(str, args)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

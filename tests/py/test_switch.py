@@ -159,6 +159,7 @@ def test_reproducible_under_arbiters_and_orders(tmp_path):
     caps = {}
     for order in orders:
         d = tmp_path / order
+        d.mkdir()
         mk = sc.generate('fp32', 'kulisch', elements, 1, order=order, out_dir=d / 'k', exp_dir=d / 'ek', seed=5)
         ma = sc.generate('fp32', 'fp32_arrival', elements, 1, order=order, op_base=1, out_dir=d / 'a',
                          exp_dir=d / 'ea', seed=5)
@@ -809,7 +810,11 @@ def test_signal_stops_cleanly_with_summary(tmp_path, sig):
     prefix = su.file_prefix('int')
     proc = su.start_switch(sc, prefix)
     try:
-        time.sleep(1.0)
+        def sent():  # every RESULT out (the telemetry socket is up before the commands are registered)
+            d = su.telemetry_query(prefix, ['/prism/reducers'])['/prism/reducers'] if su.telemetry_socket(
+                prefix).exists() else None
+            return d is not None and d['shard0_results_sent'] >= 2 * man['chunks']
+        assert su.wait_for(lambda: proc.poll() is not None or sent(), 30, 0.1), 'the switch sent no RESULTs'
         assert proc.poll() is None, proc.communicate()
     finally:
         rc, out, err = su.stop_switch(proc, sig)
