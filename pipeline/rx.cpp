@@ -2,6 +2,8 @@
 
 #include <rte_ethdev.h>
 
+#include "proto/neighbor.hpp"
+
 namespace prism::pipe {
 
 RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
@@ -17,6 +19,18 @@ void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v) {
   c_.dropped[size_t(*v.drop)].add();
   sw::answer(dir_, v, p, *nacks_);
   rte_pktmbuf_free(m);
+}
+
+bool RxStage::answer_local(rte_mbuf* m) {
+  const wire::Endpoint self = dir_.self(cfg_port_);
+  switch (wire::answer_local(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m), self.mac, self.ip)) {
+    case wire::LocalReply::NONE: return false;
+    case wire::LocalReply::ARP: c_.arp_replies.add(); break;
+    case wire::LocalReply::ICMP_ECHO: c_.echo_replies.add(); break;
+  }
+  m->ol_flags = 0;  // the reply carries no RX offload flags on its way out
+  nacks_->forward(cfg_port_, m);
+  return true;
 }
 
 bool RxStage::hand_on(uint64_t now_tsc) {
@@ -62,6 +76,8 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     if (sums_good) c_.hw_checksums.add();
     const wire::Refusal r = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)},
                                         dir_.config().udp_port, &mt->p, true, sums_good);
+    // Not PRISM's: ARP (not IPv4) and ICMP (not UDP) for the port's own address are answered.
+    if ((r == wire::Refusal::NOT_IPV4 || r == wire::Refusal::NOT_UDP) && answer_local(m)) continue;
     if (r != wire::Refusal::OK) c_.refused[size_t(r)].add();
     mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);
     if (!mt->v.admitted()) {

@@ -2,6 +2,8 @@
 // (wire::parse), asks the one ingress decision (sw::ingress) what becomes of
 // it, counts and NACKs what is refused (through its own Emitter), and hands
 // the admitted on (Handoff) to the shard that owns their (job, op, chunk).
+// It also answers ARP and ICMP echo for the port's own address
+// (wire::answer_local), in the request's buffer, out of the same port.
 //
 // Backpressure: a burst the handoff could not take whole stays here and RX
 // polls its port no more until it is gone, so a full ring never drops
@@ -17,7 +19,7 @@
 namespace prism::pipe {
 
 struct RxCounters {
-  Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums;
+  Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums, arp_replies, echo_replies;
   Counter refused[size_t(wire::Refusal::kCount)];  // by the parser's reason (named by its table)
   Counter dropped[size_t(sw::Drop::kCount)];       // by the switch's reason (sw::kDrops)
 };
@@ -28,11 +30,13 @@ inline constexpr CounterField<RxCounters> kRxCounters[] = {
     {"backpressure", "polls skipped while the reducers could not take more", &RxCounters::backpressure},
     {"multi_segment", "frames refused for arriving in several segments", &RxCounters::multi_segment},
     {"hw_checksums", "frames whose checksums the device verified", &RxCounters::hw_checksums},
+    {"arp_replies", "ARP requests for the port's address, answered", &RxCounters::arp_replies},
+    {"echo_replies", "ICMP echo requests to the port's address, answered", &RxCounters::echo_replies},
 };
 
 class RxStage final : public Stage {
  public:
-  // `nacks`: where this port's NACKs are made and sent.
+  // `nacks`: where this port's NACKs and ARP and echo replies are made and sent.
   RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
           std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks);
   const char* kind() const override { return "rx"; }
@@ -45,6 +49,8 @@ class RxStage final : public Stage {
 
  private:
   void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v);
+  // ARP or ICMP echo for this port's address: answered (true), or not for us.
+  bool answer_local(rte_mbuf* m);
   bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here
   uint16_t cfg_port_, dpdk_port_;
   const sw::Directory& dir_;

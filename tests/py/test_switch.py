@@ -377,6 +377,48 @@ def test_spoofed_senders_are_never_answered(tmp_path):
     assert all(f['op'] != 99 for f in run.frames if f.get('op') is not None)
 
 
+def test_switch_answers_arp_and_ping_for_its_ports(tmp_path):
+    """The switch is an endpoint: an ARP who-has for a port's IPv4 address gets the port's MAC
+    back, and an ICMP echo request to it an echo reply; scapy decodes both and finds their
+    checksums right. ARP for another address, and an echo to another address, get nothing.
+    Neither touches a PRISM counter; the genuine op beside them completes."""
+    from scapy.layers.inet import ICMP, IP
+    from scapy.layers.l2 import ARP, Ether
+    from scapy.utils import rdpcap, wrpcap
+    sc = Scenario(tmp_path, ranks=4, ports=2)
+    man = sc.generate('fp32', 'kulisch', 100, 1)
+    asker_mac, asker_ip = su.member_mac(1), su.member_ip(1)  # rank 1, behind port 1
+    req = [Ether(src=asker_mac, dst='ff:ff:ff:ff:ff:ff') / ARP(op=1, hwsrc=asker_mac, psrc=asker_ip,
+                                                            pdst=su.port_ip(1)),
+           Ether(src=asker_mac, dst='ff:ff:ff:ff:ff:ff') / ARP(op=1, hwsrc=asker_mac, psrc=asker_ip,
+                                                            pdst='10.0.1.99'),
+           Ether(src=asker_mac, dst=su.port_mac(1)) / IP(src=asker_ip, dst=su.port_ip(1)) /
+           ICMP(type=8, id=0x77, seq=3) / (b'prism' * 11),
+           Ether(src=asker_mac, dst=su.port_mac(1)) / IP(src=asker_ip, dst='10.0.1.99') / ICMP(type=8)]
+    wrpcap(str(sc.rx_pcap(1)), [Ether(bytes(p)) for p in req] + list(rdpcap(str(sc.rx_pcap(1)))))
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    check_results(run, [man], all_frames_parse=False)
+    s = run.summary
+    assert s.rx[1]['arp_replies'] == 1 and s.rx[1]['echo_replies'] == 1, run.describe()
+    assert s.rx[0]['arp_replies'] == s.rx[0]['echo_replies'] == 0
+    out = [p for p in rdpcap(str(sc.tx_pcap(1))) if not p.haslayer('UDP')]
+    arps, pings = [p for p in out if p.haslayer(ARP)], [p for p in out if p.haslayer(ICMP)]
+    assert len(arps) == 1 and len(pings) == 1 and len(out) == 2, [p.summary() for p in out]
+    a = arps[0]
+    assert (a[Ether].dst, a[Ether].src) == (asker_mac, su.port_mac(1))
+    assert (a[ARP].op, a[ARP].hwsrc, a[ARP].psrc, a[ARP].hwdst, a[ARP].pdst) == (
+        2, su.port_mac(1), su.port_ip(1), asker_mac, asker_ip)
+    e = pings[0]
+    assert (e[Ether].dst, e[Ether].src, e[IP].src, e[IP].dst) == (asker_mac, su.port_mac(1), su.port_ip(1), asker_ip)
+    assert (e[ICMP].type, e[ICMP].id, e[ICMP].seq, bytes(e[ICMP].payload)) == (0, 0x77, 3, b'prism' * 11)
+    ip_sum, icmp_sum = e[IP].chksum, e[ICMP].chksum
+    e2 = Ether(bytes(e))
+    del e2[IP].chksum, e2[ICMP].chksum
+    e2 = Ether(bytes(e2))  # scapy recomputes both
+    assert (e2[IP].chksum, e2[ICMP].chksum) == (ip_sum, icmp_sum)
+
+
 def test_nacks_are_valid_frames(tmp_path):
     """Every frame the switch sends is valid PRISM v1: in particular the NACK
     MALFORMED it sends a registered member for a broken PRISM packet (magic
