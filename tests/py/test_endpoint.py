@@ -1,0 +1,110 @@
+"""The switch as a real endpoint on a Linux interface: a kernel host in its own
+network namespace, joined to prism-switch (net_af_packet) by a veth pair,
+resolves the switch's address by ARP and pings it, with no static neighbour
+entry; after a neighbour flush it resolves it again. Needs root (namespaces);
+skips without it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import switch_util as su
+
+PORT_MAC, PORT_IP, HOST_IP = '02:00:00:00:ee:01', '10.77.0.254', '10.77.0.1'
+
+
+def sh(*args, check=True, ns: str | None = None) -> subprocess.CompletedProcess:
+    cmd = (['ip', 'netns', 'exec', ns] if ns else []) + [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if check and r.returncode != 0:
+        raise AssertionError(f'{" ".join(cmd)}: exit {r.returncode}: {r.stdout}{r.stderr}')
+    return r
+
+
+class Host:
+    """A network namespace with one end of a veth pair (addressed), the other end left in the
+    root namespace for the switch."""
+
+    def __init__(self, tag: str):
+        self.ns, self.sw_if, self.host_if = f'prism-ep{tag}', f'pe{tag}s', f'pe{tag}h'
+        r = sh('ip', 'netns', 'add', self.ns, check=False)
+        if r.returncode != 0:
+            pytest.skip(f'cannot create a network namespace: {r.stderr.strip()}')
+        try:
+            sh('ip', 'link', 'add', self.sw_if, 'type', 'veth', 'peer', 'name', self.host_if)
+            sh('ip', 'link', 'set', self.host_if, 'netns', self.ns)
+            sh('sysctl', '-qw', f'net.ipv6.conf.{self.sw_if}.disable_ipv6=1', check=False)
+            sh('sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1', ns=self.ns, check=False)
+            sh('ip', 'addr', 'add', f'{HOST_IP}/24', 'dev', self.host_if, ns=self.ns)
+            sh('ip', 'link', 'set', self.host_if, 'up', ns=self.ns)
+            sh('ip', 'link', 'set', 'lo', 'up', ns=self.ns)
+            sh('ip', 'link', 'set', self.sw_if, 'up')
+            self.mac = json.loads(sh('ip', '-j', 'link', 'show', self.host_if, ns=self.ns).stdout)[0]['address']
+        except Exception:
+            self.close()
+            raise
+
+    def close(self):
+        sh('ip', 'link', 'del', self.sw_if, check=False)
+        sh('ip', 'netns', 'del', self.ns, check=False)
+
+
+@pytest.fixture
+def host():
+    if os.geteuid() != 0:
+        pytest.skip('needs root (network namespaces)')
+    h = Host(str(os.getpid() % 100000))
+    yield h
+    h.close()
+
+
+def neighbour(h: Host) -> str:
+    return sh('ip', 'neigh', 'show', PORT_IP, 'dev', h.host_if, ns=h.ns).stdout.strip()
+
+
+def test_a_kernel_host_resolves_and_pings_the_switch(tmp_path: Path, host: Host):
+    su.require_binaries()
+    cfg = tmp_path / 'sw.yaml'
+    cfg.write_text(f'''switch: {{id: 1, role: root}}
+ports:
+  - {{id: 0, device: "net_af_packet0,iface={host.sw_if}", mac: "{PORT_MAC}", ip: {PORT_IP}}}
+jobs:
+  - id: 7
+    members:
+      - {{rank: 0, port: 0, mac: "{host.mac}", ip: {HOST_IP}}}
+''')
+    prefix = su.file_prefix('ep')
+    proc = subprocess.Popen([str(su.SWITCH), *su.EAL_BASE, '--log-level=pmd.net.af_packet:error', '-l', '0',
+                             '--file-prefix', prefix, '--', '--config', str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert su.wait_for(lambda: su.telemetry_socket(prefix).exists() or proc.poll() is not None, 30)
+        assert proc.poll() is None, proc.communicate()
+        assert neighbour(host) == '', 'a neighbour entry before the test'
+        # No static entry: the kernel asks by ARP, the switch answers, the pings come back.
+        ping = sh('ping', '-c', 3, '-i', 0.2, '-W', 2, PORT_IP, ns=host.ns, check=False)
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        assert '3 received' in ping.stdout, ping.stdout
+        assert f'lladdr {PORT_MAC}' in neighbour(host), neighbour(host)
+        # A neighbour flush does not cut the host off: it resolves the switch again.
+        sh('ip', 'neigh', 'flush', 'dev', host.host_if, ns=host.ns)
+        assert PORT_MAC not in neighbour(host)
+        ping = sh('ping', '-c', 2, '-i', 0.2, '-W', 2, PORT_IP, ns=host.ns, check=False)
+        assert ping.returncode == 0 and '2 received' in ping.stdout, ping.stdout + ping.stderr
+        assert f'lladdr {PORT_MAC}' in neighbour(host), neighbour(host)
+        # An address that is not the switch's stays unresolved (the switch answers only for its own).
+        other = sh('ping', '-c', 1, '-W', 1, '10.77.0.99', ns=host.ns, check=False)
+        assert other.returncode != 0, other.stdout
+    finally:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+    assert rc == 0, (rc, out, err)
+    s = su.parse_summary(out)
+    assert s.rx[0]['arp_replies'] >= 2, out  # once before the first ping, once after the flush
+    assert s.rx[0]['echo_replies'] == 5, out
+    assert not s.shard_dropped and s.shard_total('packets') == 0, out
