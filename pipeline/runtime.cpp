@@ -120,7 +120,7 @@ std::vector<unsigned> Runtime::choose_lcores() const {
 void Runtime::start_ports() {
   for (const auto& p : cfg_.ports) ports_ = std::max<uint16_t>(ports_, uint16_t(p.id + 1));
   dpdk_port_.assign(ports_, UINT16_MAX);
-  port_info_.assign(ports_, PortInfo{false});
+  port_info_.assign(ports_, PortInfo{false, false});
   copies_.assign(ports_, Copies::WHOLE);
   for (const auto& p : cfg_.ports) {
     uint16_t pid = p.id;
@@ -159,6 +159,8 @@ void Runtime::start_ports() {
               (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) ? "on" : "off (checksums verified in software)");
     const bool can_chain = chains || opt_.assume_chains;
     port_info_[p.id].can_chain = can_chain;
+    const std::string driver = info.driver_name ? info.driver_name : "";
+    port_info_[p.id].kernel_link = driver == "net_af_packet" || driver == "net_tap";
     switch (cfg_.fanout) {
       case Fanout::COPY: break;
       case Fanout::CHAIN:
@@ -228,7 +230,8 @@ void Runtime::wire_stages() {
       next = std::make_unique<DirectHandoff>(direct, id);
     else
       next = std::make_unique<VoqHandoff>(voq[i]);
-    rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], dir_, shards, std::move(next), emitter()));
+    rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], dir_, shards, std::move(next), emitter(),
+                                            port_info_[id].kernel_link));
   }
   if (run_to_completion_)
     PRISM_LOG(INFO, "one lcore runs every stage: packets run to completion (RX -> reducer -> TX, no rings)\n");

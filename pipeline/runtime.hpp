@@ -88,6 +88,7 @@ class Runtime {
   };
   struct PortInfo {  // what setup learned of a port's device
     bool can_chain;
+    bool kernel_link;  // a Linux interface (net_af_packet, net_tap): local senders may leave checksums to offload
   };
   void start_ports();
   std::vector<unsigned> choose_lcores() const;

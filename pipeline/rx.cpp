@@ -7,11 +7,12 @@
 namespace prism::pipe {
 
 RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
-                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks)
+                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link)
     : cfg_port_(cfg_port),
       dpdk_port_(dpdk_port),
       dir_(dir),
       shards_(shards),
+      kernel_link_(kernel_link),
       next_(std::move(next)),
       nacks_(std::move(nacks)) {}
 
@@ -75,7 +76,8 @@ unsigned RxStage::poll(uint64_t now_tsc) {
                            (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
     if (sums_good) c_.hw_checksums.add();
     const wire::Refusal r = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)},
-                                        dir_.config().udp_port, &mt->p, true, sums_good);
+                                        dir_.config().udp_port, &mt->p, true, sums_good, kernel_link_);
+    if (mt->p.partial_checksum) c_.partial_checksums.add();
     // Not PRISM's: ARP (not IPv4) and ICMP (not UDP) for the port's own address are answered.
     if ((r == wire::Refusal::NOT_IPV4 || r == wire::Refusal::NOT_UDP) && answer_local(m)) continue;
     if (r != wire::Refusal::OK) c_.refused[size_t(r)].add();

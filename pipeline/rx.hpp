@@ -19,7 +19,8 @@
 namespace prism::pipe {
 
 struct RxCounters {
-  Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums, arp_replies, echo_replies;
+  Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums, partial_checksums, arp_replies,
+      echo_replies;
   Counter refused[size_t(wire::Refusal::kCount)];  // by the parser's reason (named by its table)
   Counter dropped[size_t(sw::Drop::kCount)];       // by the switch's reason (sw::kDrops)
 };
@@ -30,6 +31,8 @@ inline constexpr CounterField<RxCounters> kRxCounters[] = {
     {"backpressure", "polls skipped while the reducers could not take more", &RxCounters::backpressure},
     {"multi_segment", "frames refused for arriving in several segments", &RxCounters::multi_segment},
     {"hw_checksums", "frames whose checksums the device verified", &RxCounters::hw_checksums},
+    {"partial_checksums", "UDP checksums a sender on this host left to offload (kernel links): not verified",
+     &RxCounters::partial_checksums},
     {"arp_replies", "ARP requests for the port's address, answered", &RxCounters::arp_replies},
     {"echo_replies", "ICMP echo requests to the port's address, answered", &RxCounters::echo_replies},
 };
@@ -37,8 +40,10 @@ inline constexpr CounterField<RxCounters> kRxCounters[] = {
 class RxStage final : public Stage {
  public:
   // `nacks`: where this port's NACKs and ARP and echo replies are made and sent.
+  // `kernel_link`: the port is a Linux interface (net_af_packet, net_tap),
+  // whose local senders may leave UDP checksums to offload (wire::parse).
   RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
-          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks);
+          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link);
   const char* kind() const override { return "rx"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return pending_n_ == 0 && nacks_->drained(); }
@@ -55,6 +60,7 @@ class RxStage final : public Stage {
   uint16_t cfg_port_, dpdk_port_;
   const sw::Directory& dir_;
   uint32_t shards_;
+  bool kernel_link_;
   std::unique_ptr<Handoff> next_;
   std::unique_ptr<Emitter> nacks_;
   rte_mbuf* pending_[kBurst];  // admitted, not yet handed on

@@ -186,7 +186,8 @@ void put_header(const Header& h, uint8_t* p) {
   p[off::status] = h.status;
 }
 
-Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified) {
+Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified,
+              bool kernel_link) {
   const uint8_t* f = frame.data();
   const size_t n = frame.size();
   // Fields are filled in as they are validated, so a refused packet still says
@@ -196,6 +197,7 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   r.src = Endpoint{};
   r.dst = Endpoint{};
   r.vlan = 0;
+  r.partial_checksum = false;
   r.h = Header{};
   r.payload = nullptr;
   r.payload_len = 0;
@@ -227,11 +229,13 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   const uint8_t* udp = ip + ihl;
   const size_t udp_len = be16(udp + 4);
   if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
-  if (!sums_verified && be16(udp + 6) != 0 &&
-      fold(sum16(udp, udp_len,
-                 (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) + 17 +
-                     uint32_t(udp_len))) != 0xFFFF)
-    return Refusal::UDP_BAD_CHECKSUM;
+  const uint32_t pseudo =
+      (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
+  if (!sums_verified && be16(udp + 6) != 0 && fold(sum16(udp, udp_len, pseudo)) != 0xFFFF) {
+    // Left to an offload by a sender on this host: the field is the pseudo-header's folded sum.
+    if (!kernel_link || be16(udp + 6) != fold(pseudo)) return Refusal::UDP_BAD_CHECKSUM;
+    r.partial_checksum = true;
+  }
   r.src.port = be16(udp);
   r.dst.port = be16(udp + 2);
   if (r.dst.port != port) return Refusal::WRONG_PORT;

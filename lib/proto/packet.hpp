@@ -119,6 +119,7 @@ struct Parsed {
   const uint8_t* sideband = nullptr;  // count status bytes when flags has SIDEBAND
   uint16_t first_lane = 0;            // encoding 3: first lane of this fragment
   uint16_t chunk_lanes = 0;           // encoding 3: lanes in the whole chunk; else count
+  bool partial_checksum = false;      // kernel_link: the UDP checksum was left to an offload (not verified)
 };
 
 // Parses one frame into *out (partly filled when refused: the source endpoint
@@ -128,8 +129,14 @@ struct Parsed {
 // `sums_verified`: the receiving device has already verified the IPv4 header
 // and UDP checksums (a NIC's RX checksum offload reported both good), so
 // they are not summed again; every other check still runs.
+// `kernel_link`: the frame came through a Linux interface (net_af_packet,
+// net_tap), where a sender on the same host may leave the UDP checksum to an
+// offload that never runs (CHECKSUM_PARTIAL: the field holds only the folded
+// sum of the pseudo-header). Such a checksum is taken as not given, as a
+// checksum of 0 is, and out->partial_checksum says so; a wrong one is still
+// UDP_BAD_CHECKSUM.
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true,
-              bool sums_verified = false);
+              bool sums_verified = false, bool kernel_link = false);
 
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 inline size_t element_bytes(const Header& h) {

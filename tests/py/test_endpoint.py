@@ -108,3 +108,53 @@ jobs:
     assert s.rx[0]['arp_replies'] >= 2, out  # once before the first ping, once after the flush
     assert s.rx[0]['echo_replies'] == 5, out
     assert not s.shard_dropped and s.shard_total('packets') == 0, out
+
+
+CLIENT = r"""
+import socket, struct, sys
+# A CONTRIB of 4 fp32 elements for job 7, op 0, from rank 0 of a group of 1, built from docs/PROTOCOL.md.
+vals = [1.5, -2.25, 3.0, 1e-30]
+hdr = struct.pack('>HBBIIIHHHHBBBBBBBB', 0x5052, 1, 1, 7, 0, 0, 0, 1, 1, len(vals), 1, 1, 2, 1, 2, 1, 2, 0)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('HOST_IP', 20562))
+s.settimeout(3)
+s.sendto(hdr + struct.pack('<4f', *vals), ('PORT_IP', 20562))
+data, addr = s.recvfrom(9000)
+kind, terms, count = data[3], struct.unpack('>H', data[20:22])[0], struct.unpack('>H', data[22:24])[0]
+print(kind, terms, count, struct.unpack('<4f', data[32:48]) == struct.unpack('<4f', struct.pack('<4f', *vals)))
+"""
+
+
+def test_a_kernel_udp_socket_gets_its_result(tmp_path: Path, host: Host):
+    """A rank as a plain kernel UDP socket in the namespace, default offloads on the veth (its
+    datagrams leave the UDP checksum to offload): the switch takes the CONTRIB and the socket
+    receives the RESULT (group of one: the sum is its own elements, bit for bit)."""
+    su.require_binaries()
+    cfg = tmp_path / 'sw.yaml'
+    cfg.write_text(f'''switch: {{id: 1, role: root}}
+ports:
+  - {{id: 0, device: "net_af_packet0,iface={host.sw_if}", mac: "{PORT_MAC}", ip: {PORT_IP}}}
+jobs:
+  - id: 7
+    members:
+      - {{rank: 0, port: 0, mac: "{host.mac}", ip: {HOST_IP}}}
+''')
+    prefix = su.file_prefix('ep')
+    proc = subprocess.Popen([str(su.SWITCH), *su.EAL_BASE, '--log-level=pmd.net.af_packet:error', '-l', '0',
+                             '--file-prefix', prefix, '--', '--config', str(cfg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert su.wait_for(lambda: su.telemetry_socket(prefix).exists() or proc.poll() is not None, 30)
+        assert proc.poll() is None, proc.communicate()
+        code = CLIENT.replace('HOST_IP', HOST_IP).replace('PORT_IP', PORT_IP)
+        r = sh('/usr/bin/python3', '-c', code, ns=host.ns, check=False)
+    finally:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+    assert rc == 0, (rc, out, err)
+    assert r.returncode == 0, r.stdout + r.stderr + out
+    assert r.stdout.split() == ['3', '1', '4', 'True'], r.stdout + out
+    s = su.parse_summary(out)
+    # The kernel left the UDP checksum to an offload that never ran on the veth: taken as not given.
+    assert s.rx[0]['partial_checksums'] == 1 and not s.refused, out
+    assert s.shard_total('contribs') == 1 and s.shard_total('results_sent') == 1, out

@@ -1049,3 +1049,32 @@ TEST(Packet, HeaderTemplateServesEveryFrameOfAFanOut) {
     }
   }
 }
+
+// A UDP checksum a sender on this host left to offload (CHECKSUM_PARTIAL: the
+// field holds the folded sum of the pseudo-header only) is taken as not given
+// on a kernel link, and nowhere else; a wrong checksum stays wrong everywhere.
+TEST(Parse, ChecksumLeftToOffloadIsAcceptedOnKernelLinksOnly) {
+  wire::Endpoint src{{0x02, 0, 0, 0, 0, 1}, 0x0A000001, 20562}, dst{{0x02, 0, 0, 0, 0xff, 0}, 0x0A0000FE, 20562};
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.count = 2;
+  const float v[2] = {1.0f, -3.5f};
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), src, dst, h, {reinterpret_cast<const uint8_t*>(v), 8}));
+  const size_t udp_len = f.size() - wire::frame::udp;
+  // The pseudo-header's folded sum, by hand: addresses, protocol 17, UDP length.
+  uint32_t s = (src.ip >> 16) + (src.ip & 0xFFFF) + (dst.ip >> 16) + (dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
+  while (s >> 16) s = (s & 0xFFFF) + (s >> 16);
+  auto partial = f;
+  partial[wire::frame::udp_checksum] = uint8_t(s >> 8);
+  partial[wire::frame::udp_checksum + 1] = uint8_t(s);
+  wire::Parsed p;
+  EXPECT_EQ(wire::parse(partial, 20562, &p), wire::Refusal::UDP_BAD_CHECKSUM);
+  EXPECT_EQ(wire::parse(partial, 20562, &p, true, false, true), wire::Refusal::OK);
+  EXPECT_TRUE(p.partial_checksum);
+  EXPECT_EQ(wire::parse(f, 20562, &p, true, false, true), wire::Refusal::OK);
+  EXPECT_FALSE(p.partial_checksum) << "a full, right checksum is verified as usual";
+  auto wrong = partial;
+  wrong[wire::frame::udp_checksum + 1] ^= 0x01;
+  EXPECT_EQ(wire::parse(wrong, 20562, &p, true, false, true), wire::Refusal::UDP_BAD_CHECKSUM);
+}
