@@ -67,7 +67,9 @@ def neighbour(h: Host) -> str:
     return sh('ip', 'neigh', 'show', PORT_IP, 'dev', h.host_if, ns=h.ns).stdout.strip()
 
 
-def test_a_kernel_host_resolves_and_pings_the_switch(tmp_path: Path, host: Host):
+def start_switch(tmp_path: Path, host: Host) -> tuple[subprocess.Popen, str]:
+    """prism-switch on the root namespace's end of the veth (net_af_packet), job 7 with the host
+    as its one rank; returns once its telemetry socket is up."""
     su.require_binaries()
     cfg = tmp_path / 'sw.yaml'
     cfg.write_text(f'''switch: {{id: 1, role: root}}
@@ -82,9 +84,17 @@ jobs:
     proc = subprocess.Popen([str(su.SWITCH), *su.EAL_BASE, '--log-level=pmd.net.af_packet:error', '-l', '0',
                              '--file-prefix', prefix, '--', '--config', str(cfg)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    up = su.wait_for(lambda: su.telemetry_socket(prefix).exists() or proc.poll() is not None, 30)
+    if not up or proc.poll() is not None:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+        raise AssertionError(f'prism-switch did not start: exit {rc}\n{out}\n{err}')
+    return proc, prefix
+
+
+def test_a_kernel_host_resolves_and_pings_the_switch(tmp_path: Path, host: Host):
+    proc, prefix = start_switch(tmp_path, host)
     try:
-        assert su.wait_for(lambda: su.telemetry_socket(prefix).exists() or proc.poll() is not None, 30)
-        assert proc.poll() is None, proc.communicate()
         assert neighbour(host) == '', 'a neighbour entry before the test'
         # No static entry: the kernel asks by ARP, the switch answers, the pings come back.
         ping = sh('ping', '-c', 3, '-i', 0.2, '-W', 2, PORT_IP, ns=host.ns, check=False)
@@ -129,23 +139,8 @@ def test_a_kernel_udp_socket_gets_its_result(tmp_path: Path, host: Host):
     """A rank as a plain kernel UDP socket in the namespace, default offloads on the veth (its
     datagrams leave the UDP checksum to offload): the switch takes the CONTRIB and the socket
     receives the RESULT (group of one: the sum is its own elements, bit for bit)."""
-    su.require_binaries()
-    cfg = tmp_path / 'sw.yaml'
-    cfg.write_text(f'''switch: {{id: 1, role: root}}
-ports:
-  - {{id: 0, device: "net_af_packet0,iface={host.sw_if}", mac: "{PORT_MAC}", ip: {PORT_IP}}}
-jobs:
-  - id: 7
-    members:
-      - {{rank: 0, port: 0, mac: "{host.mac}", ip: {HOST_IP}}}
-''')
-    prefix = su.file_prefix('ep')
-    proc = subprocess.Popen([str(su.SWITCH), *su.EAL_BASE, '--log-level=pmd.net.af_packet:error', '-l', '0',
-                             '--file-prefix', prefix, '--', '--config', str(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    proc, prefix = start_switch(tmp_path, host)
     try:
-        assert su.wait_for(lambda: su.telemetry_socket(prefix).exists() or proc.poll() is not None, 30)
-        assert proc.poll() is None, proc.communicate()
         code = CLIENT.replace('HOST_IP', HOST_IP).replace('PORT_IP', PORT_IP)
         r = sh('/usr/bin/python3', '-c', code, ns=host.ns, check=False)
     finally:
