@@ -186,63 +186,11 @@ void put_header(const Header& h, uint8_t* p) {
   p[off::status] = h.status;
 }
 
-Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified,
-              bool kernel_link) {
-  const uint8_t* f = frame.data();
-  const size_t n = frame.size();
-  // Fields are filled in as they are validated, so a refused packet still says
-  // how far it got (its source, once IPv4 and UDP checked out: for a NACK).
-  // Built in place, field by field (a temporary's rep-stos and copy cost more than the rest of parse).
-  Parsed& r = *out;
-  r.src = Endpoint{};
-  r.dst = Endpoint{};
-  r.vlan = 0;
-  r.partial_checksum = false;
-  r.h = Header{};
-  r.payload = nullptr;
-  r.payload_len = 0;
-  r.sideband = nullptr;
-  r.first_lane = r.chunk_lanes = 0;
-  if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
-  std::memcpy(r.dst.mac.data(), f, 6);
-  std::memcpy(r.src.mac.data(), f + 6, 6);
-  size_t at = 12;
-  uint16_t ethertype = be16(f + at);
-  if (ethertype == 0x8100) {
-    r.vlan = be16(f + at + 2) & 0x0FFF;
-    at += kVlanSize;
-    ethertype = be16(f + at);
-  }
-  at += 2;
-  if (ethertype != 0x0800) return Refusal::NOT_IPV4;
-  if (n < at + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
-  const uint8_t* ip = f + at;
-  const size_t ihl = size_t(ip[0] & 0x0F) * 4;
-  if ((ip[0] >> 4) != 4 || ihl < kIpv4MinSize) return Refusal::IP_BAD_HEADER;
-  const size_t total = be16(ip + 2);
-  if (total < ihl + kUdpSize || at + total > n) return Refusal::IP_BAD_LENGTH;
-  if (!sums_verified && !header_sums_to_ones(ip, ihl)) return Refusal::IP_BAD_CHECKSUM;
-  if (be16(ip + 6) & 0x3FFF) return Refusal::IP_FRAGMENT;
-  if (ip[9] != 17) return Refusal::NOT_UDP;
-  r.src.ip = be32(ip + 12);
-  r.dst.ip = be32(ip + 16);
-  const uint8_t* udp = ip + ihl;
-  const size_t udp_len = be16(udp + 4);
-  if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
-  const uint32_t pseudo =
-      (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
-  if (!sums_verified && be16(udp + 6) != 0 && fold(sum16(udp, udp_len, pseudo)) != 0xFFFF) {
-    // Left to an offload by a sender on this host: the field is the pseudo-header's folded sum.
-    if (!kernel_link || be16(udp + 6) != fold(pseudo)) return Refusal::UDP_BAD_CHECKSUM;
-    r.partial_checksum = true;
-  }
-  r.src.port = be16(udp);
-  r.dst.port = be16(udp + 2);
-  if (r.dst.port != port) return Refusal::WRONG_PORT;
-  const uint8_t* p = udp + kUdpSize;
-  const size_t plen = udp_len - kUdpSize;
+namespace {
+// The PRISM header and body, from the UDP payload on: shared by parse() (a
+// whole frame) and parse_message() (a datagram a socket received).
+inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_partial) {
   if (plen < kHeaderSize) return Refusal::SHORT_HEADER;
-
   Header& h = r.h;
   // Every field is read before any is judged, so a refused packet's header
   // can still be echoed (a NACK says which job, op and chunk it refused).
@@ -350,6 +298,77 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
     r.chunk_lanes = h.count;
   }
   return Refusal::OK;
+}
+}  // namespace
+
+Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified,
+              bool kernel_link) {
+  const uint8_t* f = frame.data();
+  const size_t n = frame.size();
+  // Fields are filled in as they are validated, so a refused packet still says
+  // how far it got (its source, once IPv4 and UDP checked out: for a NACK).
+  // Built in place, field by field (a temporary's rep-stos and copy cost more than the rest of parse).
+  Parsed& r = *out;
+  r.src = Endpoint{};
+  r.dst = Endpoint{};
+  r.vlan = 0;
+  r.partial_checksum = false;
+  r.h = Header{};
+  r.payload = nullptr;
+  r.payload_len = 0;
+  r.sideband = nullptr;
+  r.first_lane = r.chunk_lanes = 0;
+  if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
+  std::memcpy(r.dst.mac.data(), f, 6);
+  std::memcpy(r.src.mac.data(), f + 6, 6);
+  size_t at = 12;
+  uint16_t ethertype = be16(f + at);
+  if (ethertype == 0x8100) {
+    r.vlan = be16(f + at + 2) & 0x0FFF;
+    at += kVlanSize;
+    ethertype = be16(f + at);
+  }
+  at += 2;
+  if (ethertype != 0x0800) return Refusal::NOT_IPV4;
+  if (n < at + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
+  const uint8_t* ip = f + at;
+  const size_t ihl = size_t(ip[0] & 0x0F) * 4;
+  if ((ip[0] >> 4) != 4 || ihl < kIpv4MinSize) return Refusal::IP_BAD_HEADER;
+  const size_t total = be16(ip + 2);
+  if (total < ihl + kUdpSize || at + total > n) return Refusal::IP_BAD_LENGTH;
+  if (!sums_verified && !header_sums_to_ones(ip, ihl)) return Refusal::IP_BAD_CHECKSUM;
+  if (be16(ip + 6) & 0x3FFF) return Refusal::IP_FRAGMENT;
+  if (ip[9] != 17) return Refusal::NOT_UDP;
+  r.src.ip = be32(ip + 12);
+  r.dst.ip = be32(ip + 16);
+  const uint8_t* udp = ip + ihl;
+  const size_t udp_len = be16(udp + 4);
+  if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
+  const uint32_t pseudo =
+      (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
+  if (!sums_verified && be16(udp + 6) != 0 && fold(sum16(udp, udp_len, pseudo)) != 0xFFFF) {
+    // Left to an offload by a sender on this host: the field is the pseudo-header's folded sum.
+    if (!kernel_link || be16(udp + 6) != fold(pseudo)) return Refusal::UDP_BAD_CHECKSUM;
+    r.partial_checksum = true;
+  }
+  r.src.port = be16(udp);
+  r.dst.port = be16(udp + 2);
+  if (r.dst.port != port) return Refusal::WRONG_PORT;
+  return parse_prism(udp + kUdpSize, udp_len - kUdpSize, r, check_partial);
+}
+
+Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_partial) {
+  Parsed& r = *out;
+  r.src = Endpoint{};
+  r.dst = Endpoint{};
+  r.vlan = 0;
+  r.partial_checksum = false;
+  r.h = Header{};
+  r.payload = nullptr;
+  r.payload_len = 0;
+  r.sideband = nullptr;
+  r.first_lane = r.chunk_lanes = 0;
+  return parse_prism(message.data(), message.size(), r, check_partial);
 }
 
 uint32_t body_sum16(std::span<const uint8_t> body) { return fold(sum16(body.data(), body.size(), 0)); }

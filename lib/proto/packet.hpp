@@ -138,6 +138,11 @@ struct Parsed {
 Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true,
               bool sums_verified = false, bool kernel_link = false);
 
+// The same checks from the PRISM header on, for a UDP payload a socket
+// received (the kernel has checked IPv4 and UDP): src, dst and vlan are left
+// zero. SHORT_HEADER when it is shorter than the header.
+Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_partial = true);
+
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 inline size_t element_bytes(const Header& h) {
   return size_t(h.count) * info(h.encoding == Encoding::DTYPE ? h.dtype : h.out_dtype).bytes;
