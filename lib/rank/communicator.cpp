@@ -1,0 +1,466 @@
+// The Communicator: ops in call order, chunked to the path MTU, a window of
+// chunks in flight, retransmission timers, RESULT reassembly, NACKs turned
+// into errors. One global chunk order for every rank (op by op, chunk by
+// chunk ascending) and a window no larger than the job's slot quota: the
+// chunks open at the switch are then always within one window of the
+// slowest chunk some rank still waits for, so the quota can always complete
+// them (docs/PROTOCOL.md, "Writing a client").
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+#include "arith/op.hpp"
+#include "proto/packet.hpp"
+#include "rank/comm_impl.hpp"
+
+namespace prism {
+
+using rank::Op;
+
+namespace {
+
+uint64_t now_ns() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+std::string list_chunks(const Op& op, size_t limit) {
+  std::string s;
+  size_t n = 0, shown = 0;
+  for (uint32_t c = 0; c < op.nchunks; ++c) {
+    if (op.chunks[c].done) continue;
+    if (shown < limit) {
+      s += (shown ? ", " : "") + std::to_string(c);
+      ++shown;
+    }
+    ++n;
+  }
+  if (n > shown) s += ", …";
+  return s;
+}
+
+}  // namespace
+
+Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
+    : ep(e),
+      tune(t),
+      link(e.local_ip, e.local_port, e.switch_ip, e.switch_port),
+      rtt(uint64_t(t.rto_initial_ms) * 1000000, uint64_t(t.rto_min_ms) * 1000000, uint64_t(t.rto_max_ms) * 1000000),
+      next_op(t.first_op) {
+  if (e.group == 0) throw Error(Errc::INVALID_ARGUMENT, "the job's group (R) must be 1 or more");
+  if (e.rank >= e.group)
+    throw Error(Errc::INVALID_ARGUMENT,
+                "rank " + std::to_string(e.rank) + " is not below the group size " + std::to_string(e.group));
+  if (t.window == 0) throw Error(Errc::INVALID_ARGUMENT, "the window must be 1 chunk or more");
+  if (t.timeout_ms == 0) throw Error(Errc::INVALID_ARGUMENT, "timeout_ms must be above 0");
+  window = t.window;
+  if (e.slot_quota && e.slot_quota < window) window = e.slot_quota;  // the quota can always complete a window
+  mtu = link.path_mtu();
+  heads.resize(kMaxBatch);
+  batch.reserve(kMaxBatch);
+}
+
+std::string Communicator::Impl::who(const Op& op) const {
+  return std::string(op.reduce ? "reduce" : "allreduce") + " op " + std::to_string(op.op) + " (job " +
+         std::to_string(ep.job) + ", rank " + std::to_string(ep.rank) + ")";
+}
+
+uint32_t Communicator::Impl::chunk_elems_for(size_t in_bytes, size_t out_bytes) const {
+  if (tune.chunk_elems) return tune.chunk_elems;
+  // A RESULT may carry a sideband byte per element: size the chunk for it.
+  const size_t body = mtu - wire::kIpv4MinSize - wire::kUdpSize - wire::kHeaderSize;
+  return uint32_t(std::min<size_t>(65535, body / std::max(in_bytes, out_bytes + 1)));
+}
+
+uint32_t Communicator::Impl::start(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o,
+                                   bool reduce, uint16_t root) {
+  const Format f = Format(uint8_t(dtype));
+  if (!format_from_code(uint8_t(dtype)))
+    throw Error(Errc::INVALID_ARGUMENT, "unknown dtype code " + std::to_string(int(dtype)));
+  const Format of = o.out_given ? Format(uint8_t(o.out)) : (is_float(f) ? Format::FP32 : Format::INT32);
+  if (!format_from_code(uint8_t(of)))
+    throw Error(Errc::INVALID_ARGUMENT, "unknown output dtype code " + std::to_string(int(o.out)));
+  if (!policy_from_code(uint8_t(o.policy)) || !transport_from_code(uint8_t(o.transport)) ||
+      !exceptions_from_code(uint8_t(o.overflow)))
+    throw Error(Errc::INVALID_ARGUMENT, "unknown policy, transport or overflow code");
+  if (reduce && root >= ep.group)
+    throw Error(Errc::INVALID_ARGUMENT,
+                "reduce root " + std::to_string(root) + " is not a rank of the group of " + std::to_string(ep.group));
+  const size_t ib = info(f).bytes, ob = info(of).bytes;
+  const bool keep = !reduce || root == ep.rank;
+  if (count && !in) throw Error(Errc::INVALID_ARGUMENT, "the input buffer is null");
+  if (count && keep && !out)
+    throw Error(Errc::INVALID_ARGUMENT, "the output buffer is null (this rank receives the result)");
+  if (count && keep) {
+    const auto* a = static_cast<const uint8_t*>(in);
+    const auto* b = static_cast<const uint8_t*>(out);
+    const bool overlap = a < b + count * ob && b < a + count * ib;
+    if (overlap && !(a == b && ib == ob))
+      throw Error(Errc::INVALID_ARGUMENT,
+                  "the input and output buffers overlap: in place needs the same buffer and formats of the same "
+                  "width (" +
+                      std::string(info(f).name) + " in, " + info(of).name + " out)");
+  }
+  const uint32_t C = chunk_elems_for(ib, ob);
+  if (C == 0 || wire::kFrameOverhead - wire::kEthSize + size_t(C) * std::max(ib, ob + 1) > mtu)
+    throw Error(Errc::INVALID_ARGUMENT, "chunk_elems " + std::to_string(C) + " of " + info(f).name +
+                                            " does not fit the path MTU of " + std::to_string(mtu) +
+                                            " bytes towards the switch (leave chunk_elems 0 to choose it)");
+  OpDesc d;
+  d.dtype = f;
+  d.out = of;
+  d.policy = Policy(uint8_t(o.policy));
+  d.exceptions = Exceptions(uint8_t(o.overflow));
+  d.group = ep.group;
+  d.lanes = C;
+  if (auto e = admission_error(d, kMaxWidth)) throw Error(Errc::INVALID_ARGUMENT, *e);
+  if (count && (count + C - 1) / C > UINT32_MAX)
+    throw Error(Errc::INVALID_ARGUMENT, "the op has more than 2^32 chunks: split it");
+
+  auto op = std::make_unique<Op>();
+  op->op = next_op++;
+  op->reduce = reduce;
+  op->in = static_cast<const uint8_t*>(in);
+  op->out = keep ? static_cast<uint8_t*>(out) : nullptr;
+  op->count = count;
+  op->C = C;
+  op->in_bytes = ib;
+  op->out_bytes = ob;
+  op->nchunks = uint32_t((count + C - 1) / C);
+  op->chunks.assign(op->nchunks, rank::Chunk{});
+  wire::Header& h = op->desc;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = ep.job;
+  h.op = op->op;
+  h.sender = ep.rank;
+  h.group = ep.group;
+  h.terms = 1;
+  h.dtype = f;
+  h.out_dtype = of;
+  h.policy = d.policy;
+  h.encoding = wire::Encoding::DTYPE;
+  h.transport = Transport(uint8_t(o.transport));
+  h.exceptions = d.exceptions;
+  op->t_start = op->t_progress = now_ns();
+  op->report.op = op->op;
+  ++stats.ops;
+  const uint32_t id = op->op;
+  if (op->nchunks == 0) {
+    op->finished = true;
+  } else {
+    sendq.push_back(op.get());
+    op->queued = true;
+  }
+  ops.emplace(id, std::move(op));
+  return id;
+}
+
+// Takes a chunk out of the window (it completed, or its op failed).
+void Communicator::Impl::leave_window(Op& op, uint32_t c) {
+  rank::Chunk& ch = op.chunks[c];
+  if (ch.at == rank::Chunk::kNotInFlight) return;
+  const uint32_t i = ch.at;
+  inflight[i] = inflight.back();
+  inflight[i].op->chunks[inflight[i].chunk].at = i;
+  inflight.pop_back();
+  ch.at = rank::Chunk::kNotInFlight;
+}
+
+void Communicator::Impl::finish(Op& op, uint64_t t) {
+  op.finished = true;
+  op.report.seconds = double(t - op.t_start) * 1e-9;
+}
+
+void Communicator::Impl::fail(Op& op, Error e) {
+  if (op.finished) return;
+  for (uint32_t c = 0; c < op.nchunks; ++c) leave_window(op, c);
+  op.error = std::make_unique<Error>(std::move(e));
+  op.finished = true;
+  ++stats.ops_failed;
+  if (op.queued) sendq.erase(std::remove(sendq.begin(), sendq.end(), &op), sendq.end());
+  op.queued = false;
+}
+
+void Communicator::Impl::queue(Op& op, uint32_t c, bool retransmit) {
+  wire::Header h = op.desc;
+  h.chunk = c;
+  const size_t first = size_t(c) * op.C;
+  h.count = uint16_t(std::min<size_t>(op.C, op.count - first));
+  h.flags = uint8_t((c + 1 == op.nchunks ? wire::hflag::LAST_CHUNK : 0) | (retransmit ? wire::hflag::RETRANSMIT : 0));
+  const size_t k = batch.size();
+  wire::put_header(h, heads[k].data());
+  batch.push_back({&op, c, retransmit});
+  dgrams[k] = {heads[k].data(), wire::kHeaderSize, op.in + first * op.in_bytes, size_t(h.count) * op.in_bytes};
+}
+
+// Sends what is due: retransmissions of chunks whose timer ran out, then new
+// chunks while the window has room, in the one global chunk order.
+void Communicator::Impl::send_due(uint64_t t) {
+  batch.clear();
+  for (const auto& f : inflight) {
+    if (batch.size() == kMaxBatch) break;
+    const rank::Chunk& ch = f.op->chunks[f.chunk];
+    if (t >= ch.sent_ns + rtt.timeout(ch.tries)) queue(*f.op, f.chunk, true);
+  }
+  size_t room = window > inflight.size() ? window - inflight.size() : 0;
+  while (room && batch.size() < kMaxBatch && !sendq.empty()) {
+    Op& op = *sendq.front();
+    queue(op, op.next_new, false);
+    --room;
+    if (++op.next_new == op.nchunks) {
+      sendq.pop_front();
+      op.queued = false;
+    }
+  }
+  if (batch.empty()) return;
+  const size_t sent = link.send(dgrams.data(), batch.size());
+  for (size_t i = 0; i < sent; ++i) {
+    const Pending& b = batch[i];
+    rank::Chunk& ch = b.op->chunks[b.chunk];
+    ch.sent_ns = t;
+    ++ch.tries;
+    ++stats.packets_sent;
+    stats.bytes_sent += dgrams[i].head_len + dgrams[i].body_len;
+    if (b.retransmit) {
+      ++stats.retransmits;
+      ++b.op->report.retransmits;
+    } else {
+      ++stats.chunks;
+      ++b.op->report.chunks;
+      ch.at = uint32_t(inflight.size());
+      inflight.push_back({b.op, b.chunk});
+    }
+  }
+  // The kernel's queue was full: new chunks it did not take go back to the
+  // front of the order (last first, so the earliest op ends up in front).
+  for (size_t i = batch.size(); i-- > sent;) {
+    const Pending& b = batch[i];
+    if (b.retransmit) continue;  // its timer has run out already: the next round sends it
+    if (!b.op->queued) {
+      sendq.push_front(b.op);
+      b.op->queued = true;
+    }
+    b.op->next_new = b.chunk;
+  }
+}
+
+void Communicator::Impl::on_result(Op& op, const wire::Parsed& p, uint64_t t) {
+  const uint32_t c = p.h.chunk;
+  if (c >= op.nchunks) return void(++stats.stray);
+  const size_t first = size_t(c) * op.C;
+  const size_t n = std::min<size_t>(op.C, op.count - first);
+  if (p.h.count != n || p.h.out_dtype != op.desc.out_dtype || p.h.dtype != op.desc.dtype ||
+      p.h.policy != op.desc.policy || p.h.group != op.desc.group)
+    return void(++stats.stray);  // not an answer to what this rank sent
+  rank::Chunk& ch = op.chunks[c];
+  if (ch.done) return void(++stats.duplicate_results);
+  if (op.out) std::memcpy(op.out + first * op.out_bytes, p.payload, n * op.out_bytes);
+  if (p.sideband)
+    for (size_t i = 0; i < n; ++i) {
+      op.report.overflow += (p.sideband[i] & flag::OVERFLOW) != 0;
+      op.report.invalid += (p.sideband[i] & flag::INVALID) != 0;
+      op.report.nan_input += (p.sideband[i] & flag::NAN_INPUT) != 0;
+    }
+  ch.done = true;
+  if (ch.tries == 1) rtt.sample(t - ch.sent_ns);  // Karn: a retransmitted chunk's round trip is ambiguous
+  leave_window(op, c);
+  ++stats.results;
+  op.t_progress = t;
+  if (++op.completed == op.nchunks) finish(op, t);
+}
+
+void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* body, size_t body_len) {
+  const uint32_t c = p.h.chunk;
+  const uint8_t reason = p.h.status;
+  if (c >= op.nchunks || op.chunks[c].done) return;  // an answer to a repeat of a chunk already complete
+  const auto r = wire::NackReason(reason);
+  if (r == wire::NackReason::NO_FREE_SLOT) {
+    ++stats.no_slot_retries;  // its timer sends it again after a back-off
+    return;
+  }
+  const std::string where = who(op) + ", chunk " + std::to_string(c) + " of " + std::to_string(op.nchunks);
+  if (reason == kOpAbandoned) {
+    std::string missing;
+    size_t named = 0;
+    for (uint32_t rk = 0; rk < ep.group && size_t(rk / 8) < body_len; ++rk)
+      if (body[rk / 8] & (1u << (rk % 8))) {
+        missing += (named++ ? ", " : "") + std::to_string(rk);
+      }
+    std::string msg = where + ": the switch abandoned the op (op_timeout_ms passed before every contribution arrived)";
+    if (body_len) {
+      msg += ": " + std::to_string(p.h.terms) + " of " + std::to_string(ep.group) + " contributions arrived";
+      if (named) msg += "; missing rank" + std::string(named > 1 ? "s " : " ") + missing;
+      const size_t behind = size_t(ep.group) - p.h.terms - named;
+      if (behind) msg += (named ? ", and " : "; missing ") + std::to_string(behind) + " from child switches";
+    }
+    msg += ". A rank died or called a different collective: fail this collective and restart the job";
+    return fail(op, Error(Errc::ABANDONED, msg, op.op, reason));
+  }
+  const char* doc = reason >= 1 && reason <= wire::kNackReasonCount ? prism::doc(r) : "an unknown reason";
+  const char* nm = reason >= 1 && reason <= wire::kNackReasonCount ? wire::name(r) : "unknown";
+  fail(op, Error(Errc::REFUSED, where + ": the switch refused it: " + nm + " (" + std::to_string(reason) + "): " + doc,
+                 op.op, reason));
+}
+
+void Communicator::Impl::receive(int wait_ms, uint64_t t) {
+  const size_t n = link.receive(wait_ms);
+  if (n) t = now_ns();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t len = link.length(i);
+    ++stats.packets_received;
+    stats.bytes_received += len;
+    wire::Parsed p;
+    if (len == 0 || wire::parse_message({link.data(i), len}, &p, false) != wire::Refusal::OK || p.h.job != ep.job) {
+      ++stats.stray;
+      continue;
+    }
+    auto it = ops.find(p.h.op);
+    if (p.h.kind == wire::Kind::NACK) {
+      ++stats.nacks;
+      ++stats.nack_by_reason[p.h.status & 15];
+      if (it != ops.end() && !it->second->finished)
+        on_nack(*it->second, p, link.data(i) + wire::kHeaderSize, len - wire::kHeaderSize);
+      continue;
+    }
+    if (p.h.kind != wire::Kind::RESULT) {
+      ++stats.stray;
+      continue;
+    }
+    if (it == ops.end()) {
+      ++stats.stray;
+      continue;
+    }
+    if (it->second->finished) {
+      ++stats.duplicate_results;
+      continue;
+    }
+    on_result(*it->second, p, t);
+  }
+}
+
+void Communicator::Impl::check_deadlines(uint64_t t) {
+  const uint64_t limit = uint64_t(tune.timeout_ms) * 1000000;
+  for (auto& [id, op] : ops) {
+    if (op->finished || op->next_new == 0 || t < op->t_progress + limit) continue;
+    Op& o = *op;
+    size_t missing = 0;
+    uint32_t tries = 0;
+    for (uint32_t c = 0; c < o.nchunks; ++c)
+      if (!o.chunks[c].done) ++missing, tries = std::max(tries, o.chunks[c].tries);
+    std::string msg = who(o) + ": no RESULT for " + std::to_string(missing) + " of " + std::to_string(o.nchunks) +
+                      " chunks (" + list_chunks(o, 8) + ") in " + std::to_string(tune.timeout_ms) +
+                      " ms, each sent up to " + std::to_string(tries) + " times to the switch at " + ep.switch_ip +
+                      ":" + std::to_string(ep.switch_port);
+    if (stats.results == 0 && stats.nacks == 0)
+      msg += ". The switch never answered this rank: is it running, does its config register this rank at " +
+             (ep.local_ip.empty() ? std::string("this host") : ep.local_ip) + ":" + std::to_string(ep.local_port) +
+             " with this host's MAC, and is the rank on the switch port's network?";
+    else
+      msg +=
+          ". Another rank of the job never sent these chunks (it died, or called a different collective), or "
+          "the network loses every copy";
+    fail(o, Error(Errc::TIMEOUT, msg, o.op));
+  }
+}
+
+// One round: send what is due, wait for answers until the next timer (at
+// most `max_wait_ms`), take them.
+void Communicator::Impl::progress(int max_wait_ms) {
+  uint64_t t = now_ns();
+  send_due(t);
+  check_deadlines(t);
+  int wait = 0;
+  if (max_wait_ms > 0) {
+    uint64_t next = t + uint64_t(max_wait_ms) * 1000000;
+    for (const auto& f : inflight) {
+      const rank::Chunk& ch = f.op->chunks[f.chunk];
+      next = std::min(next, ch.sent_ns + rtt.timeout(ch.tries));
+    }
+    if (!sendq.empty() && inflight.size() < window) next = t;  // the kernel's queue was full: try again soon
+    wait = next > t ? int(std::max<uint64_t>(1, (next - t + 999999) / 1000000)) : 0;
+  }
+  receive(wait, t);
+}
+
+rank::Op& Communicator::Impl::op_of(const Request& r, uint64_t id) {
+  auto it = ops.find(uint32_t(id));
+  if (!r.valid() || it == ops.end())
+    throw Error(Errc::INVALID_ARGUMENT, "wait or test on a request that is spent or not from this communicator");
+  return *it->second;
+}
+
+OpReport Communicator::Impl::take(uint32_t id) {
+  auto it = ops.find(id);
+  std::unique_ptr<Op> op = std::move(it->second);
+  ops.erase(it);
+  if (op->error) throw Error(*op->error);
+  return op->report;
+}
+
+// ---------------------------------------------------------------- public
+
+Communicator::Communicator(const Endpoints& e, Tuning t) : impl_(std::make_unique<Impl>(e, t)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+Request Communicator::iallreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o) {
+  const uint32_t id = impl_->start(in, out, count, dtype, o, false, 0);
+  impl_->progress(0);
+  return Request(this, id, id);
+}
+
+Request Communicator::ireduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o) {
+  const uint32_t id = impl_->start(in, out, count, dtype, o, true, root);
+  impl_->progress(0);
+  return Request(this, id, id);
+}
+
+OpReport Communicator::allreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o) {
+  Request r = iallreduce(in, out, count, dtype, o);
+  return wait(r);
+}
+
+OpReport Communicator::reduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o) {
+  Request r = ireduce(in, out, count, dtype, root, o);
+  return wait(r);
+}
+
+OpReport Communicator::wait(Request& r) {
+  if (r.comm_ != this) throw Error(Errc::INVALID_ARGUMENT, "wait on a request of another communicator");
+  Op& op = impl_->op_of(r, r.id_);
+  while (!op.finished) impl_->progress(50);
+  r = Request();
+  return impl_->take(op.op);
+}
+
+bool Communicator::test(Request& r) {
+  if (r.comm_ != this) throw Error(Errc::INVALID_ARGUMENT, "test on a request of another communicator");
+  Op& op = impl_->op_of(r, r.id_);
+  if (!op.finished) impl_->progress(0);
+  return op.finished;
+}
+
+const Stats& Communicator::stats() const {
+  Stats& s = impl_->stats;
+  s.rtt_min_us = double(impl_->rtt.min()) / 1e3;
+  s.rtt_max_us = double(impl_->rtt.max()) / 1e3;
+  s.rtt_srtt_us = impl_->rtt.srtt() / 1e3;
+  s.rto_us = double(impl_->rtt.rto()) / 1e3;
+  return s;
+}
+const Endpoints& Communicator::endpoints() const { return impl_->ep; }
+uint32_t Communicator::next_op() const { return impl_->next_op; }
+uint32_t Communicator::window() const { return impl_->window; }
+uint32_t Communicator::chunk_elems(Dtype dtype, const OpOptions& o) const {
+  const Format f = Format(uint8_t(dtype));
+  const Format of = o.out_given ? Format(uint8_t(o.out)) : (is_float(f) ? Format::FP32 : Format::INT32);
+  return impl_->chunk_elems_for(info(f).bytes, info(of).bytes);
+}
+
+size_t dtype_bytes(Dtype d) { return format_from_code(uint8_t(d)) ? info(Format(uint8_t(d))).bytes : 0; }
+const char* dtype_name(Dtype d) { return format_from_code(uint8_t(d)) ? info(Format(uint8_t(d))).name : "?"; }
+
+}  // namespace prism

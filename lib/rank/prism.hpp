@@ -1,0 +1,183 @@
+// libprism: a rank of a PRISM job. A Communicator sends this rank's
+// contributions to the PRISM switch in front of it over an ordinary kernel
+// UDP socket and collects the switch's RESULTs: allreduce and reduce of a
+// buffer in any PRISM format, blocking or not. docs/RANK.md is the guide;
+// docs/PROTOCOL.md the wire protocol it speaks.
+//
+// Self-contained: this header needs nothing but the C++ standard library
+// (`pkg-config --cflags --libs prism`). The C API is prism.h.
+//
+//   auto comm = prism::Communicator::from_config("switch.yaml", {.job = 7, .rank = 3});
+//   comm.allreduce(grad.data(), grad.data(), grad.size(), prism::Dtype::FP32);   // in place
+//
+// One thread drives a Communicator (as MPI_THREAD_FUNNELED): every call,
+// wait() and test() included, makes progress on every outstanding op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace prism {
+
+// Element formats, by their wire codes (docs/ARITHMETIC.md).
+enum class Dtype : uint8_t {
+  FP32 = 1,
+  FP16 = 2,
+  BF16 = 3,
+  E4M3FN = 4,
+  E4M3FNUZ = 5,
+  E5M2 = 6,
+  E5M2FNUZ = 7,
+  INT8 = 8,
+  INT32 = 9
+};
+// How the switch sums: arrival-order fp32, exact (one rounding), or fp32 in binomial-tree order.
+enum class Reduction : uint8_t { FP32_ARRIVAL = 1, KULISCH_FIXED = 2, FP32_BINOMIAL = 3 };
+// How partial sums travel between switches of a tree.
+enum class PartialTransport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
+// What an overflow of the output format gives: IEEE (an infinity) or SATURATE (the largest finite).
+enum class OverflowMode : uint8_t { IEEE = 1, SATURATE = 2 };
+
+size_t dtype_bytes(Dtype d);
+const char* dtype_name(Dtype d);
+
+// What went wrong. Every Error's what() names the op, the chunk where it
+// matters, the reason, and what to do.
+enum class Errc {
+  INVALID_ARGUMENT = 1,  // a bad argument or configuration (nothing was sent)
+  SYSTEM = 2,            // a socket call failed (errno in the message)
+  TIMEOUT = 3,           // no RESULT came back in time for some chunks
+  REFUSED = 4,           // the switch NACKed the op (the reason is in the message and nack_reason)
+  ABANDONED = 5,         // the switch abandoned the op: a contributor never sent (missing ranks named)
+};
+class Error : public std::runtime_error {
+ public:
+  Error(Errc code, const std::string& what, uint32_t op = 0, int nack_reason = 0)
+      : std::runtime_error(what), code_(code), op_(op), nack_reason_(nack_reason) {}
+  Errc code() const { return code_; }
+  uint32_t op() const { return op_; }
+  int nack_reason() const { return nack_reason_; }  // the NACK's code when code() is REFUSED or ABANDONED
+
+ private:
+  Errc code_;
+  uint32_t op_;
+  int nack_reason_;
+};
+
+// Where this rank is and where its switch is. from_config() fills it from
+// the switch's YAML; a program may fill it by hand.
+struct Endpoints {
+  uint32_t job = 0;
+  uint16_t rank = 0;
+  uint16_t group = 0;            // R: contributions each op combines
+  std::string local_ip;          // the rank's registered address ("" or "0.0.0.0": any)
+  uint16_t local_port = 20562;   // its registered UDP port (RESULTs come here)
+  std::string switch_ip;         // the switch port's address
+  uint16_t switch_port = 20562;  // the switch's UDP port
+  uint32_t slot_quota = 0;       // the job's slot_quota at the switch (0: none)
+};
+
+struct Tuning {
+  uint32_t window = 64;          // chunks in flight (capped by the job's slot_quota)
+  uint32_t chunk_elems = 0;      // elements per packet; 0: the most a packet fits in the path MTU
+  uint32_t timeout_ms = 10000;   // an op fails when none of its chunks completed for this long
+  uint32_t rto_initial_ms = 20;  // first retransmission timeout, before any round trip is measured
+  uint32_t rto_min_ms = 2;
+  uint32_t rto_max_ms = 1000;  // backoff doubles the timeout per try up to this
+  uint32_t first_op = 0;       // the first op number (ops advance by one per collective)
+};
+
+struct ConfigSelect {
+  uint32_t job = 0;  // 0 with a one-job config: that job
+  int rank = -1;     // required
+};
+
+struct OpOptions {
+  Dtype out = Dtype::FP32;  // output format (an integer input defaults to INT32 when out is left FP32 and
+                            // out_given is false)
+  bool out_given = false;
+  Reduction policy = Reduction::KULISCH_FIXED;
+  PartialTransport transport = PartialTransport::KULISCH;
+  OverflowMode overflow = OverflowMode::IEEE;
+};
+
+// What a completed op reports: elements of the result with each flag.
+struct OpReport {
+  uint32_t op = 0;
+  uint64_t overflow = 0, invalid = 0, nan_input = 0;
+  uint64_t chunks = 0, retransmits = 0;
+  double seconds = 0;
+};
+
+struct Stats {
+  uint64_t ops = 0, ops_failed = 0;
+  uint64_t chunks = 0;             // chunk contributions sent (first sends)
+  uint64_t retransmits = 0;        // chunks sent again (RETRANSMIT)
+  uint64_t results = 0;            // RESULTs taken
+  uint64_t duplicate_results = 0;  // RESULTs for chunks already complete (ignored)
+  uint64_t stray = 0;              // datagrams for no outstanding op, or malformed (ignored)
+  uint64_t nacks = 0;              // NACKs received (all reasons)
+  uint64_t nack_by_reason[16] = {};
+  uint64_t no_slot_retries = 0;  // chunks sent again after NO_FREE_SLOT
+  uint64_t packets_sent = 0, packets_received = 0, bytes_sent = 0, bytes_received = 0;
+  double rtt_min_us = 0, rtt_srtt_us = 0, rtt_max_us = 0;  // round trips of chunks sent once
+  double rto_us = 0;                                       // the retransmission timeout now
+};
+
+class Communicator;
+
+// A non-blocking op's handle. wait() returns its report or throws its Error.
+class Request {
+ public:
+  Request() = default;
+  bool valid() const { return comm_ != nullptr; }
+  uint32_t op() const { return op_; }
+
+ private:
+  friend class Communicator;
+  Request(Communicator* c, uint64_t id, uint32_t op) : comm_(c), id_(id), op_(op) {}
+  Communicator* comm_ = nullptr;
+  uint64_t id_ = 0;
+  uint32_t op_ = 0;
+};
+
+class Communicator {
+ public:
+  // From the switch's YAML: the job's member entry for `sel.rank` gives the
+  // local address, its switch port's ip the destination. Throws Error.
+  static Communicator from_config(const std::string& yaml_path, ConfigSelect sel, Tuning t = {});
+  Communicator(const Endpoints& e, Tuning t = {});
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  // Every rank of the job calls the same collectives in the same order.
+  // `in` holds `count` elements of `dtype`; `out` receives `count` elements
+  // of the output format. `in` == `out` (in place) is allowed when the two
+  // formats have the same width.
+  OpReport allreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o = {});
+  Request iallreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o = {});
+  // Only `root` needs an `out` (others may pass null): over a switch every
+  // member receives the RESULT, so a reduce costs what an allreduce does.
+  OpReport reduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o = {});
+  Request ireduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o = {});
+
+  OpReport wait(Request& r);  // throws the op's Error; the request is spent either way
+  bool test(Request& r);      // true when wait() would return at once
+
+  const Stats& stats() const;
+  const Endpoints& endpoints() const;
+  uint32_t chunk_elems(Dtype dtype, const OpOptions& o = {}) const;  // elements per packet for an op
+  uint32_t next_op() const;
+  uint32_t window() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prism
