@@ -32,7 +32,7 @@ std::string list_chunks(const Op& op, size_t limit) {
   for (uint32_t c = 0; c < op.nchunks; ++c) {
     if (op.chunks[c].done) continue;
     if (shown < limit) {
-      s += (shown ? ", " : "") + std::to_string(c);
+      s.append(shown ? ", " : "").append(std::to_string(c));
       ++shown;
     }
     ++n;
@@ -286,7 +286,7 @@ void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* b
     size_t named = 0;
     for (uint32_t rk = 0; rk < ep.group && size_t(rk / 8) < body_len; ++rk)
       if (body[rk / 8] & (1u << (rk % 8))) {
-        missing += (named++ ? ", " : "") + std::to_string(rk);
+        missing.append(named++ ? ", " : "").append(std::to_string(rk));
       }
     std::string msg = where + ": the switch abandoned the op (op_timeout_ms passed before every contribution arrived)";
     if (body_len) {

@@ -65,7 +65,7 @@ Communicator Communicator::from_config(const std::string& yaml_path, ConfigSelec
     job = cfg.job(sel.job);
     if (!job) {
       std::string ids;
-      for (const auto& j : cfg.jobs) ids += (ids.empty() ? "" : ", ") + std::to_string(j.id);
+      for (const auto& j : cfg.jobs) ids.append(ids.empty() ? "" : ", ").append(std::to_string(j.id));
       throw Error(Errc::INVALID_ARGUMENT, yaml_path + ": no job " + std::to_string(sel.job) + " (its jobs: " + ids +
                                               "): give the job id this rank belongs to");
     }
@@ -75,7 +75,7 @@ Communicator Communicator::from_config(const std::string& yaml_path, ConfigSelec
   const MemberConfig* m = job->member(uint16_t(sel.rank));
   if (!m) {
     std::string ranks;
-    for (const auto& mm : job->members) ranks += (ranks.empty() ? "" : " ") + std::to_string(mm.rank);
+    for (const auto& mm : job->members) ranks.append(ranks.empty() ? "" : " ").append(std::to_string(mm.rank));
     throw Error(Errc::INVALID_ARGUMENT, yaml_path + ": rank " + std::to_string(sel.rank) + " is not a member of job " +
                                             std::to_string(job->id) + " at this switch (its members: " + ranks +
                                             "): use the configuration of the switch this rank is attached to");

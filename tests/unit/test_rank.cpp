@@ -1,0 +1,482 @@
+// libprism's protocol machinery against a fake switch written here from
+// docs/PROTOCOL.md, on loopback: R ranks (threads, each its own
+// Communicator bound to 127.0.0.(2+r)) and a switch thread that sums int32
+// contributions itself (int64 adds: independent of PRISM's arithmetic),
+// keeps a contributor bitmap per chunk, retains results for retransmissions,
+// and impairs the traffic on purpose: loss both ways, duplication,
+// reordering, NACKs of each kind, silence. The real switch and real
+// arithmetic are tested end to end in tests/py/test_rank.py.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "prism.h"
+#include "prism.hpp"
+
+namespace {
+
+constexpr uint32_t kJob = 7;
+std::atomic<uint16_t> next_port{31000};
+
+uint16_t be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+void put16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v >> 8), p[1] = uint8_t(v); }
+
+struct Impair {
+  int loss_in = 0, loss_out = 0, dup = 0, reorder = 0;  // percent
+  int nack_first = 0;                                   // NACK reason for each chunk's first CONTRIB (0: none)
+  int nack_op = -1, nack_reason = 0;                    // NACK every CONTRIB of this op with this reason
+  int abandon_op = -1;                                  // answer this op with OP_ABANDONED once R-1 arrived
+  bool silent = false;                                  // never answer
+};
+
+// The fake switch: one UDP socket on 127.0.0.1, members at 127.0.0.(2+r).
+class FakeSwitch {
+ public:
+  FakeSwitch(uint16_t group, Impair im) : group_(group), im_(im), port_(next_port.fetch_add(1)) {
+    fd_ = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(0x7F000001);
+    const int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind fake switch");
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~FakeSwitch() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  uint64_t duplicates_dropped() const { return dups_; }
+  uint64_t contribs() const { return contribs_; }
+
+ private:
+  struct Chunk {
+    std::vector<int64_t> sum;
+    std::set<uint16_t> seen;
+    std::vector<uint8_t> result;  // the RESULT datagram once complete
+  };
+
+  void send_to(uint16_t rank, const std::vector<uint8_t>& d) {
+    if (im_.silent || pct(im_.loss_out)) return;
+    const int copies = pct(im_.dup) ? 2 : 1;
+    for (int i = 0; i < copies; ++i) {
+      if (pct(im_.reorder)) {
+        held_.push_back({rank, d});
+        continue;
+      }
+      raw_send(rank, d);
+    }
+  }
+  void raw_send(uint16_t rank, const std::vector<uint8_t>& d) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(rank_port(rank));
+    a.sin_addr.s_addr = htonl(0x7F000002 + rank);
+    sendto(fd_, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  bool pct(int p) { return p > 0 && int(rng_() % 100) < p; }
+  uint16_t rank_port(uint16_t r) const { return uint16_t(port_ + 1000 + r); }
+
+  std::vector<uint8_t> answer(const uint8_t* h, uint8_t kind, uint8_t status, size_t body) {
+    std::vector<uint8_t> d(h, h + 32);
+    d[3] = kind;
+    put16(&d[16], 1);  // switch id
+    d[31] = status;
+    d[30] &= uint8_t(~1);
+    if (kind == 4) {  // NACK: terms 0, count 0
+      put16(&d[20], 0);
+      put16(&d[22], 0);
+    }
+    d.resize(32 + body);
+    return d;
+  }
+
+  void on_contrib(const uint8_t* p, size_t n) {
+    if (n < 32 || be16(p) != 0x5052 || p[3] != 1) return;
+    const uint32_t op = be32(p + 8), chunk = be32(p + 12);
+    const uint16_t sender = be16(p + 16), count = be16(p + 22);
+    if (n != 32 + size_t(count) * 4) return;
+    ++contribs_;
+    if (int(op) == im_.nack_op) return send_to(sender, answer(p, 4, uint8_t(im_.nack_reason), 0));
+    const auto key = std::make_pair(op, chunk);
+    if (im_.nack_first && !nacked_.count({key, sender})) {
+      nacked_.insert({key, sender});
+      return send_to(sender, answer(p, 4, uint8_t(im_.nack_first), 0));
+    }
+    Chunk& c = chunks_[key];
+    if (!c.result.empty()) {  // complete: a retransmission gets the result again
+      if (p[30] & 1)
+        send_to(sender, c.result);
+      else
+        ++dups_;
+      return;
+    }
+    if (c.seen.count(sender)) {
+      ++dups_;
+      return;
+    }
+    c.seen.insert(sender);
+    if (c.sum.empty()) c.sum.assign(count, 0);
+    if (c.sum.size() != count) return;
+    for (size_t i = 0; i < count; ++i) {
+      int32_t v;
+      std::memcpy(&v, p + 32 + 4 * i, 4);
+      c.sum[i] += v;
+    }
+    if (int(op) == im_.abandon_op && c.seen.size() == size_t(group_ - 1)) {
+      std::vector<uint8_t> d = answer(p, 4, 8, (group_ + 7) / 8);
+      put16(&d[20], uint16_t(c.seen.size()));
+      for (uint16_t r = 0; r < group_; ++r)
+        if (!c.seen.count(r)) d[32 + r / 8] |= uint8_t(1u << (r % 8));
+      for (uint16_t r : c.seen) send_to(r, d);
+      return;
+    }
+    if (c.seen.size() < group_) return;
+    c.result.assign(p, p + 32 + 4 * size_t(count));
+    c.result[3] = 3;
+    put16(&c.result[16], 1);
+    put16(&c.result[20], group_);
+    c.result[27] = 2;
+    c.result[30] &= uint8_t(~1);
+    for (size_t i = 0; i < count; ++i) {
+      const int32_t v = int32_t(c.sum[i]);
+      std::memcpy(&c.result[32 + 4 * i], &v, 4);
+    }
+    for (uint16_t r = 0; r < group_; ++r) send_to(r, c.result);
+  }
+
+  void loop() {
+    std::vector<uint8_t> buf(9216);
+    while (!stop_) {
+      pollfd pf{fd_, POLLIN, 0};
+      if (poll(&pf, 1, 2) > 0) {
+        for (;;) {
+          const ssize_t n = recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
+          if (n <= 0) break;
+          if (pct(im_.loss_in)) continue;
+          const int copies = pct(im_.dup) ? 2 : 1;
+          for (int i = 0; i < copies; ++i) on_contrib(buf.data(), size_t(n));
+        }
+      }
+      // Held datagrams go out late, in a shuffled order.
+      if (!held_.empty() && rng_() % 4 == 0) {
+        std::shuffle(held_.begin(), held_.end(), rng_);
+        for (auto& [r, d] : held_) raw_send(r, d);
+        held_.clear();
+      }
+    }
+  }
+
+  uint16_t group_;
+  Impair im_;
+  uint16_t port_;
+  int fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mt19937 rng_{12345};
+  std::map<std::pair<uint32_t, uint32_t>, Chunk> chunks_;
+  std::set<std::pair<std::pair<uint32_t, uint32_t>, uint16_t>> nacked_;
+  std::vector<std::pair<uint16_t, std::vector<uint8_t>>> held_;
+  std::atomic<uint64_t> dups_{0}, contribs_{0};
+
+ public:
+  prism::Endpoints endpoints(uint16_t rank) const {
+    prism::Endpoints e;
+    e.job = kJob;
+    e.rank = rank;
+    e.group = group_;
+    char ip[32];
+    std::snprintf(ip, sizeof ip, "127.0.0.%u", 2 + rank);
+    e.local_ip = ip;
+    e.local_port = rank_port(rank);
+    e.switch_ip = "127.0.0.1";
+    e.switch_port = port_;
+    return e;
+  }
+};
+
+int32_t input(uint16_t rank, size_t i, uint32_t op) {
+  return int32_t((i * 2654435761u + rank * 40503u + op) % 200001) - 100000;
+}
+
+prism::Tuning fast() {
+  prism::Tuning t;
+  t.rto_initial_ms = 5;
+  t.timeout_ms = 5000;
+  t.chunk_elems = 100;
+  return t;
+}
+
+// R ranks each run `ops` allreduces of `count` int32 (non-blocking, `split`
+// ops in flight); every rank checks every element against the sum computed here.
+void run_ranks(FakeSwitch& sw, uint16_t R, size_t count, uint32_t ops, uint32_t split, prism::Tuning t,
+               std::vector<prism::Stats>* stats = nullptr) {
+  std::vector<std::thread> th;
+  std::vector<std::string> errors(R);
+  std::vector<prism::Stats> st(R);
+  for (uint16_t r = 0; r < R; ++r)
+    th.emplace_back([&, r] {
+      try {
+        prism::Communicator c(sw.endpoints(r), t);
+        for (uint32_t op = 0; op < ops; op += split) {
+          std::vector<std::vector<int32_t>> in(split), out(split);
+          std::vector<prism::Request> req;
+          for (uint32_t s = 0; s < split; ++s) {
+            in[s].resize(count);
+            out[s].assign(count, 0x7EADBEEF);
+            for (size_t i = 0; i < count; ++i) in[s][i] = input(r, i, op + s);
+            prism::OpOptions o;
+            req.push_back(c.iallreduce(in[s].data(), out[s].data(), count, prism::Dtype::INT32, o));
+          }
+          for (uint32_t s = split; s-- > 0;) {  // completed in reverse order
+            c.wait(req[s]);
+            for (size_t i = 0; i < count; ++i) {
+              int64_t want = 0;
+              for (uint16_t k = 0; k < R; ++k) want += input(k, i, op + s);
+              if (out[s][i] != int32_t(want)) {
+                errors[r] = "op " + std::to_string(op + s) + " element " + std::to_string(i) + ": got " +
+                            std::to_string(out[s][i]) + ", want " + std::to_string(want);
+                return;
+              }
+            }
+          }
+        }
+        st[r] = c.stats();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& x : th) x.join();
+  for (uint16_t r = 0; r < R; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  if (stats) *stats = st;
+}
+
+TEST(Rank, ExactSumsWithoutImpairment) {
+  for (uint16_t R : {1, 2, 4, 8}) {
+    FakeSwitch sw(R, {});
+    std::vector<prism::Stats> st;
+    run_ranks(sw, R, 1000, 3, 1, fast(), &st);
+    for (const auto& s : st) {
+      EXPECT_EQ(s.chunks, 30u);  // 1000 elements in chunks of 100, 3 ops
+      EXPECT_EQ(s.results, 30u);
+      EXPECT_EQ(s.ops, 3u);
+    }
+  }
+}
+
+TEST(Rank, LossBothWaysDuplicationAndReordering) {
+  Impair im;
+  im.loss_in = 10;
+  im.loss_out = 10;
+  im.dup = 10;
+  im.reorder = 20;
+  FakeSwitch sw(4, im);
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 4, 5000, 4, 2, fast(), &st);
+  uint64_t retx = 0;
+  for (const auto& s : st) {
+    retx += s.retransmits;
+    EXPECT_EQ(s.results, 200u);  // every chunk's RESULT taken once: 5000/100 × 4 ops
+  }
+  EXPECT_GT(retx, 0u);
+  EXPECT_GT(sw.duplicates_dropped(), 0u);
+}
+
+TEST(Rank, ManyWindowsInFlight) {
+  FakeSwitch sw(2, {});
+  prism::Tuning t = fast();
+  t.window = 8;
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 2, 20000, 2, 2, t, &st);  // 200 chunks per op through a window of 8
+  EXPECT_EQ(st[0].results, 400u);
+}
+
+TEST(Rank, NoFreeSlotIsRetriedNotAnError) {
+  Impair im;
+  im.nack_first = 6;  // NO_FREE_SLOT for every chunk's first send
+  FakeSwitch sw(2, im);
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 2, 500, 1, 1, fast(), &st);
+  EXPECT_EQ(st[0].no_slot_retries, 5u);
+  EXPECT_EQ(st[0].nack_by_reason[6], 5u);
+}
+
+// Runs one rank-0 allreduce (R ranks, the others run too) and returns rank 0's error.
+std::string error_of(FakeSwitch& sw, uint16_t R, prism::Tuning t, prism::Errc* code = nullptr, int* reason = nullptr) {
+  std::vector<std::thread> th;
+  std::vector<std::string> err(R);
+  std::vector<prism::Errc> codes(R);
+  std::vector<int> reasons(R);
+  for (uint16_t r = 0; r < R; ++r)
+    th.emplace_back([&, r] {
+      try {
+        prism::Communicator c(sw.endpoints(r), t);
+        std::vector<int32_t> in(300, 1), out(300);
+        c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+      } catch (const prism::Error& e) {
+        err[r] = e.what();
+        codes[r] = e.code();
+        reasons[r] = e.nack_reason();
+      }
+    });
+  for (auto& x : th) x.join();
+  if (code) *code = codes[0];
+  if (reason) *reason = reasons[0];
+  return err[0];
+}
+
+TEST(Rank, RefusalNamesOpChunkReasonAndWhatToDo) {
+  Impair im;
+  im.nack_op = 0;
+  im.nack_reason = 4;  // DESCRIPTOR_MISMATCH
+  FakeSwitch sw(2, im);
+  prism::Errc code{};
+  int reason = 0;
+  const std::string e = error_of(sw, 2, fast(), &code, &reason);
+  EXPECT_EQ(code, prism::Errc::REFUSED);
+  EXPECT_EQ(reason, 4);
+  EXPECT_NE(e.find("allreduce op 0 (job 7, rank 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("chunk "), std::string::npos) << e;
+  EXPECT_NE(e.find("descriptor_mismatch"), std::string::npos) << e;
+  EXPECT_NE(e.find("send every chunk of an op with the same"), std::string::npos) << e;
+}
+
+TEST(Rank, AbandonedOpNamesTheMissingRank) {
+  Impair im;
+  im.abandon_op = 0;
+  FakeSwitch sw(3, im);
+  // Rank 2 never runs: ranks 0 and 1 contribute, the switch abandons naming rank 2.
+  std::vector<std::thread> th;
+  std::vector<std::string> err(2);
+  for (uint16_t r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      try {
+        prism::Communicator c(sw.endpoints(r), fast());
+        std::vector<int32_t> in(50, 1), out(50);
+        c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+      } catch (const prism::Error& e) {
+        err[r] = e.what();
+        EXPECT_EQ(e.code(), prism::Errc::ABANDONED);
+      }
+    });
+  for (auto& x : th) x.join();
+  for (const auto& e : err) {
+    EXPECT_NE(e.find("abandoned"), std::string::npos) << e;
+    EXPECT_NE(e.find("2 of 3 contributions arrived; missing rank 2"), std::string::npos) << e;
+  }
+}
+
+TEST(Rank, SilenceTimesOutNamingTheChunks) {
+  Impair im;
+  im.silent = true;
+  FakeSwitch sw(1, im);
+  prism::Tuning t = fast();
+  t.timeout_ms = 300;
+  prism::Errc code{};
+  const std::string e = error_of(sw, 1, t, &code);
+  EXPECT_EQ(code, prism::Errc::TIMEOUT);
+  EXPECT_NE(e.find("no RESULT for 3 of 3 chunks (0, 1, 2) in 300 ms"), std::string::npos) << e;
+  EXPECT_NE(e.find("never answered"), std::string::npos) << e;
+}
+
+TEST(Rank, BadArgumentsAreRefusedBeforeAnythingIsSent) {
+  FakeSwitch sw(2, {});
+  prism::Communicator c(sw.endpoints(0), fast());
+  std::vector<float> a(10), b(10);
+  auto msg = [&](auto fn) {
+    try {
+      fn();
+    } catch (const prism::Error& e) {
+      EXPECT_EQ(e.code(), prism::Errc::INVALID_ARGUMENT);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  prism::OpOptions f16;
+  f16.out = prism::Dtype::FP16;
+  f16.out_given = true;
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), a.data() + 1, 8, prism::Dtype::FP32, f16); }).find("overlap"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), nullptr, 8, prism::Dtype::FP32); }).find("output buffer is null"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { c.reduce(a.data(), b.data(), 8, prism::Dtype::FP32, 5); }).find("not a rank"), std::string::npos);
+  prism::OpOptions int_out;
+  int_out.out = prism::Dtype::INT32;
+  int_out.out_given = true;
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), b.data(), 8, prism::Dtype::FP32, int_out); }), "no error");
+  EXPECT_EQ(c.stats().packets_sent, 0u);
+  EXPECT_EQ(c.next_op(), 0u);  // nothing consumed an op number
+  prism::Endpoints e = sw.endpoints(0);
+  e.rank = 2;
+  EXPECT_NE(msg([&] { prism::Communicator bad(e); }).find("not below the group size"), std::string::npos);
+  e = sw.endpoints(0);
+  e.switch_ip = "10.0.0.300";
+  EXPECT_NE(msg([&] { prism::Communicator bad(e); }).find("not an IPv4 address"), std::string::npos);
+}
+
+TEST(Rank, ReduceGivesTheRootTheSumAndOthersNothingToKeep) {
+  FakeSwitch sw(2, {});
+  std::vector<std::thread> th;
+  std::vector<int32_t> root_out(100, 0);
+  for (uint16_t r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      prism::Communicator c(sw.endpoints(r), fast());
+      std::vector<int32_t> in(100, int32_t(r + 1));
+      c.reduce(in.data(), r == 1 ? root_out.data() : nullptr, in.size(), prism::Dtype::INT32, 1);
+    });
+  for (auto& x : th) x.join();
+  for (int32_t v : root_out) EXPECT_EQ(v, 3);
+}
+
+TEST(Rank, CApiRunsAnAllreduceAndReportsErrors) {
+  FakeSwitch sw(1, {});
+  const prism::Endpoints ep = sw.endpoints(0);
+  prism_endpoints e{};
+  e.job = kJob;
+  e.rank = 0;
+  e.group = 1;
+  e.local_ip = ep.local_ip.c_str();
+  e.local_port = ep.local_port;
+  e.switch_ip = "127.0.0.1";
+  e.switch_port = ep.switch_port;
+  prism_tuning t{};
+  t.chunk_elems = 64;
+  prism_comm* c = nullptr;
+  ASSERT_EQ(prism_comm_create(&e, &t, &c), PRISM_OK) << prism_last_error();
+  std::vector<int32_t> in(200), out(200);
+  for (int i = 0; i < 200; ++i) in[size_t(i)] = i - 77;
+  prism_op_report rep{};
+  ASSERT_EQ(prism_allreduce(c, in.data(), out.data(), in.size(), PRISM_INT32, nullptr, &rep), PRISM_OK)
+      << prism_last_error();
+  EXPECT_EQ(out, in);  // a group of one: the sum is the input
+  EXPECT_EQ(rep.chunks, 4u);
+  prism_request* req = nullptr;
+  ASSERT_EQ(prism_iallreduce(c, in.data(), out.data(), in.size(), PRISM_INT32, nullptr, &req), PRISM_OK);
+  ASSERT_EQ(prism_wait(&req, &rep), PRISM_OK) << prism_last_error();
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(rep.op, 1u);
+  prism_stats s{};
+  ASSERT_EQ(prism_comm_stats(c, &s), PRISM_OK);
+  EXPECT_EQ(s.results, 8u);
+  EXPECT_EQ(prism_allreduce(c, in.data(), nullptr, in.size(), PRISM_INT32, nullptr, nullptr), PRISM_EINVAL);
+  EXPECT_NE(std::string(prism_last_error()).find("output buffer is null"), std::string::npos);
+  prism_comm_destroy(c);
+  EXPECT_EQ(prism_comm_create(nullptr, nullptr, &c), PRISM_EINVAL);
+}
+
+}  // namespace
