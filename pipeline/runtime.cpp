@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "kernel_link.hpp"
 #include "telemetry.hpp"
 
 namespace prism::pipe {
@@ -120,14 +121,17 @@ std::vector<unsigned> Runtime::choose_lcores() const {
 void Runtime::start_ports() {
   for (const auto& p : cfg_.ports) ports_ = std::max<uint16_t>(ports_, uint16_t(p.id + 1));
   dpdk_port_.assign(ports_, UINT16_MAX);
-  port_info_.assign(ports_, PortInfo{false, false});
+  port_info_.assign(ports_, PortInfo{});
   copies_.assign(ports_, Copies::WHOLE);
   for (const auto& p : cfg_.ports) {
     uint16_t pid = p.id;
     if (!p.device.empty()) {
       const std::string name = port_name(p.device);
       if (rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0) {
-        if (rte_dev_probe(p.device.c_str()) != 0 || rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0)
+        std::string why;
+        const std::string device = af_packet_devargs(p.device, &why);
+        if (!why.empty()) PRISM_LOG(INFO, "port %u: %s\n", p.id, why.c_str());
+        if (rte_dev_probe(device.c_str()) != 0 || rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0)
           throw SetupError(cfg_.path + ": port " + std::to_string(p.id) + ": cannot create device '" + p.device +
                            "' (check the vdev name and its arguments)");
         probed_.push_back(name);
@@ -161,6 +165,7 @@ void Runtime::start_ports() {
     port_info_[p.id].can_chain = can_chain;
     const std::string driver = info.driver_name ? info.driver_name : "";
     port_info_[p.id].kernel_link = driver == "net_af_packet" || driver == "net_tap";
+    if (driver == "net_af_packet") port_info_[p.id].ring_ifindex = info.if_index;
     switch (cfg_.fanout) {
       case Fanout::COPY: break;
       case Fanout::CHAIN:
@@ -231,7 +236,7 @@ void Runtime::wire_stages() {
     else
       next = std::make_unique<VoqHandoff>(voq[i]);
     rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], dir_, shards, std::move(next), emitter(),
-                                            port_info_[id].kernel_link));
+                                            port_info_[id].kernel_link, port_info_[id].ring_ifindex));
   }
   if (run_to_completion_)
     PRISM_LOG(INFO, "one lcore runs every stage: packets run to completion (RX -> reducer -> TX, no rings)\n");

@@ -87,8 +87,10 @@ class Runtime {
     std::vector<Stage*> stages;
   };
   struct PortInfo {  // what setup learned of a port's device
-    bool can_chain;
-    bool kernel_link;  // a Linux interface (net_af_packet, net_tap): local senders may leave checksums to offload
+    bool can_chain = false;
+    bool kernel_link =
+        false;  // a Linux interface (net_af_packet, net_tap): local senders may leave checksums to offload
+    unsigned ring_ifindex = 0;  // net_af_packet: its interface, whose ring drops RX counts (0: none)
   };
   void start_ports();
   std::vector<unsigned> choose_lcores() const;

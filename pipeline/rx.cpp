@@ -1,5 +1,6 @@
 #include "rx.hpp"
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 
 #include "proto/neighbor.hpp"
@@ -7,14 +8,15 @@
 namespace prism::pipe {
 
 RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
-                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link)
+                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex)
     : cfg_port_(cfg_port),
       dpdk_port_(dpdk_port),
       dir_(dir),
       shards_(shards),
       kernel_link_(kernel_link),
       next_(std::move(next)),
-      nacks_(std::move(nacks)) {}
+      nacks_(std::move(nacks)),
+      ring_drops_(ring_ifindex ? std::make_unique<RingDrops>(ring_ifindex) : nullptr) {}
 
 void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v) {
   c_.dropped[size_t(*v.drop)].add();
@@ -55,6 +57,10 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     return 0;
   }
   if (!link_.up(dpdk_port_, now_tsc)) return 0;
+  if (ring_drops_ && now_tsc >= next_drops_tsc_) {  // a system call: ten times a second
+    c_.ring_drops.add(ring_drops_->sample());
+    next_drops_tsc_ = now_tsc + rte_get_tsc_hz() / 10;
+  }
   rte_mbuf* burst[kBurst];
   const uint16_t n = rte_eth_rx_burst(dpdk_port_, 0, burst, kBurst);
   if (n == 0) return 0;

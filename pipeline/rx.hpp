@@ -14,13 +14,14 @@
 
 #include "emit.hpp"
 #include "handoff.hpp"
+#include "kernel_link.hpp"
 #include "stage.hpp"
 
 namespace prism::pipe {
 
 struct RxCounters {
   Counter packets, bytes, to_reducers, backpressure, multi_segment, hw_checksums, partial_checksums, arp_replies,
-      echo_replies;
+      echo_replies, ring_drops;
   Counter refused[size_t(wire::Refusal::kCount)];  // by the parser's reason (named by its table)
   Counter dropped[size_t(sw::Drop::kCount)];       // by the switch's reason (sw::kDrops)
 };
@@ -35,6 +36,9 @@ inline constexpr CounterField<RxCounters> kRxCounters[] = {
      &RxCounters::partial_checksums},
     {"arp_replies", "ARP requests for the port's address, answered", &RxCounters::arp_replies},
     {"echo_replies", "ICMP echo requests to the port's address, answered", &RxCounters::echo_replies},
+    {"ring_drops",
+     "frames the kernel dropped because the port's net_af_packet ring was full (senders outran the switch)",
+     &RxCounters::ring_drops},
 };
 
 class RxStage final : public Stage {
@@ -42,8 +46,9 @@ class RxStage final : public Stage {
   // `nacks`: where this port's NACKs and ARP and echo replies are made and sent.
   // `kernel_link`: the port is a Linux interface (net_af_packet, net_tap),
   // whose local senders may leave UDP checksums to offload (wire::parse).
+  // `ring_ifindex`: a net_af_packet port's interface, whose ring drops are counted.
   RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
-          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link);
+          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex = 0);
   const char* kind() const override { return "rx"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return pending_n_ == 0 && nacks_->drained(); }
@@ -69,6 +74,8 @@ class RxStage final : public Stage {
   RxCounters c_;
   std::atomic<uint64_t> last_rx_{0};
   LinkWatch link_;
+  std::unique_ptr<RingDrops> ring_drops_;
+  uint64_t next_drops_tsc_ = 0;
 };
 
 }  // namespace prism::pipe

@@ -153,3 +153,61 @@ def test_a_kernel_udp_socket_gets_its_result(tmp_path: Path, host: Host):
     # The kernel left the UDP checksum to an offload that never ran on the veth: taken as not given.
     assert s.rx[0]['partial_checksums'] == 1 and not s.refused, out
     assert s.shard_total('contribs') == 1 and s.shard_total('results_sent') == 1, out
+
+
+FLOOD = r"""
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('HOST_IP', 20562))
+d = b'x' * 1400
+for i in range(COUNT):
+    s.sendto(d, ('PORT_IP', 20562))
+"""
+
+
+def test_ring_overflow_is_counted(tmp_path: Path, host: Host):
+    """A sender faster than the switch polls overflows net_af_packet's ring: the kernel drops
+    the frames, and DPDK 22.11's driver does not say so (imissed stays 0). The switch reads the
+    kernel's count from the driver's packet sockets: every frame sent is either received or
+    counted as a ring drop."""
+    proc, prefix = start_switch(tmp_path, host)
+    n = 200000
+    try:
+        # Resolve the switch first: while ARP is pending the kernel keeps only a few datagrams.
+        sh('ping', '-c', 1, '-W', 2, PORT_IP, ns=host.ns)
+        code = FLOOD.replace('HOST_IP', HOST_IP).replace('PORT_IP', PORT_IP).replace('COUNT', str(n))
+        # On the switch's own CPU (the EAL pins lcore 0 to it): while the sender runs the switch
+        # cannot poll, so the 512-frame ring overflows for certain.
+        r = sh('taskset', '-c', '0', '/usr/bin/python3', '-c', code, ns=host.ns, check=False)
+        time.sleep(0.5)  # the RX stage samples the kernel's count ten times a second
+    finally:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+    assert rc == 0 and r.returncode == 0, (rc, out, err, r.stderr)
+    rx = su.parse_summary(out).rx[0]
+    # Every datagram of the flood was either received (its checksum left to offload) or dropped by
+    # the ring (the ping and its ARP are received too, and may have been the ring's drops as well).
+    assert n <= rx['partial_checksums'] + rx['ring_drops'] <= n + 2, out
+    assert rx['ring_drops'] > 0, f'the flood did not overflow the ring here: {out}'
+
+
+def test_jumbo_frames_size_the_ring_from_the_interface_mtu(tmp_path: Path, host: Host):
+    """With MTU 9000 on the veth, the switch gives net_af_packet frames that hold 9000-byte
+    packets (framesz/blocksz from the interface's MTU, logged), so a jumbo CONTRIB gets its
+    jumbo RESULT; without them the kernel would drop it silently. 1788 fp32 elements: the most
+    whose RESULT, sideband included, fits a 9000-byte packet (PROTOCOL.md: size C for the RESULT)."""
+    sh('ip', 'link', 'set', host.sw_if, 'mtu', 9000)
+    sh('ip', 'link', 'set', host.host_if, 'mtu', 9000, ns=host.ns)
+    proc, prefix = start_switch(tmp_path, host)
+    try:
+        code = CLIENT.replace('HOST_IP', HOST_IP).replace('PORT_IP', PORT_IP).replace(
+            "vals = [1.5, -2.25, 3.0, 1e-30]", "vals = [1.5, -2.25, 3.0, 1e-30] * 447").replace(
+            "'<4f'", "'<1788f'").replace('data[32:48]', 'data[32:32 + 7152]')
+        r = sh('/usr/bin/python3', '-c', code, ns=host.ns, check=False)
+    finally:
+        rc, out, err = su.stop_switch(proc)
+        su.cleanup_prefix(prefix)
+    assert rc == 0, (rc, out, err)
+    assert 'has MTU 9000: framesz=9216,blocksz=36864 added' in err, err
+    assert r.returncode == 0, r.stdout + r.stderr + out
+    assert r.stdout.split() == ['3', '1', '1788', 'True'], r.stdout + out

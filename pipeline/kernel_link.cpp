@@ -1,0 +1,73 @@
+#include "kernel_link.hpp"
+
+#include <dirent.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+namespace prism::pipe {
+namespace {
+
+std::string devarg(const std::string& device, const std::string& key) {
+  const std::string k = key + "=";
+  for (size_t at = device.find(','); at != std::string::npos; at = device.find(',', at + 1)) {
+    if (device.compare(at + 1, k.size(), k) == 0) {
+      const size_t end = device.find(',', at + 1);
+      return device.substr(at + 1 + k.size(), end == std::string::npos ? std::string::npos : end - at - 1 - k.size());
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string af_packet_devargs(const std::string& device, std::string* why) {
+  if (device.rfind("net_af_packet", 0) != 0) return device;
+  if (!devarg(device, "framesz").empty() || !devarg(device, "blocksz").empty()) return device;
+  const std::string iface = devarg(device, "iface");
+  std::ifstream f("/sys/class/net/" + iface + "/mtu");
+  unsigned mtu = 0;
+  if (iface.empty() || !(f >> mtu)) return device;
+  // A frame holds the packet (MTU + Ethernet header + a VLAN tag) and the
+  // ring's own header (tpacket2_hdr and sockaddr_ll, under 128 bytes).
+  const unsigned need = mtu + 18 + 128;
+  if (need <= 2048) return device;
+  const unsigned framesz = (need + 1023) / 1024 * 1024;
+  const unsigned page = unsigned(sysconf(_SC_PAGESIZE));
+  const unsigned blocksz = (4 * framesz + page - 1) / page * page;
+  if (why)
+    *why = iface + " has MTU " + std::to_string(mtu) + ": framesz=" + std::to_string(framesz) +
+           ",blocksz=" + std::to_string(blocksz) + " added to its net_af_packet device (set them in device: to choose)";
+  return device + ",framesz=" + std::to_string(framesz) + ",blocksz=" + std::to_string(blocksz);
+}
+
+RingDrops::RingDrops(unsigned ifindex) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    sockaddr_ll a{};
+    socklen_t len = sizeof a;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sll_family != AF_PACKET) continue;
+    if (unsigned(a.sll_ifindex) == ifindex) fds_.push_back(fd);
+  }
+  closedir(d);
+  sample();  // drops from before the switch took the port are not its
+}
+
+uint64_t RingDrops::sample() {
+  uint64_t n = 0;
+  for (int fd : fds_) {
+    tpacket_stats st{};
+    socklen_t len = sizeof st;
+    if (getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0) n += st.tp_drops;
+  }
+  return n;
+}
+
+}  // namespace prism::pipe
