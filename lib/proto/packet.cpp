@@ -222,9 +222,14 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
     // A NACK echoes whatever it refused: its descriptor codes are not checked.
     if (h.status < 1 || h.status > kNackReasonCount) return Refusal::BAD_NACK_REASON;
     if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
-    if (h.terms != 0) return Refusal::BAD_TERMS;
+    // OP_ABANDONED alone carries something: the contributions that had
+    // arrived (terms) and, optionally, the bitmap of members that had not.
+    const bool abandoned = h.status == uint8_t(NackReason::OP_ABANDONED);
+    if (abandoned ? h.terms > h.group : h.terms != 0) return Refusal::BAD_TERMS;
     if (h.count != 0) return Refusal::BAD_COUNT;
-    if (blen != 0) return Refusal::PAYLOAD_LENGTH;
+    if (blen != 0 && !(abandoned && blen == abandoned_bitmap_bytes(h.group))) return Refusal::PAYLOAD_LENGTH;
+    r.payload = blen ? body : nullptr;
+    r.payload_len = blen;
     return Refusal::OK;
   }
 

@@ -79,7 +79,8 @@ inline constexpr Entry<Refusal> kRefusals[] = {
     {Refusal::BAD_GROUP, "bad_group", "group 0"},
     {Refusal::BAD_TERMS, "bad_terms", "terms 0, above group, or wrong for the kind"},
     {Refusal::BAD_COUNT, "bad_count", "count 0 (data kinds) or non-zero (NACK)"},
-    {Refusal::PAYLOAD_LENGTH, "payload_length", "the payload's bytes disagree with count and encoding"},
+    {Refusal::PAYLOAD_LENGTH, "payload_length",
+     "the payload's bytes disagree with count and encoding (a NACK's: with its reason)"},
     {Refusal::BAD_FRAGMENT, "bad_fragment", "a Kulisch partial's fragment header is out of range"},
     {Refusal::BAD_PARTIAL, "bad_partial", "a lane record is malformed"},
     {Refusal::BAD_NACK_REASON, "bad_nack_reason", "a NACK whose status is not a known reason"},
@@ -114,7 +115,7 @@ struct Parsed {
   Endpoint src, dst;
   uint16_t vlan = 0;  // VLAN id, 0 when untagged
   Header h;
-  const uint8_t* payload = nullptr;   // elements (encodings 1, 2) or lane records (3)
+  const uint8_t* payload = nullptr;   // elements (encodings 1, 2), lane records (3), a NACK OP_ABANDONED's bitmap
   size_t payload_len = 0;             // without the sideband and the fragment header
   const uint8_t* sideband = nullptr;  // count status bytes when flags has SIDEBAND
   uint16_t first_lane = 0;            // encoding 3: first lane of this fragment

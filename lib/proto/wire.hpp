@@ -64,8 +64,9 @@ enum class NackReason : uint8_t {
   ACCUMULATOR_TOO_NARROW = 5,
   NO_FREE_SLOT = 6,
   RESULT_EXPIRED = 7,
+  OP_ABANDONED = 8,
 };
-inline constexpr size_t kNackReasonCount = 7;
+inline constexpr size_t kNackReasonCount = 8;
 inline constexpr Entry<NackReason> kNackReasons[] = {
     {NackReason::MALFORMED, "malformed",
      "the packet's header or body is invalid: fix the sender (it is a bug), do not resend it as it is"},
@@ -83,11 +84,20 @@ inline constexpr Entry<NackReason> kNackReasons[] = {
      "the job's slot quota or the switch's slot table is full: retry later (after a back-off)"},
     {NackReason::RESULT_EXPIRED, "result_expired",
      "a retransmission for a completed op whose result is no longer retained: the result is lost, restart the op "
-     "under a new op id (or raise retention_ms)"},
+     "under a new op id (or raise retention_ms and retention_mib)"},
+    {NackReason::OP_ABANDONED, "op_abandoned",
+     "the op chunk was abandoned after op_timeout_ms because a contributor never sent (or died), so it cannot "
+     "complete: fail the collective, and restart it, if at all, under new op numbers (terms says how many "
+     "contributions had arrived; a body, when present, is a bitmap of this switch's members that had not)"},
 };
 static_assert(std::size(kNackReasons) == kNackReasonCount, "every NackReason has a row in kNackReasons");
 constexpr std::span<const Entry<NackReason>> entries(NackReason) { return kNackReasons; }
 static_assert(codes_in_order<NackReason>(1), "parse() range-checks the reason code");
+
+// A NACK OP_ABANDONED's body, when it has one: a bitmap of the switch's
+// members whose contribution had not arrived, bit (r % 8) of byte (r / 8)
+// set for rank r missing, one bit per rank of the group.
+constexpr size_t abandoned_bitmap_bytes(uint16_t group) { return (size_t(group) + 7) / 8; }
 
 inline const char* name(Kind k) { return prism::name<Kind>(k); }
 inline const char* name(Encoding e) { return prism::name<Encoding>(e); }

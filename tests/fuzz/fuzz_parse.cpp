@@ -52,9 +52,16 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
   FUZZ_CHECK(h.magic == wire::kMagic && h.version == wire::kVersion);
   FUZZ_CHECK(p.dst.port == kPort);
   FUZZ_CHECK((h.flags & ~wire::hflag::ALL) == 0);  // flags bits 3-7 must be 0
-  if (h.kind == wire::Kind::NACK) {                // reason 1..7, terms 0, count 0, empty body
-    FUZZ_CHECK(h.status >= 1 && h.status <= 7 && h.terms == 0 && h.count == 0);
-    FUZZ_CHECK(p.payload_len == 0 && p.sideband == nullptr);
+  if (h.kind == wire::Kind::NACK) {                // reason 1..8, count 0; terms 0 and no body but for 8
+    FUZZ_CHECK(h.status >= 1 && h.status <= 8 && h.count == 0 && p.sideband == nullptr);
+    if (h.status == uint8_t(wire::NackReason::OP_ABANDONED)) {  // terms <= group, the bitmap or nothing
+      FUZZ_CHECK(h.terms <= h.group);
+      FUZZ_CHECK(p.payload_len == 0 || p.payload_len == wire::abandoned_bitmap_bytes(h.group));
+      FUZZ_CHECK(p.payload_len == 0 || inside(p.payload, p.payload_len, frame, size));
+      fuzz::touch(p.payload, p.payload_len);
+    } else {
+      FUZZ_CHECK(h.terms == 0 && p.payload_len == 0);
+    }
     (void)wire::name(wire::NackReason(h.status));
     return;
   }
@@ -110,7 +117,10 @@ void check_rebuild(const Parsed& p, bool check_partial) {
   const wire::Header& h = p.h;
   const uint8_t* body = nullptr;
   size_t body_len = 0;
-  if (h.kind != wire::Kind::NACK) {
+  if (h.kind == wire::Kind::NACK) {
+    body = p.payload;  // OP_ABANDONED's bitmap, or nothing
+    body_len = p.payload_len;
+  } else {
     if (h.encoding == wire::Encoding::KULISCH) {
       body = p.payload - wire::kFragmentHeader;
       body_len = wire::kFragmentHeader + p.payload_len;

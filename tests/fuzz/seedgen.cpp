@@ -204,12 +204,18 @@ void hand_made() {
   h.flags = wire::hflag::RETRANSMIT;
   put("contrib-retransmit", frame(h, ex));
   // NACKs: every reason, with an echoed (unchecked) descriptor.
-  for (uint8_t r = 1; r <= 7; ++r) {
+  for (uint8_t r = 1; r <= wire::kNackReasonCount; ++r) {
     wire::Header n = header(wire::Kind::NACK, Format::FP32, Format::FP32, 0);
     n.status = r;
     n.sender = 1;
     put("nack-" + std::string(wire::name(wire::NackReason(r))), frame(n, {}, kSwitch, kRank));
   }
+  // OP_ABANDONED with what it may carry: terms arrived and the bitmap of the members missing (rank 1 of 2).
+  wire::Header ab = header(wire::Kind::NACK, Format::FP32, Format::FP32, 0);
+  ab.status = uint8_t(wire::NackReason::OP_ABANDONED);
+  ab.sender = 1;
+  ab.terms = 1;
+  put("nack-op_abandoned-bitmap", frame(ab, {0x02}, kSwitch, kRank));
   // Kulisch partials: one fragment, then the same chunk cut into small fragments.
   const auto zoo = lane_zoo();
   for (const auto& f : kulisch_frames(zoo, wire::max_body(9000), Format::FP32)) put("kulisch-one", f);

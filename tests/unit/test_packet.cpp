@@ -207,10 +207,19 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     case Kind::CONTRIB: h.terms = 1; break;
     case Kind::PARTIAL: h.terms = uint16_t(1 + rng() % h.group); break;
     case Kind::RESULT: h.terms = h.group, h.status = uint8_t(rng() % 8); break;
-    case Kind::NACK: h.terms = 0, h.status = uint8_t(1 + rng() % 7); break;
+    case Kind::NACK: h.terms = 0, h.status = uint8_t(1 + rng() % 8); break;
   }
   if (kind == Kind::NACK) {
     h.count = 0;
+    // OP_ABANDONED: the contributions that arrived, and (or not) a bitmap of ceil(group / 8) bytes.
+    if (h.status == uint8_t(NackReason::OP_ABANDONED)) {
+      h.terms = uint16_t(rng() % (uint32_t(h.group) + 1));
+      if (rng() % 2) {
+        b.payload.resize((size_t(h.group) + 7) / 8);
+        for (auto& x : b.payload) x = uint8_t(rng());
+        b.body = b.payload;
+      }
+    }
     // A NACK echoes whatever it refused: codes are not checked.
     h.dtype = Format(uint8_t(rng()));
     h.out_dtype = Format(uint8_t(rng()));
@@ -919,7 +928,8 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
                                                  {4, "descriptor_mismatch"},
                                                  {5, "accumulator_too_narrow"},
                                                  {6, "no_free_slot"},
-                                                 {7, "result_expired"}};
+                                                 {7, "result_expired"},
+                                                 {8, "op_abandoned"}};
   for (const auto& [c, n] : reasons) {
     ASSERT_EQ(from_code<NackReason>(uint8_t(c)), NackReason(c)) << n;
     EXPECT_STREQ(wire::name(NackReason(c)), n);
@@ -929,8 +939,8 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
     EXPECT_NE(d.find(": "), std::string::npos) << n << ": " << d;
   }
   EXPECT_FALSE(from_code<NackReason>(0).has_value());
-  EXPECT_FALSE(from_code<NackReason>(8).has_value());
-  EXPECT_STREQ(wire::name(NackReason(8)), "?");
+  EXPECT_FALSE(from_code<NackReason>(9).has_value());
+  EXPECT_STREQ(wire::name(NackReason(9)), "?");
   // Refusals: named by their table, in code order, "?" beyond it.
   EXPECT_STREQ(wire::name(Refusal::OK), "ok");
   EXPECT_STREQ(wire::name(Refusal::SHORT_FRAME), "short_frame");
@@ -938,6 +948,57 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
   EXPECT_STREQ(wire::name(Refusal::kCount), "?");
   for (size_t i = 0; i < size_t(Refusal::kCount); ++i)
     EXPECT_EQ(from_name<Refusal>(wire::name(Refusal(i))), Refusal(i)) << i;
+}
+
+// PROTOCOL.md's NACK shapes, exactly: every reason takes terms 0 and an empty
+// body; OP_ABANDONED (8) also takes terms up to group and a bitmap of exactly
+// ceil(group / 8) bytes (counted here by hand: 1 rank -> 1 byte, 8 -> 1,
+// 9 -> 2, 65535 -> 8192). count is 0 for all. Through parse() (a frame) and
+// parse_message() (a socket's datagram) alike.
+TEST(Parse, NackShapesAreTheDocumentedOnes) {
+  const std::pair<uint16_t, size_t> groups[] = {{1, 1}, {4, 1}, {8, 1}, {9, 2}, {12, 2}, {65535, 8192}};
+  const Endpoint src{{2, 0, 0, 0, 0xff, 0}, 0x0A0000FE, 20562}, dst{{2, 0, 0, 0, 0, 1}, 0x0A000001, 20562};
+  for (uint8_t reason = 1; reason <= 8; ++reason)
+    for (const auto& [group, bitmap] : groups) {
+      const bool abandoned = reason == 8;
+      const auto check = [&](uint16_t terms, uint16_t count, size_t body_len, Refusal want) {
+        Header h;
+        h.kind = Kind::NACK;
+        h.group = group;
+        h.terms = terms;
+        h.count = count;
+        h.status = reason;
+        const Bytes body(body_len, 0xA5);
+        Bytes f(kMaxFrame);
+        f.resize(build(f.data(), f.size(), src, dst, h, body));
+        ASSERT_FALSE(f.empty());
+        SCOPED_TRACE(testing::Message() << "reason " << int(reason) << " group " << group << " terms " << terms
+                                        << " count " << count << " body " << body_len);
+        Parsed p;
+        EXPECT_EQ(parse(f, 20562, &p), want) << name(parse(f, 20562, &p));
+        if (want == Refusal::OK) {
+          EXPECT_EQ(p.payload_len, body_len);
+          if (body_len) {
+            EXPECT_EQ(Bytes(p.payload, p.payload + p.payload_len), body);
+          }
+        }
+        Parsed m;
+        EXPECT_EQ(parse_message({f.data() + frame::header, f.size() - frame::header}, &m), want);
+      };
+      check(0, 0, 0, Refusal::OK);
+      check(1, 0, 0, abandoned ? Refusal::OK : Refusal::BAD_TERMS);
+      check(group, 0, 0, abandoned ? Refusal::OK : Refusal::BAD_TERMS);
+      check(0, 0, bitmap, abandoned ? Refusal::OK : Refusal::PAYLOAD_LENGTH);
+      check(group, 0, bitmap, abandoned ? Refusal::OK : Refusal::BAD_TERMS);
+      check(0, 0, 1, abandoned && bitmap == 1 ? Refusal::OK : Refusal::PAYLOAD_LENGTH);
+      check(0, 0, bitmap + 1, Refusal::PAYLOAD_LENGTH);
+      // One byte short (or, for a bitmap of one byte, one too many).
+      check(0, 0, bitmap == 1 ? 2 : bitmap - 1, Refusal::PAYLOAD_LENGTH);
+      if (group < 65535) check(uint16_t(group + 1), 0, 0, Refusal::BAD_TERMS);
+      check(0, 1, 0, Refusal::BAD_COUNT);
+      check(abandoned ? 1 : 0, 1, abandoned ? bitmap : 0, Refusal::BAD_COUNT);
+      if (testing::Test::HasFailure()) return;
+    }
 }
 
 // PROTOCOL.md's header table, field by field, and the frame a build() makes:
