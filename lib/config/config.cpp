@@ -403,7 +403,8 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   for (size_t i = 0; i < c.jobs.size(); ++i)
     check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, c.jobs[i], i);
   c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
-  c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 0));
+  c.retention_mib = uint32_t(rd.uint_or(root, "retention_mib", "", 0, 4096, 64));
+  c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 3000));
   c.partial_retry_ms = uint32_t(rd.uint_or(root, "partial_retry_ms", "", 0, 3600000, 200));
   if (const YAML::Node r = root["rings"]) {
     rd.only(r, "rings", {"size"});
@@ -441,8 +442,8 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   }
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
   rd.only(root, "",
-          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "op_timeout_ms", "partial_retry_ms", "rings",
-           "arbiter", "reducers", "fanout", "lcores"});
+          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
+           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "lcores"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);

@@ -105,7 +105,8 @@ struct SwitchConfig {
   std::vector<JobConfig> jobs;
   int kulisch_width = kMaxWidth;
   uint32_t retention_ms = 1000;     // how long a completed result is kept for retransmission
-  uint32_t op_timeout_ms = 0;       // an incomplete op is abandoned after this (0: never)
+  uint32_t retention_mib = 64;      // room per reducer shard for retained results (0: none are kept)
+  uint32_t op_timeout_ms = 3000;    // an incomplete op is abandoned after this (0: never)
   uint32_t partial_retry_ms = 200;  // a leaf re-sends a PARTIAL whose RESULT is this late (0: never)
   uint32_t ring_size = 1024;        // VOQ ring entries (power of two)
   ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;

@@ -30,6 +30,7 @@ enum class Drop : uint8_t {
   DUPLICATE,
   RESULT_EXPIRED,
   LATE,
+  ABANDONED,
   BAD_PARTIAL,
   STALE_RESULT,
   kCount
@@ -50,6 +51,7 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::DUPLICATE, "duplicate", "a contributor (or a partial's fragment) already counted"},
     {Drop::RESULT_EXPIRED, "result_expired", "a retransmission for a result no longer retained"},
     {Drop::LATE, "late", "a contribution (not a retransmission) for an op that has completed"},
+    {Drop::ABANDONED, "abandoned", "a contribution or retransmission for an op chunk abandoned after op_timeout_ms"},
     {Drop::BAD_PARTIAL, "bad_partial", "a partial that cannot be merged exactly"},
     {Drop::STALE_RESULT, "stale_result", "a parent's RESULT for no op waiting for it"},
 };
@@ -71,6 +73,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::TOO_NARROW: return R::ACCUMULATOR_TOO_NARROW;
     case Drop::NO_FREE_SLOT: return R::NO_FREE_SLOT;
     case Drop::RESULT_EXPIRED: return R::RESULT_EXPIRED;
+    case Drop::ABANDONED: return R::OP_ABANDONED;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:
     case Drop::SPOOFED:

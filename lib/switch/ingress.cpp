@@ -91,11 +91,15 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
 }
 
 Out nack(const Directory& dir, const wire::Parsed& p, wire::NackReason why, const Member& to) {
+  return nack(dir, p.h, why, to);
+}
+
+Out nack(const Directory& dir, const wire::Header& echoed, wire::NackReason why, const Member& to) {
   Out o;
   o.port = to.port;
   o.src = dir.self(to.port);
   o.dst = to.addr;
-  o.h = p.h;  // echoes the refused packet's job, op, chunk and codes
+  o.h = echoed;  // the refused packet's job, op, chunk and codes
   o.h.magic = wire::kMagic;
   o.h.version = wire::kVersion;
   o.h.kind = wire::Kind::NACK;

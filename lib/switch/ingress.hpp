@@ -49,6 +49,9 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
 // `to`'s registered address. The only NACK builder.
 struct Out;
 Out nack(const Directory& dir, const wire::Parsed& p, wire::NackReason why, const Member& to);
+// The same for an op the switch gives up on with no packet in hand: it
+// echoes the op's descriptor `op` (its first packet's header).
+Out nack(const Directory& dir, const wire::Header& op, wire::NackReason why, const Member& to);
 // Sends a refused packet's NACK to `out` when its verdict has one; true if it did.
 class Sink;
 bool answer(const Directory& dir, const Verdict& v, const wire::Parsed& p, Sink& out);

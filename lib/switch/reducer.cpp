@@ -1,6 +1,7 @@
 #include "switch/reducer.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace prism::sw {
 namespace {
@@ -18,7 +19,9 @@ class MapIndex final : public SlotIndex {
   std::unordered_map<SlotKey, int32_t, SlotKeyHash> m_;
 };
 
-constexpr size_t kTombstones = 1 << 16;  // recently expired keys, for RESULT_EXPIRED
+// Keys of chunks let go (expired results, abandoned chunks) that a late
+// packet is still told about; older ones are forgotten.
+constexpr size_t kTombstones = 1 << 16;
 
 bool test_set(std::vector<uint64_t>& bits, uint32_t i) {
   uint64_t& w = bits[i >> 6];
@@ -37,58 +40,12 @@ uint8_t side_from_status(uint8_t st) {
 
 std::unique_ptr<SlotIndex> make_map_index() { return std::make_unique<MapIndex>(); }
 
-RecentKeys::RecentKeys(size_t capacity) : fifo_(capacity) {
-  size_t n = 16, bits = 4;
-  while (n < 2 * capacity) n <<= 1, ++bits;  // at most half full
-  table_.assign(n, Entry{});
-  mask_ = n - 1;
-  shift_ = 64 - bits;
-}
-
-long RecentKeys::find(const SlotKey& k) const {
-  for (size_t i = home(k);; i = (i + 1) & mask_) {
-    if (!table_[i].used) return -1;
-    if (table_[i].key == k) return long(i);
-  }
-}
-
-void RecentKeys::insert(const SlotKey& k) {
-  if (fifo_.empty() || contains(k)) return;
-  if (count_ == fifo_.size()) {  // full: forget the oldest
-    const long at = find(fifo_[head_]);
-    if (at >= 0) erase_at(size_t(at));
-    head_ = fifo_at(head_ + 1);
-    --count_;
-    prefetch(fifo_[head_]);  // the next insert forgets this one
-  }
-  size_t i = home(k);
-  while (table_[i].used) i = (i + 1) & mask_;
-  table_[i] = Entry{k, 1};
-  fifo_[fifo_at(head_ + count_)] = k;
-  ++count_;
-}
-
-// Backward-shift deletion: later keys of the same probe run move up, so a
-// lookup never stops early at the hole.
-void RecentKeys::erase_at(size_t i) {
-  size_t j = i;
-  for (;;) {
-    j = (j + 1) & mask_;
-    if (!table_[j].used) break;
-    const size_t h = home(table_[j].key);
-    // table_[j] may fill the hole at i unless its home lies in (i, j] (cyclically).
-    const bool in_between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
-    if (in_between) continue;
-    table_[i] = table_[j];
-    i = j;
-  }
-  table_[i].used = 0;
-}
-
 struct Reducer::Slot {
   int32_t self = -1;  // index in slots_
   SlotKey key{};
   State state = State::FREE;
+  uint32_t gen = 0;                // bumped each time the slot opens: tells a reuse from the op before
+  int32_t older = -1, newer = -1;  // neighbours in the open-order list
   const Job* job = nullptr;
   wire::Header desc;  // the op's descriptor, fixed by the first packet
   std::unique_ptr<Accumulator> acc;
@@ -99,13 +56,9 @@ struct Reducer::Slot {
   std::vector<std::vector<uint64_t>> staged_seen;
   std::vector<uint32_t> staged_count;
   uint32_t terms = 0, expected = 0;
-  uint64_t t_open = 0, t_done = 0, t_partial = 0;
-  // The RESULT's header. Its body is made from the accumulator each time it
-  // is sent (finalize is a function of the exact state: every copy has the
-  // same bits), except at a leaf, which keeps the parent's body here.
-  wire::Header result_h;
-  std::vector<uint8_t> parent_body;
+  uint64_t t_open = 0, t_partial = 0;
   uint32_t lanes() const { return acc_desc.lanes; }
+  bool has_rank(uint16_t r) const { return ranks_seen[r >> 6] & (uint64_t(1) << (r & 63)); }
   // Opens the slot for op chunk `k` with descriptor `h` (its accumulator `d`),
   // keeping the memory of the op before it where it can.
   void start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns);
@@ -114,6 +67,7 @@ struct Reducer::Slot {
 void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns) {
   key = k;
   state = State::OPEN;
+  ++gen;
   job = &j;
   desc = h;
   const bool same = acc && acc_desc.dtype == d.dtype && acc_desc.out == d.out && acc_desc.policy == d.policy &&
@@ -137,13 +91,18 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
 }
 
 Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
-    : dir_(dir), index_(std::move(index)), tombstones_(kTombstones), mtu_(mtu) {
+    : dir_(dir),
+      index_(std::move(index)),
+      log_(size_t(dir.config().retention_mib) << 20),
+      tombstones_(kTombstones),
+      mtu_(mtu) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->self = int32_t(i);
   }
   for (int32_t i = int32_t(slots) - 1; i >= 0; --i) free_.push_back(i);
+  waiting_.reserve(slots);
   for (const auto& j : dir.config().jobs) jobs_[j.id];
   // Per-job statistics by the job's dense index, so the hot path does not hash its id.
   stats_of_.assign(dir.jobs(), nullptr);
@@ -163,7 +122,7 @@ size_t Reducer::bytes_per_slot_estimate() const {
 std::vector<Reducer::Open> Reducer::open_slots() const {
   std::vector<Open> v;
   for (const auto& s : slots_)
-    if (s->state == State::OPEN || s->state == State::WAIT_PARENT) v.push_back({s->key, s->terms, s->expected});
+    if (s->state != State::FREE) v.push_back({s->key, s->terms, s->expected});
   return v;
 }
 
@@ -173,7 +132,9 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
     Slot* s = slots_[size_t(hint)].get();
     if (s->state != State::FREE && s->key == k) return s;
   }
-  tombstones_.prefetch(k);  // a key without a live slot is looked up there next (open)
+  // A key without a live slot is looked up in the log and the tombstones next.
+  log_.prefetch(k);
+  tombstones_.prefetch(k);
   const int32_t i = index_->find(k);
   if (i < 0) return nullptr;
   hint = i;
@@ -197,8 +158,12 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
     refuse(d, p, from, out);
     return nullptr;
   };
-  if (tombstones_.contains(key))  // the op completed and its result expired
-    return refused((h.flags & wire::hflag::RETRANSMIT) ? Drop::RESULT_EXPIRED : Drop::LATE);
+  switch (tombstones_.get(key)) {
+    case 0: break;
+    case EXPIRED:  // the op completed and its result is no longer retained
+      return refused((h.flags & wire::hflag::RETRANSMIT) ? Drop::RESULT_EXPIRED : Drop::LATE);
+    case ABANDONED: return refused(Drop::ABANDONED);
+  }
   if (h.group != job.cfg->group) return refused(Drop::DESCRIPTOR_MISMATCH);
   if (!job.allows(h.dtype) || !job.allows(h.policy)) return refused(Drop::NOT_ALLOWED);
   OpDesc d;
@@ -222,6 +187,14 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
   cache_[cache_at(key)] = idx;
   Slot& s = *slots_[size_t(idx)];
   s.start(key, job, h, d, now_ns);
+  // The newest open slot: the end of the open-order list.
+  s.older = newest_open_;
+  s.newer = -1;
+  if (newest_open_ >= 0)
+    slots_[size_t(newest_open_)]->newer = idx;
+  else
+    oldest_open_ = idx;
+  newest_open_ = idx;
   ++js.opened;
   ++js.in_flight;
   ++stats_.slots_in_use;
@@ -235,16 +208,15 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
   Slot* s = find(key);
   if (v.from_parent) {
     ++stats_.parent_results;
-    if (!s) return drop(Drop::STALE_RESULT);
-    if (s->state == State::DONE) return drop(Drop::DUPLICATE);
-    if (s->state != State::WAIT_PARENT) return drop(Drop::STALE_RESULT);
-    return forward_parent_result(*s, p, now_ns, out);
+    if (s && s->state == State::WAIT_PARENT) return forward_parent_result(*s, p, now_ns, out);
+    return drop(!s && log_.find(key) ? Drop::DUPLICATE : Drop::STALE_RESULT);
   }
   if (p.h.kind == wire::Kind::CONTRIB)
     ++stats_.contribs;
   else
     ++stats_.partials;
   if (!s) {
+    if (const ResultLog::Record* r = log_.find(key)) return repeat(*r, p, v, out);
     s = open(p, v, now_ns, out);
     if (!s) return;
   }
@@ -257,7 +229,8 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
 void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const wire::Header& h = p.h;
   const Member& m = *v.member;
-  if (s.state != State::OPEN) return repeat(s, p, m, out);
+  // A leaf waiting for its parent has the contribution already (it sent its PARTIAL).
+  if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
   if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes()) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
@@ -268,7 +241,7 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
 void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const wire::Header& h = p.h;
   const Member& c = *v.member;
-  if (s.state != State::OPEN) return repeat(s, p, c, out);
+  if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
   if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes() || h.terms != c.terms)
     return refuse(Drop::DESCRIPTOR_MISMATCH, p, c, out);
   const uint32_t ci = uint32_t(s.job->child_of_id[c.id]);
@@ -307,71 +280,82 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   if (s.terms == s.expected) complete(s, now_ns, out);
 }
 
-// A packet for an op that is no longer open: a RETRANSMIT for a completed op
-// means its sender lost the RESULT (send it again, to it only); anything else
-// is a repeat.
-void Reducer::repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out) {
-  if (s.state == State::DONE && (p.h.flags & wire::hflag::RETRANSMIT)) {
-    send_result(s, {&s.job->dest_of(from), 1}, true, out);
-    ++stats_.resent;
-    return;
-  }
-  drop(Drop::DUPLICATE);
+// A packet for a completed op whose result is retained: a RETRANSMIT means
+// its sender lost the RESULT (send the very bytes again, to it only, with
+// RETRANSMIT set); anything else is a repeat.
+void Reducer::repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out) {
+  if (!(p.h.flags & wire::hflag::RETRANSMIT)) return drop(Drop::DUPLICATE);
+  std::memcpy(out.result_buffer(r.len), r.body(), r.len);
+  wire::Header h = r.h;
+  h.flags |= wire::hflag::RETRANSMIT;
+  out.send_result(h, r.len, {&v.job->dest_of(*v.member), 1});
+  ++stats_.results_sent;
+  ++stats_.resent;
 }
 
+// Every contribution is in. A root finalizes the RESULT into the sink's
+// buffer (the frame it is sent from); a leaf sends its PARTIAL and waits.
 void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
   if (dir_.config().role == Role::LEAF) {
     send_partial(s, false, out);
     s.state = State::WAIT_PARENT;
     s.t_partial = now_ns;
-    waiting_.push_back(s.self);
+    if (dir_.config().partial_retry_ms) waiting_.emplace_back(s.self, s.gen);
     return;
   }
-  s.result_h = s.desc;
-  s.result_h.kind = wire::Kind::RESULT;
-  s.result_h.sender = dir_.config().id;
-  s.result_h.terms = s.desc.group;
-  s.result_h.count = uint16_t(s.lanes());
-  s.result_h.encoding = wire::Encoding::OUT_DTYPE;
-  s.result_h.flags = uint8_t(s.desc.flags & wire::hflag::LAST_CHUNK);
-  deliver(s, now_ns, out);
+  wire::Header h = s.desc;
+  h.kind = wire::Kind::RESULT;
+  h.sender = dir_.config().id;
+  h.terms = s.desc.group;
+  h.count = uint16_t(s.lanes());
+  h.encoding = wire::Encoding::OUT_DTYPE;
+  h.flags = uint8_t(s.desc.flags & wire::hflag::LAST_CHUNK);
+  h.status = 0;
+  const size_t elems = size_t(s.lanes()) * info(s.desc.out_dtype).bytes;
+  uint8_t* body = out.result_buffer(elems + s.lanes());
+  uint8_t* flags = body + elems;
+  s.acc->finalize(body, flags);
+  uint8_t status = 0;
+  for (uint32_t i = 0; i < s.lanes(); ++i) status |= flags[i];
+  h.status = status;
+  if (status) h.flags |= wire::hflag::SIDEBAND;
+  finish(s, h, body, status ? elems + s.lanes() : elems, now_ns, out);  // no sideband when no element has a flag
 }
 
-// The op has its RESULT: retain it for retransmissions and send it to every
-// member and child of the job.
-void Reducer::deliver(Slot& s, uint64_t now_ns, Sink& out) {
-  s.state = State::DONE;
-  s.t_done = now_ns;
-  done_fifo_.emplace_back(now_ns, s.self);
-  JobStats& js = *stats_of_[s.job->index];
-  ++js.completed;
-  --js.in_flight;
-  send_result(s, s.job->result_dests, false, out);
+// The op has its RESULT (`h`, and `len` bytes of body in the sink's result
+// buffer): its bytes go to the log before they go out (the buffer leaves
+// with them), then to every member and child of the job; the slot is free.
+void Reducer::finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out) {
+  ++stats_of_[s.job->index]->completed;
+  retain(s, h, body, len, now_ns);
+  out.send_result(h, len, s.job->result_dests);
+  stats_.results_sent += s.job->result_dests.size();
+  release(s);
 }
 
-// The RESULT's body is made here, into the sink's buffer (the frame it is
-// sent from): finalized from the accumulator at a root, the parent's body
-// at a leaf. Its status and sideband follow from the flags.
-void Reducer::send_result(Slot& s, std::span<const Dest> to, bool retransmit, Sink& out) {
-  wire::Header h = s.result_h;
-  size_t len;
-  if (dir_.config().role == Role::LEAF) {
-    len = s.parent_body.size();
-    std::copy(s.parent_body.begin(), s.parent_body.end(), out.result_buffer(len));
-  } else {
-    const size_t elems = size_t(s.lanes()) * info(s.desc.out_dtype).bytes;
-    uint8_t* body = out.result_buffer(elems + s.lanes());
-    uint8_t* flags = body + elems;
-    s.acc->finalize(body, flags);
-    uint8_t status = 0;
-    for (uint32_t i = 0; i < s.lanes(); ++i) status |= flags[i];
-    h.status = status;
-    if (status) h.flags |= wire::hflag::SIDEBAND;
-    len = status ? elems + s.lanes() : elems;  // no sideband when no element has a flag
+// Cost per op: one copy of the body (the RESULT's size) into the log, and
+// when the log is full, one eviction (a table erase and a tombstone).
+void Reducer::retain(const Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns) {
+  if (!log_.fits(len)) {  // no room at all (retention_mib 0): let go at once
+    ++stats_of_[s.job->index]->expired;
+    ++stats_.evicted_for_room;
+    tombstones_.insert(s.key, EXPIRED);
+    return;
   }
-  if (retransmit) h.flags |= wire::hflag::RETRANSMIT;
-  out.send_result(h, len, to);
-  stats_.results_sent += to.size();
+  while (!log_.has_room(len)) let_go_oldest(true);
+  std::memcpy(log_.push(s.key, s.job->index, h, len, now_ns), body, len);
+  ++stats_.results_retained;
+}
+
+// The oldest retained result goes: after retention_ms, or early when the log
+// needs its room. A retransmission for it is told RESULT_EXPIRED from now on.
+void Reducer::let_go_oldest(bool for_room) {
+  const ResultLog::Record& r = *log_.oldest();
+  ++stats_of_[r.job_index]->expired;
+  if (for_room) ++stats_.evicted_for_room;
+  tombstones_.insert(r.key, EXPIRED);
+  log_.pop_oldest();
+  --stats_.results_retained;
 }
 
 void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
@@ -426,63 +410,82 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
   emit(h, std::move(body));
 }
 
+// A leaf passes its parent's RESULT on, from itself, with the parent's body
+// (and sideband) unchanged.
 void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out) {
   if (!wire::same_descriptor(s.desc, p.h) || p.h.count != s.lanes()) return drop(Drop::DESCRIPTOR_MISMATCH);
-  s.parent_body.assign(p.payload, p.payload + p.payload_len);
-  if (p.sideband) s.parent_body.insert(s.parent_body.end(), p.sideband, p.sideband + p.h.count);
-  s.result_h = p.h;
-  s.result_h.sender = dir_.config().id;
-  s.result_h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
-  deliver(s, now_ns, out);
+  const size_t side = p.sideband ? p.h.count : 0;
+  uint8_t* body = out.result_buffer(p.payload_len + side);
+  std::memcpy(body, p.payload, p.payload_len);
+  if (side) std::memcpy(body + p.payload_len, p.sideband, side);
+  wire::Header h = p.h;
+  h.sender = dir_.config().id;
+  h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
+  finish(s, h, body, p.payload_len + side, now_ns, out);
 }
 
-void Reducer::release(Slot& s, bool tombstone) {
+// A chunk open past op_timeout_ms cannot complete: every member of this
+// switch whose contribution arrived is waiting for it, and is told (NACK
+// OP_ABANDONED: the contributions that arrived in `terms`, the members that
+// had not in a bitmap); members that never contributed are not. Its key is
+// tombstoned, so a late packet for it is told too and counts nothing.
+void Reducer::abandon(Slot& s, Sink& out) {
+  ++stats_of_[s.job->index]->timed_out;
+  const Job& job = *s.job;
+  std::shared_ptr<std::vector<uint8_t>> missing;
+  const size_t bytes = wire::abandoned_bitmap_bytes(s.desc.group);
+  if (bytes <= wire::max_body(mtu_)) {  // else the NACK goes without the bitmap (terms still counts)
+    missing = std::make_shared<std::vector<uint8_t>>(bytes, 0);
+    for (const Member& m : job.members)
+      if (!s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
+  }
+  for (const Member& m : job.members) {
+    if (!s.has_rank(m.id)) continue;
+    Out o = nack(dir_, s.desc, wire::NackReason::OP_ABANDONED, m);
+    o.h.terms = uint16_t(s.terms);
+    o.body = missing;
+    out.send(std::move(o));
+    ++stats_.nacks_sent;
+  }
+  tombstones_.insert(s.key, ABANDONED);
+  release(s);
+}
+
+void Reducer::release(Slot& s) {
   index_->erase(s.key);
-  if (tombstone) tombstones_.insert(s.key);
   s.state = State::FREE;
+  (s.older >= 0 ? slots_[size_t(s.older)]->newer : oldest_open_) = s.newer;
+  (s.newer >= 0 ? slots_[size_t(s.newer)]->older : newest_open_) = s.older;
   free_.push_back(s.self);
+  --stats_of_[s.job->index]->in_flight;
   --stats_.slots_in_use;
 }
 
 void Reducer::tick(uint64_t now_ns, Sink& out) {
   const uint64_t keep = uint64_t(dir_.config().retention_ms) * 1000000;
-  while (!done_fifo_.empty() && done_fifo_.front().first + keep <= now_ns) {
-    const auto [t, idx] = done_fifo_.front();
-    done_fifo_.pop_front();
-    if (idx < 0) continue;
-    Slot& s = *slots_[size_t(idx)];
-    if (s.state != State::DONE || s.t_done != t) continue;  // already recycled
-    ++stats_of_[s.job->index]->expired;
-    release(s, true);
-  }
+  for (const ResultLog::Record* r = log_.oldest(); r && r->t_done + keep <= now_ns; r = log_.oldest())
+    let_go_oldest(false);
   // A leaf whose parent's RESULT is late sends its PARTIAL again (the parent
   // answers a RETRANSMIT for a completed op with the RESULT).
   const uint64_t retry = uint64_t(dir_.config().partial_retry_ms) * 1000000;
   if (retry) {
-    size_t keep = 0;
-    for (int32_t idx : waiting_) {
+    size_t kept = 0;
+    for (const auto& [idx, gen] : waiting_) {
       Slot& s = *slots_[size_t(idx)];
-      if (s.state != State::WAIT_PARENT) continue;
+      if (s.state != State::WAIT_PARENT || s.gen != gen) continue;  // done, or the slot holds another op now
       if (s.t_partial + retry <= now_ns) {
         send_partial(s, true, out);
         s.t_partial = now_ns;
         ++stats_.resent;
       }
-      waiting_[keep++] = idx;
+      waiting_[kept++] = {idx, gen};
     }
-    waiting_.resize(keep);
+    waiting_.resize(kept);
   }
   const uint64_t timeout = uint64_t(dir_.config().op_timeout_ms) * 1000000;
   if (timeout == 0) return;
-  for (auto& sp : slots_) {
-    Slot& s = *sp;
-    if ((s.state == State::OPEN || s.state == State::WAIT_PARENT) && s.t_open + timeout <= now_ns) {
-      JobStats& js = *stats_of_[s.job->index];
-      ++js.timed_out;
-      --js.in_flight;
-      release(s, false);
-    }
-  }
+  while (oldest_open_ >= 0 && slots_[size_t(oldest_open_)]->t_open + timeout <= now_ns)
+    abandon(*slots_[size_t(oldest_open_)], out);
 }
 
 }  // namespace prism::sw

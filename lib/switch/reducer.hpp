@@ -4,65 +4,33 @@
 // results for retransmissions; NACKs to registered senders. No DPDK: the
 // pipeline's reducer stage hands it parsed packets and sends what it emits.
 //
+// A slot lives while its op chunk is open (and, at a leaf, until the
+// parent's RESULT comes): on completion its RESULT's bytes go to the result
+// log (result_log.hpp) and the slot is free at once. A chunk open longer
+// than op_timeout_ms is abandoned: its contributors are told (NACK
+// OP_ABANDONED) and its key is tombstoned, as a completed chunk's is when
+// its retained result is let go.
+//
 // Single-threaded by design: one shard = one lcore owns its slots, so nothing
 // here locks. Slots and accumulators are recycled, so a steady stream of ops
 // with the same descriptor allocates nothing.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "arith/accumulator.hpp"
 #include "proto/fragment.hpp"
 #include "switch/directory.hpp"
 #include "switch/ingress.hpp"
+#include "switch/key_table.hpp"
+#include "switch/result_log.hpp"
 #include "switch/sink.hpp"
 
 namespace prism::sw {
-
-struct SlotKey {
-  uint32_t job, op, chunk;
-  bool operator==(const SlotKey& o) const { return job == o.job && op == o.op && chunk == o.chunk; }
-};
-struct SlotKeyHash {
-  size_t operator()(const SlotKey& k) const {
-    uint64_t h = (uint64_t(k.job) << 32 | k.op) * 0x9E3779B97F4A7C15ull;
-    return size_t(h ^ (uint64_t(k.chunk) * 0xC2B2AE3D27D4EB4Full) ^ (h >> 29));
-  }
-};
-// The keys of the last `capacity` ops whose results expired, oldest evicted
-// first: an exact set in one flat open-addressed table (linear probing,
-// backward-shift deletion) and a FIFO ring, so an op's completion costs no
-// allocation and no division.
-class RecentKeys {
- public:
-  explicit RecentKeys(size_t capacity);
-  bool contains(const SlotKey& k) const { return find(k) >= 0; }
-  void insert(const SlotKey& k);  // evicts the oldest when full
-  size_t size() const { return count_; }
-  // Starts fetching the line a lookup of `k` reads first: the table is
-  // megabytes, and a probe at a random place misses the caches.
-  void prefetch(const SlotKey& k) const { __builtin_prefetch(&table_[home(k)]); }
-
- private:
-  // Key and use flag side by side: a probe reads one cache line, not two.
-  struct Entry {
-    SlotKey key;
-    uint32_t used;
-  };
-  size_t home(const SlotKey& k) const { return (SlotKeyHash{}(k)*0x9E3779B97F4A7C15ull) >> shift_; }
-  long find(const SlotKey& k) const;
-  void erase_at(size_t i);
-  size_t fifo_at(size_t i) const { return i < fifo_.size() ? i : i - fifo_.size(); }  // i < 2 * capacity
-  std::vector<Entry> table_;
-  std::vector<SlotKey> fifo_;
-  size_t mask_, shift_, head_ = 0, count_ = 0;
-};
 
 // Which shard owns a key (the RX stage and the reducer agree on it).
 inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return uint32_t(SlotKeyHash{}(k) % shards); }
@@ -90,6 +58,7 @@ struct ReducerStats {
   uint64_t elements = 0;  // element-contributions reduced
   uint64_t drops[size_t(Drop::kCount)] = {};
   uint64_t slots_in_use = 0, slots_high = 0;
+  uint64_t results_retained = 0, evicted_for_room = 0;
 };
 
 // One named statistic of a block S: these tables are the only place the
@@ -112,12 +81,18 @@ inline constexpr StatField<ReducerStats> kReducerStats[] = {
     {"elements", "element-contributions reduced", &ReducerStats::elements},
     {"slots_in_use", "slots holding an op chunk now", &ReducerStats::slots_in_use},
     {"slots_high", "the most slots ever in use at once", &ReducerStats::slots_high},
+    {"results_retained", "completed results in the result log now, for retransmissions",
+     &ReducerStats::results_retained},
+    {"evicted_for_room", "retained results let go before retention_ms because the log (retention_mib) was full",
+     &ReducerStats::evicted_for_room},
 };
 inline constexpr StatField<JobStats> kJobStats[] = {
     {"opened", "op chunks that took a slot", &JobStats::opened},
     {"completed", "op chunks whose every contribution arrived", &JobStats::completed},
-    {"expired", "completed chunks whose retained result was let go", &JobStats::expired},
-    {"timed_out", "chunks abandoned after op_timeout_ms", &JobStats::timed_out},
+    {"expired", "completed chunks whose retained result was let go (after retention_ms, or early for room)",
+     &JobStats::expired},
+    {"timed_out", "chunks abandoned after op_timeout_ms (their contributors got NACK op_abandoned)",
+     &JobStats::timed_out},
     {"slot_refusals", "chunks refused a slot (slot_quota or a full table)", &JobStats::quota_refused},
     {"in_flight", "chunks open now", &JobStats::in_flight},
 };
@@ -130,7 +105,9 @@ class Reducer {
 
   // One admitted packet (ingress() admitted it); `now_ns` is the lcore's clock.
   void on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
-  // Expires retained results and abandons timed-out ops; call every few ms.
+  // Lets go of results older than retention_ms, re-sends late PARTIALs and
+  // abandons timed-out chunks; call every few ms. Costs the work it finds
+  // (plus one look at the oldest result and the oldest open chunk).
   void tick(uint64_t now_ns, Sink& out);
 
   const ReducerStats& stats() const { return stats_; }
@@ -145,19 +122,23 @@ class Reducer {
 
  private:
   struct Slot;
-  enum class State : uint8_t { FREE, OPEN, WAIT_PARENT, DONE };
+  enum class State : uint8_t { FREE, OPEN, WAIT_PARENT };
+  // What the tombstones say of a key that holds no slot and no retained result.
+  enum Tomb : uint32_t { EXPIRED = 1, ABANDONED = 2 };
 
   Slot* find(const SlotKey& k);
   Slot* open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
-  void repeat(Slot& s, const wire::Parsed& p, const Member& from, Sink& out);
+  void repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out);
   void complete(Slot& s, uint64_t now_ns, Sink& out);
-  void deliver(Slot& s, uint64_t now_ns, Sink& out);
-  void send_result(Slot& s, std::span<const Dest> to, bool retransmit, Sink& out);
+  void finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out);
+  void retain(const Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns);
+  void let_go_oldest(bool for_room);
   void send_partial(Slot& s, bool retransmit, Sink& out);
   void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
-  void release(Slot& s, bool tombstone);
+  void abandon(Slot& s, Sink& out);
+  void release(Slot& s);
   // Counts the drop and, when the reason has one, NACKs the admitted sender `from`.
   void refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out);
   void drop(Drop d) { ++stats_.drops[size_t(d)]; }
@@ -166,8 +147,11 @@ class Reducer {
   std::unique_ptr<SlotIndex> index_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int32_t> free_;
-  std::deque<std::pair<uint64_t, int32_t>> done_fifo_;  // (completion time, slot) for retention
-  std::vector<int32_t> waiting_;                        // leaf slots waiting for the parent's RESULT
+  // Open slots in the order they opened (a doubly linked list through the
+  // slots): the oldest is the first to time out, so a tick looks at one.
+  int32_t oldest_open_ = -1, newest_open_ = -1;
+  std::vector<std::pair<int32_t, uint32_t>> waiting_;  // (slot, its generation): leaves waiting for the parent
+  ResultLog log_;
   RecentKeys tombstones_;
   std::unordered_map<uint32_t, JobStats> jobs_;
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_

@@ -206,7 +206,8 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
 
   EXPECT_EQ(c.kulisch_width, 294);
   EXPECT_EQ(c.retention_ms, 1000u);
-  EXPECT_EQ(c.op_timeout_ms, 0u);
+  EXPECT_EQ(c.retention_mib, 64u);
+  EXPECT_EQ(c.op_timeout_ms, 3000u);
   EXPECT_EQ(c.ring_size, 1024u);
   EXPECT_EQ(c.arbiter, prism::ArbiterMode::ROUND_ROBIN);
   EXPECT_EQ(c.arbiter_seed, 1u);
@@ -244,7 +245,8 @@ TEST(ConfigValid, DefaultsWhenKeysAreLeftOut) {
   EXPECT_EQ(c.jobs[0].members[0].port, 0);
   EXPECT_EQ(c.kulisch_width, 294);
   EXPECT_EQ(c.retention_ms, 1000u);
-  EXPECT_EQ(c.op_timeout_ms, 0u);
+  EXPECT_EQ(c.retention_mib, 64u);
+  EXPECT_EQ(c.op_timeout_ms, 3000u);
   EXPECT_EQ(c.ring_size, 1024u);
   EXPECT_EQ(c.arbiter, prism::ArbiterMode::ROUND_ROBIN);
   EXPECT_EQ(c.arbiter_seed, 1u);
@@ -281,7 +283,7 @@ TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
       "ports: [{id: 1023, mac: \"02:00:00:00:00:01\", ip: 255.255.255.254}]\n"
       "jobs: [{id: 4294967295, slot_quota: 16777216, members: "
       "[{rank: 0, port: 1023, mac: \"fe:ff:ff:ff:ff:ff\", ip: 0.0.0.1, udp_port: 1}]}]\n"
-      "kulisch_width: 4096\nretention_ms: 3600000\nop_timeout_ms: 3600000\n"
+      "kulisch_width: 4096\nretention_ms: 3600000\nretention_mib: 4096\nop_timeout_ms: 3600000\n"
       "rings: {size: 1048576}\narbiter: {seed: 18446744073709551615}\nreducers: {shards: 64, slots: 1048576}\n"
       "lcores: [1023, 0]\n");
   EXPECT_EQ(c.id, 65535);
@@ -298,7 +300,13 @@ TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
   EXPECT_EQ(c.arbiter_seed, 18446744073709551615u);
   EXPECT_EQ(c.reducer_shards, 64u);
   EXPECT_EQ(c.lcores, (std::vector<unsigned>{1023, 0}));
+  EXPECT_EQ(c.retention_mib, 4096u);
+  EXPECT_EQ(c.op_timeout_ms, 3600000u);
   EXPECT_EQ(parse_config(with(kBase, "size: 256", "size: 64")).ring_size, 64u);
+  // The low edges: no retention at all, and no timeout.
+  const SwitchConfig z = parse_config(kBase + "retention_mib: 0\nop_timeout_ms: 0\n");
+  EXPECT_EQ(z.retention_mib, 0u);
+  EXPECT_EQ(z.op_timeout_ms, 0u);
 }
 
 // ---------------------------------------------------------------------------
@@ -390,6 +398,7 @@ TEST(ConfigErrors, NumbersOutOfRangeSayTheRange) {
   for (const auto& [yaml, key, range] :
        {std::tuple<const char*, const char*, const char*>{"kulisch_width: 7", "kulisch_width", "8..4096"},
         {"retention_ms: 3600001", "retention_ms", "0..3600000"},
+        {"retention_mib: 4097", "retention_mib", "0..4096"},
         {"op_timeout_ms: 3600001", "op_timeout_ms", "0..3600000"}}) {
     const std::string msg = error_of(kBase + yaml + "\n");
     const Where w = where(msg);
@@ -405,6 +414,7 @@ TEST(ConfigErrors, TopLevelKeyPathsHaveNoLeadingDot) {
   expect_error(kBase + "kulisch_width: 7\n", 21, "kulisch_width", {"out of range", "8..4096"});
   expect_error(kBase + "retention_ms: x\n", 21, "retention_ms", {"not a whole number"});
   expect_error(kBase + "op_timeout_ms: -1\n", 21, "op_timeout_ms", {"not a whole number"});
+  expect_error(kBase + "retention_mib: 1.5\n", 21, "retention_mib", {"not a whole number"});
 }
 
 TEST(ConfigErrors, NonNumbersSayANumberIsExpected) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <random>
@@ -70,7 +71,8 @@ struct Switch {
 
 std::vector<uint8_t> frame_of(const Out& o) {
   std::vector<uint8_t> f(wire::kMaxFrame);
-  f.resize(wire::build(f.data(), f.size(), o.src, o.dst, o.h, *o.body));
+  f.resize(wire::build(f.data(), f.size(), o.src, o.dst, o.h,
+                       o.body ? std::span<const uint8_t>(*o.body) : std::span<const uint8_t>()));
   return f;
 }
 
@@ -137,7 +139,9 @@ TEST(Switch, EveryMemberGetsTheExactResultOnce) {
     dsts.insert(o.dst.ip);
   }
   EXPECT_EQ(dsts.size(), 4u);
-  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);  // retained
+  // The result is retained, not the slot: the slot is free at once.
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.stats().results_retained, 1u);
 }
 
 TEST(Switch, DuplicatesCountOnceAndSpoofsNeverTouchTheSum) {
@@ -156,24 +160,135 @@ TEST(Switch, DuplicatesCountOnceAndSpoofsNeverTouchTheSum) {
   EXPECT_EQ(std::vector<uint8_t>(sw.cap.outs[0].body->begin(), sw.cap.outs[0].body->end()), want);
 }
 
+// A retransmission after completion gets the RESULT again, to that rank
+// only, from the result log: the bits a separate accumulator gives for the
+// same inputs, with the sideband of the lane that overflowed (3e38 * 4 is
+// past fp32's largest), the same status and flags plus RETRANSMIT. After
+// retention_ms it is let go: NACK RESULT_EXPIRED, and nothing reopens.
 TEST(Switch, RetransmitAfterCompletionResendsToThatRankOnlyThenExpires) {
   Switch sw(kRoot);
-  const auto in = inputs(4, 16, 3);
+  auto in = inputs(4, 16, 3);
+  for (auto& r : in) r[5] = 3e38f;
   for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, 9, in[r]), 0, 1000);
   ASSERT_EQ(sw.cap.outs.size(), 4u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
   sw.feed(contrib(sw.cfg, 2, 9, in[2], wire::hflag::RETRANSMIT), 0, 2000);
   ASSERT_EQ(sw.cap.outs.size(), 5u);
-  EXPECT_EQ(sw.cap.outs[4].dst.ip, member_ep(sw.cfg, 2).ip);
-  EXPECT_TRUE(sw.cap.outs[4].h.flags & wire::hflag::RETRANSMIT);
-  // Made again from the retained accumulator: the very bits every rank got.
-  EXPECT_EQ(*sw.cap.outs[4].body, *sw.cap.outs[0].body);
-  EXPECT_EQ(sw.cap.outs[4].h.status, sw.cap.outs[0].h.status);
-  sw.red.tick(200'000'000, sw.cap);  // past retention_ms = 100
-  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  const Out& again = sw.cap.outs[4];
+  EXPECT_EQ(again.dst.ip, member_ep(sw.cfg, 2).ip);
+  EXPECT_EQ(again.h.kind, wire::Kind::RESULT);
+  EXPECT_EQ(again.h.flags, wire::hflag::RETRANSMIT | wire::hflag::SIDEBAND);
+  EXPECT_EQ(again.h.status, flag::OVERFLOW);
+  // An independent finalize of the same inputs: elements, then one status byte per element.
+  OpDesc d;
+  d.group = 4;
+  d.lanes = 16;
+  auto acc = make_accumulator(d);
+  for (uint16_t r = 0; r < 4; ++r) acc->add(reinterpret_cast<const uint8_t*>(in[3 - r].data()), 3 - r);
+  std::vector<uint8_t> want(16 * 4 + 16);
+  acc->finalize(want.data(), want.data() + 16 * 4);
+  EXPECT_EQ(want[16 * 4 + 5], flag::OVERFLOW);
+  EXPECT_EQ(*again.body, want);
+  EXPECT_EQ(*again.body, *sw.cap.outs[0].body);
+  wire::Header sent = sw.cap.outs[0].h;
+  sent.flags |= wire::hflag::RETRANSMIT;
+  EXPECT_EQ(std::memcmp(&sent, &again.h, sizeof sent), 0) << "the header as sent, RETRANSMIT set";
+  // A contribution (not a retransmission) for the completed op: a duplicate, not counted, not answered.
+  sw.feed(contrib(sw.cfg, 1, 9, in[1]), 0, 3000);
+  EXPECT_EQ(sw.cap.outs.size(), 5u);
+  EXPECT_EQ(sw.drops(Drop::DUPLICATE), 1u);
+  sw.red.tick(50'000'000, sw.cap);  // within retention_ms = 100
+  EXPECT_EQ(sw.red.stats().results_retained, 1u);
+  sw.red.tick(200'000'000, sw.cap);  // past it
+  EXPECT_EQ(sw.red.stats().results_retained, 0u);
+  EXPECT_EQ(sw.red.stats().evicted_for_room, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).expired, 1u);
   sw.feed(contrib(sw.cfg, 2, 9, in[2], wire::hflag::RETRANSMIT), 0, 300'000'000);
   ASSERT_EQ(sw.cap.outs.size(), 6u);
   EXPECT_EQ(sw.cap.outs[5].h.kind, wire::Kind::NACK);
   EXPECT_EQ(sw.cap.outs[5].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
+  sw.feed(contrib(sw.cfg, 3, 9, in[3]), 0, 300'000'000);  // late, not a retransmission: dropped
+  EXPECT_EQ(sw.cap.outs.size(), 6u);
+  EXPECT_EQ(sw.drops(Drop::LATE), 1u);
+  EXPECT_EQ(sw.red.job_stats().at(7).opened, 1u);
+  EXPECT_EQ(sw.red.stats().elements, 4u * 16u) << "nothing counted twice";
+}
+
+// Retention does not hold slots: 3000 ops through a table of 64 slots in
+// one millisecond (the old scheme kept each slot for retention_ms and
+// refused the 65th op). retention_mib 1 holds 1 MiB / 512 B = 2048 results
+// (the log's count bound: 16-element fp32 results take 128 B of ring each);
+// the 952 oldest were let go early, for room. The oldest retained and the
+// newest are resent bit for bit; the one just before the oldest is
+// RESULT_EXPIRED; a late contribution for either is dropped.
+TEST(Switch, RetentionByRoomKeepsTheNewestResultsAndNeverHoldsASlot) {
+  Switch sw(std::string(kRoot) + "retention_mib: 1\n");
+  const auto in = inputs(4, 16, 8);
+  for (uint32_t op = 0; op < 3000; ++op)
+    for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, op, in[r]), 0, 1'000'000 + op);
+  EXPECT_EQ(sw.drops(Drop::NO_FREE_SLOT), 0u);
+  EXPECT_EQ(sw.red.stats().slots_high, 1u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.stats().results_retained, 2048u);
+  EXPECT_EQ(sw.red.stats().evicted_for_room, 3000u - 2048u);
+  EXPECT_EQ(sw.red.job_stats().at(7).expired, 3000u - 2048u);
+  EXPECT_EQ(sw.red.job_stats().at(7).completed, 3000u);
+  ASSERT_EQ(sw.cap.outs.size(), 4u * 3000u);
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  sw.cap.outs.clear();
+  for (uint32_t op : {951u, 952u, 2999u}) sw.feed(contrib(sw.cfg, 0, op, in[0], wire::hflag::RETRANSMIT), 0, 5'000'000);
+  ASSERT_EQ(sw.cap.outs.size(), 3u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
+  for (size_t i : {1, 2}) {
+    EXPECT_EQ(sw.cap.outs[i].h.kind, wire::Kind::RESULT);
+    EXPECT_EQ(sw.cap.outs[i].h.op, i == 1 ? 952u : 2999u);
+    EXPECT_EQ(*sw.cap.outs[i].body, want);
+  }
+  sw.feed(contrib(sw.cfg, 1, 100, in[1]), 0, 5'000'000);   // let go: late
+  sw.feed(contrib(sw.cfg, 1, 2000, in[1]), 0, 5'000'000);  // retained: a duplicate
+  EXPECT_EQ(sw.cap.outs.size(), 3u);
+  EXPECT_EQ(sw.drops(Drop::LATE), 1u);
+  EXPECT_EQ(sw.drops(Drop::DUPLICATE), 1u);
+  EXPECT_EQ(sw.red.job_stats().at(7).opened, 3000u);
+}
+
+// Results of 360 fp32 elements take 24 lines of the ring (a record line and
+// 1440 bytes): 1 MiB holds 682 of them, and a ring that wraps leaves the
+// lines past the last whole record as padding. Every retained result is
+// still intact after 2000 ops have wrapped the ring many times.
+TEST(Switch, RetainedResultsSurviveTheRingWrapping) {
+  Switch sw(std::string(kRoot) + "retention_mib: 1\n");
+  const auto in = inputs(4, 360, 9);
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  for (uint32_t op = 0; op < 2000; ++op)
+    for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, op, in[r]), 0, 1'000'000);
+  EXPECT_EQ(sw.red.stats().results_retained, (1u << 20) / 64 / 24);
+  EXPECT_EQ(sw.red.stats().results_retained + sw.red.stats().evicted_for_room, 2000u);
+  sw.cap.outs.clear();
+  const uint32_t oldest = 2000 - uint32_t(sw.red.stats().results_retained);
+  for (uint32_t op = oldest - 1; op < 2000; ++op) sw.feed(contrib(sw.cfg, 3, op, in[3], wire::hflag::RETRANSMIT));
+  ASSERT_EQ(sw.cap.outs.size(), 2000u - oldest + 1);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
+  for (size_t i = 1; i < sw.cap.outs.size(); ++i) {
+    ASSERT_EQ(sw.cap.outs[i].h.kind, wire::Kind::RESULT) << i;
+    EXPECT_EQ(sw.cap.outs[i].h.op, oldest - 1 + i);
+    ASSERT_EQ(*sw.cap.outs[i].body, want) << "op " << oldest - 1 + i;
+  }
+}
+
+// retention_mib 0: nothing is retained; a retransmission right after the
+// RESULT is RESULT_EXPIRED, and the slot was never held.
+TEST(Switch, RetentionOfZeroRetainsNothing) {
+  Switch sw(std::string(kRoot) + "retention_mib: 0\n");
+  const auto in = inputs(4, 8, 10);
+  for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, 1, in[r]));
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  EXPECT_EQ(sw.red.stats().results_retained, 0u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  sw.feed(contrib(sw.cfg, 0, 1, in[0], wire::hflag::RETRANSMIT));
+  ASSERT_EQ(sw.cap.outs.size(), 5u);
+  EXPECT_EQ(sw.cap.outs[4].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
 }
 
 TEST(Switch, UnknownSourcesAreDroppedWithoutReply) {
@@ -310,6 +425,7 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::TOO_NARROW, R::ACCUMULATOR_TOO_NARROW},
       {Drop::NO_FREE_SLOT, R::NO_FREE_SLOT},
       {Drop::RESULT_EXPIRED, R::RESULT_EXPIRED},
+      {Drop::ABANDONED, R::OP_ABANDONED},
   };
   for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
     const Drop d = Drop(i);
@@ -503,8 +619,12 @@ jobs:
     leaf.feed(f, 0, 1'000'000);
   }
   ASSERT_EQ(leaf.cap.outs.size(), 1u);
+  // The leaf keeps its slot (and accumulator) while it waits: it may have to send its PARTIAL again.
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);
   root.feed(frame_of(leaf.cap.outs[0]), 1, 1'000'000);  // the root completes; its RESULT is lost
   ASSERT_EQ(root.cap.outs.size(), 1u);
+  EXPECT_EQ(root.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(root.red.stats().results_retained, 1u);
   leaf.red.tick(20'000'000, leaf.cap);  // not late yet
   EXPECT_EQ(leaf.cap.outs.size(), 1u);
   leaf.red.tick(60'000'000, leaf.cap);  // late: the PARTIAL again
@@ -514,10 +634,233 @@ jobs:
   root.feed(frame_of(leaf.cap.outs[1]), 1, 61'000'000);
   ASSERT_EQ(root.cap.outs.size(), 2u);
   EXPECT_EQ(root.cap.outs[1].h.kind, wire::Kind::RESULT);
+  EXPECT_EQ(root.cap.outs[1].h.flags & wire::hflag::RETRANSMIT, wire::hflag::RETRANSMIT);
   leaf.feed(frame_of(root.cap.outs[1]), 1, 62'000'000);
   EXPECT_EQ(leaf.cap.outs.size(), 2u + 4u);  // forwarded to the four ranks
   const auto want = reference(in, Policy::KULISCH_FIXED);
   EXPECT_EQ(std::vector<uint8_t>(leaf.cap.outs.back().body->begin(), leaf.cap.outs.back().body->end()), want);
+  EXPECT_FALSE(leaf.cap.outs.back().h.flags & wire::hflag::RETRANSMIT) << "forwarded as a fresh RESULT";
+  // Now the leaf lets its slot go and retains the forwarded RESULT: a rank that lost it gets it again.
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(leaf.red.stats().results_retained, 1u);
+  leaf.feed(frame_of(root.cap.outs[1]), 1, 63'000'000);  // the parent's RESULT again: a duplicate
+  EXPECT_EQ(leaf.drops(Drop::DUPLICATE), 1u);
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.sender = 1;
+  h.group = 4;
+  h.count = 32;
+  h.flags = wire::hflag::RETRANSMIT;
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), leaf.cfg.jobs[0].member(1)->addr,
+                       {leaf.cfg.ports[0].mac, leaf.cfg.ports[0].ip, 20562}, h,
+                       {reinterpret_cast<const uint8_t*>(in[1].data()), 128}));
+  leaf.feed(f, 0, 64'000'000);
+  ASSERT_EQ(leaf.cap.outs.size(), 2u + 4u + 1u);
+  const Out& again = leaf.cap.outs.back();
+  EXPECT_EQ(again.dst.ip, leaf.cfg.jobs[0].member(1)->addr.ip);
+  EXPECT_EQ(again.h.sender, 2) << "from the leaf";
+  EXPECT_TRUE(again.h.flags & wire::hflag::RETRANSMIT);
+  EXPECT_EQ(*again.body, want);
+}
+
+// op_timeout_ms (3000 by default): R = 4, ranks 0, 1 and 2 contribute, rank
+// 3 never does. At 3 s after the chunk opened, exactly the three that are
+// waiting get NACK OP_ABANDONED echoing the op, with terms 3 and a one-byte
+// bitmap naming rank 3 (bit 3 of byte 0: 0x08); the slot is free. Rank 3's
+// late contribution and rank 0's retransmission get NACK OP_ABANDONED with
+// terms 0 and no body, open nothing and count nothing.
+TEST(Switch, AnAbandonedChunkNacksItsContributorsWithTheMissingRanks) {
+  Switch sw(kRoot);
+  EXPECT_EQ(sw.cfg.op_timeout_ms, 3000u);
+  const auto in = inputs(4, 10, 11);
+  for (uint16_t r = 0; r < 3; ++r) sw.feed(contrib(sw.cfg, r, 5, in[r]), 0, 1'000'000);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  sw.red.tick(3'000'999'999, sw.cap);  // not yet
+  EXPECT_TRUE(sw.cap.outs.empty());
+  sw.red.tick(3'001'000'000, sw.cap);
+  ASSERT_EQ(sw.cap.outs.size(), 3u);
+  std::set<uint32_t> to;
+  for (const Out& o : sw.cap.outs) {
+    EXPECT_EQ(o.h.kind, wire::Kind::NACK);
+    EXPECT_EQ(o.h.status, 8);
+    EXPECT_EQ(o.h.terms, 3);
+    EXPECT_EQ(o.h.count, 0);
+    EXPECT_EQ(o.h.sender, 1);
+    EXPECT_EQ(o.h.group, 4);
+    EXPECT_EQ(std::make_tuple(o.h.job, o.h.op, o.h.chunk), std::make_tuple(7u, 5u, 0u));
+    EXPECT_EQ(o.h.policy, Policy::KULISCH_FIXED);
+    EXPECT_EQ(o.h.dtype, Format::FP32);
+    ASSERT_TRUE(o.body);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x08});
+    // On the wire, and back through the parser a rank uses.
+    const auto f = frame_of(o);
+    wire::Parsed p;
+    ASSERT_EQ(wire::parse(f, o.dst.port, &p), wire::Refusal::OK);
+    EXPECT_EQ(std::vector<uint8_t>(p.payload, p.payload + p.payload_len), std::vector<uint8_t>{0x08});
+    to.insert(o.dst.ip);
+  }
+  EXPECT_EQ(to, (std::set<uint32_t>{member_ep(sw.cfg, 0).ip, member_ep(sw.cfg, 1).ip, member_ep(sw.cfg, 2).ip}));
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).timed_out, 1u);
+  EXPECT_EQ(sw.red.job_stats().at(7).in_flight, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).completed, 0u);
+  sw.red.tick(3'500'000'000, sw.cap);
+  EXPECT_EQ(sw.cap.outs.size(), 3u) << "abandoned once";
+  // Late: rank 3's first contribution, rank 0's retransmission.
+  sw.cap.outs.clear();
+  sw.feed(contrib(sw.cfg, 3, 5, in[3]), 0, 3'600'000'000);
+  sw.feed(contrib(sw.cfg, 0, 5, in[0], wire::hflag::RETRANSMIT), 0, 3'700'000'000);
+  ASSERT_EQ(sw.cap.outs.size(), 2u);
+  EXPECT_EQ(sw.cap.outs[0].dst.ip, member_ep(sw.cfg, 3).ip);
+  EXPECT_EQ(sw.cap.outs[1].dst.ip, member_ep(sw.cfg, 0).ip);
+  for (const Out& o : sw.cap.outs) {
+    EXPECT_EQ(o.h.kind, wire::Kind::NACK);
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+    EXPECT_EQ(o.h.terms, 0);
+    EXPECT_EQ(o.body_size(), 0u);
+    wire::Parsed p;
+    EXPECT_EQ(wire::parse(frame_of(o), o.dst.port, &p), wire::Refusal::OK);
+  }
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).opened, 1u);
+  EXPECT_EQ(sw.red.job_stats().at(7).timed_out, 1u);
+  EXPECT_EQ(sw.drops(Drop::ABANDONED), 2u);
+  EXPECT_EQ(sw.red.stats().nacks_sent, 5u);
+  EXPECT_EQ(sw.red.stats().elements, 3u * 10u) << "nothing counted after the abandonment";
+}
+
+// Chunks time out in the order they opened, each op_timeout_ms after its own
+// opening, and the bitmap is ceil(group / 8) bytes: R = 12, op 1 has ranks
+// 0, 5 and 9 (missing 1-4, 6-8, 10, 11: 0xDE 0x0D), op 2 opened 2 s later
+// has ranks 3 and 4 (missing the rest: 0xE7 0x0F).
+TEST(Switch, ChunksTimeOutInTheOrderTheyOpened) {
+  std::string yaml =
+      "switch: {id: 1, role: root}\nports:\n  - {id: 0, mac: \"02:00:00:00:ff:00\", ip: 10.0.0.254}\n"
+      "jobs:\n  - id: 7\n    members:\n";
+  for (int r = 0; r < 12; ++r) {
+    char m[120];
+    std::snprintf(m, sizeof m, "      - {rank: %d, port: 0, mac: \"02:00:00:00:00:%02x\", ip: 10.0.0.%d}\n", r, r,
+                  r + 1);
+    yaml += m;
+  }
+  Switch sw(yaml);
+  const auto send = [&](uint16_t r, uint32_t op, uint64_t now) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.op = op;
+    h.sender = r;
+    h.group = 12;
+    h.count = 1;
+    const float x = 1.0f;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), member_ep(sw.cfg, r), {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(&x), 4}));
+    sw.feed(f, 0, now);
+  };
+  for (uint16_t r : {0, 5, 9}) send(r, 1, 0);
+  for (uint16_t r : {3, 4}) send(r, 2, 2'000'000'000);
+  const auto nacked = [&](uint32_t op) {
+    std::map<uint16_t, std::vector<uint8_t>> by_rank;  // rank (its IP's last byte - 1) -> bitmap
+    for (const Out& o : sw.cap.outs) {
+      EXPECT_EQ(o.h.op, op);
+      EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+      by_rank[uint16_t((o.dst.ip & 0xFF) - 1)] = *o.body;
+    }
+    sw.cap.outs.clear();
+    return by_rank;
+  };
+  sw.red.tick(1'000'000'000, sw.cap);
+  EXPECT_TRUE(sw.cap.outs.empty());
+  sw.red.tick(3'000'000'000, sw.cap);
+  const std::vector<uint8_t> first{0xDE, 0x0D}, second{0xE7, 0x0F};
+  EXPECT_EQ(nacked(1), (std::map<uint16_t, std::vector<uint8_t>>{{0, first}, {5, first}, {9, first}}));
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  sw.red.tick(4'999'999'999, sw.cap);
+  EXPECT_TRUE(sw.cap.outs.empty());
+  sw.red.tick(5'000'000'000, sw.cap);
+  EXPECT_EQ(nacked(2), (std::map<uint16_t, std::vector<uint8_t>>{{3, second}, {4, second}}));
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).timed_out, 2u);
+}
+
+// Only this switch's members can be named: a root with ranks 0 and 1 and a
+// child switch folding ranks 2 and 3. Rank 0 contributes, nothing else does:
+// rank 0 alone is told, terms 1, bitmap 0x02 (rank 1); the child's two
+// contributions are group - terms - popcount = 4 - 1 - 1. The child, which
+// sent nothing, gets nothing.
+TEST(Switch, AnAbandonedChunkNamesOnlyThisSwitchsMembers) {
+  Switch sw(R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+    children:
+      - {id: 2, port: 0, mac: "02:00:00:00:f0:01", ip: 10.0.0.9, ranks: 2}
+op_timeout_ms: 50
+)");
+  sw.feed(contrib(sw.cfg, 0, 4, {1.0f, 2.0f}), 0, 0);
+  sw.red.tick(50'000'000, sw.cap);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  const Out& o = sw.cap.outs[0];
+  EXPECT_EQ(o.dst.ip, member_ep(sw.cfg, 0).ip);
+  EXPECT_EQ(o.h.terms, 1);
+  EXPECT_EQ(*o.body, std::vector<uint8_t>{0x02});
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+}
+
+// A leaf whose parent never answers gives up op_timeout_ms after the chunk
+// opened, like a root: its four ranks all contributed, so all four are told,
+// terms 4 and a bitmap with no rank missing here (0x00).
+TEST(Switch, ALeafAbandonsAChunkItsParentNeverAnswered) {
+  Switch leaf(R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f0:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2}
+jobs:
+  - id: 7
+    group: 8
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.0.4}
+op_timeout_ms: 1000
+partial_retry_ms: 0
+)");
+  for (uint16_t r = 0; r < 4; ++r) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.op = 3;
+    h.sender = r;
+    h.group = 8;
+    h.count = 1;
+    const float x = 2.0f;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), leaf.cfg.jobs[0].member(r)->addr,
+                         {leaf.cfg.ports[0].mac, leaf.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(&x), 4}));
+    leaf.feed(f, 0, 10);
+  }
+  ASSERT_EQ(leaf.cap.outs.size(), 1u);  // the PARTIAL
+  leaf.cap.outs.clear();
+  leaf.red.tick(1'000'000'010, leaf.cap);
+  ASSERT_EQ(leaf.cap.outs.size(), 4u);
+  for (const Out& o : leaf.cap.outs) {
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+    EXPECT_EQ(o.h.terms, 4);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x00});
+  }
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 0u);
 }
 
 // The reducer's set of expired keys is exact and forgets the oldest first:
@@ -547,6 +890,98 @@ TEST(RecentKeys, MatchesASetWithFifoEviction) {
       ASSERT_EQ(rk.size(), ref.size());
     }
     for (const auto& [j, o, c] : ref) ASSERT_TRUE(rk.contains({j, o, c}));
+  }
+}
+
+// The flat table under the tombstones and the result log: an exact map,
+// checked against std::map over random puts (new keys and replacements) and
+// erases in a small table with many collisions.
+TEST(KeyTable, MatchesAMap) {
+  for (size_t cap : {1, 5, 64, 700}) {
+    prism::sw::KeyTable t(cap);
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, uint32_t> ref;
+    std::mt19937_64 rng(cap + 100);
+    for (int it = 0; it < 30000; ++it) {
+      const prism::sw::SlotKey k{uint32_t(rng() % 2), uint32_t(rng() % (2 * cap + 3)), uint32_t(rng() % 3)};
+      const auto key = std::make_tuple(k.job, k.op, k.chunk);
+      const int what = int(rng() % 3);
+      if (what == 0 && (ref.size() < cap || ref.count(key))) {
+        const uint32_t v = uint32_t(1 + rng() % 1000);
+        t.put(k, v);
+        ref[key] = v;
+      } else if (what == 1) {
+        EXPECT_EQ(t.erase(k), ref.erase(key) == 1);
+      }
+      const auto it2 = ref.find(key);
+      ASSERT_EQ(t.get(k), it2 == ref.end() ? 0u : it2->second) << "capacity " << cap << " step " << it;
+      ASSERT_EQ(t.size(), ref.size());
+    }
+    for (const auto& [key, v] : ref) ASSERT_EQ(t.get({std::get<0>(key), std::get<1>(key), std::get<2>(key)}), v);
+  }
+}
+
+// The result log against a model: a deque of (key, body) in push order,
+// evicting the oldest until has_room() holds, over bodies of random sizes
+// (1 byte to 9 KiB) in rings of a few pages, so records wrap and leave
+// padding thousands of times. Every retained record is found by its key,
+// with its header and every byte of its body intact; nothing else is found;
+// the ring never holds more lines than it has.
+TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
+  for (size_t bytes : {size_t(0), size_t(600), size_t(20000), size_t(1) << 16, size_t(1) << 20}) {
+    prism::sw::ResultLog log(bytes);
+    std::deque<std::pair<prism::sw::SlotKey, std::vector<uint8_t>>> model;
+    std::mt19937_64 rng(bytes + 7);
+    const auto body_of = [&](uint32_t op, size_t len) {
+      std::vector<uint8_t> b(len);
+      for (size_t i = 0; i < len; ++i) b[i] = uint8_t((op * 2654435761u + i * 40503u) >> 7);
+      return b;
+    };
+    uint64_t refused = 0;
+    for (uint32_t op = 0; op < 5000; ++op) {
+      const size_t len = rng() % 4 ? 1 + rng() % 1500 : 1 + rng() % 9216;
+      const prism::sw::SlotKey k{3, op, op % 5};
+      if (!log.fits(len)) {
+        ++refused;
+        EXPECT_TRUE(1 + (len + 63) / 64 > bytes / 64 || bytes < 512) << len;  // more lines than the ring has
+        continue;
+      }
+      while (!log.has_room(len)) {
+        ASSERT_FALSE(model.empty());
+        ASSERT_EQ(log.oldest()->key, model.front().first);
+        log.pop_oldest();
+        model.pop_front();
+      }
+      wire::Header h;
+      h.op = op;
+      h.count = uint16_t(len);
+      const auto b = body_of(op, len);
+      std::memcpy(log.push(k, op % 7, h, len, op), b.data(), len);
+      model.emplace_back(k, b);
+      ASSERT_EQ(log.size(), model.size());
+      ASSERT_LE(log.lines_used(), log.capacity_lines());
+      if (op % 97 == 0 || op > 4900)
+        for (const auto& [mk, mb] : model) {
+          const auto* r = log.find(mk);
+          ASSERT_NE(r, nullptr) << "op " << mk.op << " lost at step " << op;
+          ASSERT_EQ(r->h.op, mk.op);
+          ASSERT_EQ(r->len, mb.size());
+          ASSERT_EQ(r->job_index, mk.op % 7);
+          ASSERT_EQ(r->t_done, mk.op);
+          ASSERT_EQ(std::memcmp(r->body(), mb.data(), mb.size()), 0) << "op " << mk.op << " overwritten";
+        }
+    }
+    // What was let go is not found.
+    for (uint32_t op = 0; op < 5000; ++op) {
+      const bool kept = std::any_of(model.begin(), model.end(), [&](const auto& m) { return m.first.op == op; });
+      ASSERT_EQ(log.find({3, op, op % 5}) != nullptr, kept) << op;
+    }
+    if (bytes == 0) {
+      EXPECT_EQ(refused, 5000u);
+    } else if (bytes >= 20000) {
+      EXPECT_EQ(refused, 0u);
+    }
+    while (log.oldest()) log.pop_oldest();
+    EXPECT_EQ(log.lines_used(), 0u);
   }
 }
 

@@ -1,0 +1,88 @@
+// The results a reducer shard completed, kept for retransmissions after
+// their slots are freed: "retain the result, not the slot". A slot holds an
+// accumulator (kilobytes for a Kulisch chunk); a retained result is only the
+// bytes that were sent, so a shard's slot table bounds the ops in flight,
+// not the ops completed in the last retention_ms.
+//
+// Representation: one preallocated ring of 64-byte lines, records in
+// completion order (a FIFO), each a one-line Record (the key, the RESULT's
+// header as sent, its completion time) followed by the body's lines. A
+// record never wraps: when it does not fit before the ring's end, the rest
+// of the ring becomes a padding record and it starts at line 0. A KeyTable
+// maps each retained key to its record's line. Nothing allocates after
+// construction; the ring's pages are touched only as it fills.
+//
+// The log never decides to evict: the reducer pops the oldest record when
+// it needs room (has_room() false) or when the record is older than
+// retention_ms, and counts why (it tombstones the key, so a later
+// retransmission is told RESULT_EXPIRED).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+
+#include "proto/wire.hpp"
+#include "switch/key_table.hpp"
+
+namespace prism::sw {
+
+class ResultLog {
+ public:
+  static constexpr size_t kLine = 64;
+  // One line: everything a retransmission needs besides the body.
+  struct Record {
+    SlotKey key;
+    uint32_t len;        // body bytes, in the lines that follow
+    uint64_t t_done;     // completion time (ns)
+    uint32_t lines;      // lines the record takes, itself included
+    uint32_t job_index;  // Job::index of its job; kPad for padding
+    wire::Header h;      // the RESULT's header as it was sent
+    const uint8_t* body() const { return reinterpret_cast<const uint8_t*>(this + 1); }
+  };
+  static_assert(sizeof(Record) == kLine, "a record's header is one line");
+
+  // `bytes` of ring (rounded down to whole lines); 0 retains nothing. The
+  // key table holds one record per 512 bytes of ring: a log of smaller
+  // results is bounded by that count instead (has_room() says so too).
+  explicit ResultLog(size_t bytes);
+
+  // The record retained for `k`, or null.
+  const Record* find(const SlotKey& k) const {
+    const uint32_t v = table_.get(k);
+    return v ? &at(v - 1) : nullptr;
+  }
+  void prefetch(const SlotKey& k) const { table_.prefetch(k); }
+  // A body of `len` bytes fits an empty log (false: it is never retained).
+  bool fits(size_t len) const { return lines_for(len) <= cap_ && max_records_ > 0; }
+  // A body of `len` bytes fits now, without evicting anything.
+  bool has_room(size_t len) const;
+  // Appends a record for `k` (has_room(len) must hold; `k` not retained) and
+  // returns where its `len` body bytes go.
+  uint8_t* push(const SlotKey& k, uint32_t job_index, const wire::Header& h, size_t len, uint64_t now_ns);
+  // The oldest record, or null when the log is empty.
+  const Record* oldest() const { return records_ ? &at(head_) : nullptr; }
+  // Forgets the oldest record (the log must not be empty).
+  void pop_oldest();
+  size_t size() const { return records_; }
+  size_t lines_used() const { return used_; }
+  size_t capacity_lines() const { return cap_; }
+
+ private:
+  static constexpr uint32_t kPad = ~uint32_t(0);
+  struct alignas(kLine) Line {
+    unsigned char b[kLine];
+  };
+  static size_t lines_for(size_t len) { return 1 + (len + kLine - 1) / kLine; }
+  Record& at(size_t line) const { return *std::launder(reinterpret_cast<Record*>(&ring_[line])); }
+  void skip_padding();
+  size_t cap_, max_records_;
+  std::unique_ptr<Line[]> ring_;  // default-initialised: pages are touched as the log fills
+  KeyTable table_;                // key -> its record's line + 1
+  size_t head_ = 0, tail_ = 0;    // oldest record's line; where the next one goes (< cap_)
+  size_t used_ = 0;               // lines from head_ to tail_, padding included
+  size_t records_ = 0;
+};
+
+}  // namespace prism::sw
