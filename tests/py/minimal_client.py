@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""A minimal PRISM client, written from docs/PROTOCOL.md alone: one process is
+one rank of one allreduce. It shares nothing with the C++ code or with the
+other test helpers: plain UDP sockets, struct, numpy for the element formats.
+
+    minimal_client.py --config switch.yaml --rank 3 --elements 20000 --dtype fp32 --seed 1
+
+It reads its own address (member `rank` of the job: ip, udp_port, and its
+port's ip, the switch's) from the switch's YAML, binds that address, sends one
+CONTRIB per chunk (a window of chunks in flight), collects one RESULT per
+chunk, re-sends a chunk whose RESULT is late with the RETRANSMIT flag (timeout
+doubling up to a cap), ignores duplicate RESULTs, and stops with a clear error
+on a NACK (NO_FREE_SLOT is retried later, as PROTOCOL.md says). It prints one
+JSON line: the sha256 of the result bytes and its counts. Exit status 0 when
+every chunk's RESULT arrived, 3 on a NACK, 4 on a timeout, 2 on bad arguments.
+
+Its inputs come from make_input(seed, rank, elements, dtype), so a test can
+compute the expected sum without it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import select
+import socket
+import struct
+import sys
+import time
+
+import numpy as np
+
+# ---------------------------------------------------------------- PROTOCOL.md
+MAGIC, VERSION = 0x5052, 1
+CONTRIB, PARTIAL, RESULT, NACK = 1, 2, 3, 4
+F_RETRANSMIT, F_LAST_CHUNK, F_SIDEBAND = 1, 2, 4
+POLICY = {'fp32_arrival': 1, 'kulisch': 2, 'fp32_binomial': 3}
+TRANSPORT_KULISCH, EXC_IEEE, ENC_DTYPE, ENC_OUT = 2, 1, 1, 2
+# format name -> (wire code, numpy little-endian dtype)
+FORMATS = {'fp32': (1, '<f4'), 'fp16': (2, '<f2')}
+NACK_REASON = {
+    1: ('MALFORMED', 'the switch could not parse the packet: a client bug'),
+    2: ('UNKNOWN_JOB', 'the job id is not configured on this switch: check --job and the config'),
+    3: ('NOT_A_MEMBER', 'this rank is not a member of the job: check --rank and the config'),
+    4: ('DESCRIPTOR_MISMATCH', 'another rank sent this op with another descriptor (dtype, policy, '
+        'group, count...), or the job does not allow it: give every rank the same arguments'),
+    5: ('ACCUMULATOR_TOO_NARROW', 'the switch\'s kulisch_width is too narrow for this dtype and group'),
+    6: ('NO_FREE_SLOT', 'the switch has no free slot now: retried later'),
+    7: ('RESULT_EXPIRED', 'the result was no longer retained when this rank asked again: '
+        'raise retention_ms or lower the timeouts'),
+    8: ('OP_ABANDONED', 'the switch gave the chunk up after op_timeout_ms: a contributor never sent '
+        'or died; the collective failed'),
+}
+NO_FREE_SLOT, OP_ABANDONED = 6, 8
+# magic ver kind job op chunk sender group terms count dtype out policy enc transport exc flags status
+HDR = struct.Struct('>HBBIIIHHHHBBBBBBBB')
+assert HDR.size == 32
+IP_UDP_OVERHEAD = 20 + 8
+
+
+def make_input(seed: int, rank: int, n: int, dtype: str) -> np.ndarray:
+    """Rank `rank`'s elements: finite values of mixed magnitudes (a sum in arrival order
+    would depend on the order), with exact cancellations and fp16 subnormals."""
+    rng = np.random.default_rng([seed, rank, n])
+    if dtype == 'fp32':
+        x = rng.standard_normal(n) * np.exp2(rng.integers(-40, 40, n).astype(np.float64))
+        x[::7] = 1.0 + rank * 2.0 ** -23      # the same value in every rank, ulp apart
+        x[3::11] = (-1) ** rank * 3.0e20      # cancels pairwise
+        return x.astype('<f4')
+    if dtype == 'fp16':
+        x = rng.standard_normal(n) * np.exp2(rng.integers(-22, 8, n).astype(np.float64))
+        x[::5] = 2.0 ** -24 * (rank + 1)      # subnormals
+        return x.astype('<f2')
+    raise ValueError(f'dtype {dtype}: fp32 or fp16')
+
+
+def chunk_elements(dtype: str, out_dtype: str, mtu: int) -> int:
+    """The most elements whose CONTRIB, and whose RESULT with a sideband (a status byte per
+    element), fit an IP MTU."""
+    body = mtu - IP_UDP_OVERHEAD - HDR.size
+    isz = np.dtype(FORMATS[dtype][1]).itemsize
+    osz = np.dtype(FORMATS[out_dtype][1]).itemsize
+    return min(body // isz, body // (osz + 1))
+
+
+def read_member(config: str, rank: int, job: int | None):
+    """(job id, group, my ip, my udp port, switch ip, switch udp port) from the switch YAML."""
+    import yaml   # Debian's python3-yaml
+    with open(config) as f:
+        cfg = yaml.safe_load(f)
+    sw_port = int((cfg.get('switch') or {}).get('udp_port', 20562))
+    jobs = cfg.get('jobs') or []
+    if job is None:
+        if len(jobs) != 1:
+            raise SystemExit(f'{config}: {len(jobs)} jobs: give --job')
+        j = jobs[0]
+    else:
+        j = next((x for x in jobs if int(x['id']) == job), None)
+        if j is None:
+            raise SystemExit(f'{config}: no job {job}')
+    members = j.get('members') or []
+    m = next((x for x in members if int(x['rank']) == rank), None)
+    if m is None:
+        raise SystemExit(f'{config}: job {j["id"]} has no member with rank {rank}')
+    group = int(j['group']) if 'group' in j else \
+        len(members) + sum(int(c['ranks']) for c in j.get('children') or [])
+    port = next((p for p in cfg.get('ports') or [] if int(p['id']) == int(m['port'])), None)
+    if port is None:
+        raise SystemExit(f'{config}: rank {rank}\'s port {m["port"]} is not under ports')
+    return int(j['id']), group, str(m['ip']), int(m.get('udp_port', 20562)), str(port['ip']), sw_port
+
+
+class Failure(Exception):
+    def __init__(self, code: int, what: str, **info):
+        super().__init__(what)
+        self.code, self.info = code, info
+
+
+def allreduce(sock: socket.socket, *, job: int, op: int, rank: int, group: int, data: np.ndarray,
+              dtype: str, out_dtype: str, policy: str, chunk: int, window: int, rto: float,
+              rto_max: float, deadline: float, log=None) -> tuple[bytes, dict]:
+    n = len(data)
+    chunks = (n + chunk - 1) // chunk
+    dcode, ocode = FORMATS[dtype][0], FORMATS[out_dtype][0]
+    out_np = np.dtype(FORMATS[out_dtype][1])
+    osz = out_np.itemsize
+    result = bytearray(n * osz)
+    payload = data.astype(FORMATS[dtype][1]).tobytes()
+    isz = data.dtype.itemsize
+    done = [False] * chunks
+    sent_at = {}           # chunk -> (next deadline, current timeout)
+    stats = {'sent': 0, 'retransmits': 0, 'results': 0, 'duplicates': 0, 'nacks': {}, 'status': 0,
+             'flagged_elements': 0, 'no_free_slot_retries': 0, 'ignored': 0}
+    next_chunk = 0
+    remaining = chunks
+    t_end = time.monotonic() + deadline
+
+    def contrib(c: int, retransmit: bool) -> bytes:
+        first = c * chunk
+        count = min(chunk, n - first)
+        flags = (F_RETRANSMIT if retransmit else 0) | (F_LAST_CHUNK if c == chunks - 1 else 0)
+        h = HDR.pack(MAGIC, VERSION, CONTRIB, job, op, c, rank, group, 1, count, dcode, ocode,
+                     POLICY[policy], ENC_DTYPE, TRANSPORT_KULISCH, EXC_IEEE, flags, 0)
+        return h + payload[first * isz:(first + count) * isz]
+
+    def send(c: int, retransmit: bool, timeout: float):
+        try:
+            sock.send(contrib(c, retransmit))
+        except (BlockingIOError, ConnectionRefusedError, OSError) as e:
+            if log:
+                log(f'send chunk {c}: {e}')   # counts as lost: the timer re-sends it
+        stats['sent'] += 1
+        if retransmit:
+            stats['retransmits'] += 1
+        sent_at[c] = (time.monotonic() + timeout, timeout)
+
+    while remaining:
+        now = time.monotonic()
+        # fill the window
+        while next_chunk < chunks and len(sent_at) < window:
+            send(next_chunk, False, rto)
+            next_chunk += 1
+        # re-send late chunks, doubling their timeout
+        for c, (due, tmo) in list(sent_at.items()):
+            if due <= now:
+                send(c, True, min(tmo * 2, rto_max))
+        if now > t_end:
+            missing = [c for c in range(chunks) if not done[c]]
+            raise Failure(4, f'timeout: no RESULT for {len(missing)} of {chunks} chunks after {deadline} s',
+                          missing=missing[:20], **stats)
+        wait = max(0.0, min([d for d, _ in sent_at.values()] + [t_end]) - time.monotonic())
+        r, _, _ = select.select([sock], [], [], wait)
+        if not r:
+            continue
+        while True:
+            try:
+                pkt = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                continue
+            if len(pkt) < HDR.size:
+                stats['ignored'] += 1
+                continue
+            (magic, ver, kind, pjob, pop, c, sender, pgroup, terms, count, pd, po, ppol, enc, _tr, _ex,
+             flags, status) = HDR.unpack_from(pkt)
+            if magic != MAGIC or ver != VERSION or pjob != job or pop != op or c >= chunks:
+                stats['ignored'] += 1
+                continue
+            if kind == NACK:
+                name, what = NACK_REASON.get(status, (f'reason {status}', 'unknown reason code'))
+                stats['nacks'][name] = stats['nacks'].get(name, 0) + 1
+                if status == NO_FREE_SLOT and not done[c]:
+                    stats['no_free_slot_retries'] += 1
+                    tmo = sent_at.get(c, (0, rto))[1]
+                    sent_at[c] = (time.monotonic() + tmo, min(tmo * 2, rto_max))
+                    continue
+                if done[c]:
+                    continue   # a late NACK for a chunk we have: nothing to do
+                extra = {}
+                if status == OP_ABANDONED:
+                    # terms: contributions that arrived; body: a bitmap of this switch's members
+                    # that had not (bit r % 8 of byte r // 8), or empty
+                    bitmap = pkt[HDR.size:HDR.size + (group + 7) // 8]
+                    missing = [r for r in range(group) if len(bitmap) > r // 8 and bitmap[r // 8] >> (r % 8) & 1]
+                    extra = {'arrived': terms, 'missing_ranks': missing}
+                    what += f' ({terms} of {group} contributions arrived; missing ranks here: {missing or "?"})'
+                raise Failure(3, f'NACK {name} for job {job} op {op} chunk {c}: {what}', **extra, **stats)
+            if kind != RESULT:
+                stats['ignored'] += 1
+                continue
+            if done[c]:
+                stats['duplicates'] += 1
+                continue
+            first = c * chunk
+            want = min(chunk, n - first)
+            body = pkt[HDR.size:]
+            if (count != want or pgroup != group or terms != group or enc != ENC_OUT or pd != dcode
+                    or po != ocode or ppol != POLICY[policy] or len(body) < count * osz
+                    or (flags & F_SIDEBAND and len(body) < count * (osz + 1))):
+                raise Failure(5, f'malformed RESULT for chunk {c}: count {count} (want {want}), group '
+                              f'{pgroup}, terms {terms}, encoding {enc}, {len(body)} body bytes', **stats)
+            result[first * osz:(first + count) * osz] = body[:count * osz]
+            stats['status'] |= status
+            if flags & F_SIDEBAND:
+                sb = body[count * osz:count * (osz + 1)]
+                stats['flagged_elements'] += sum(1 for b in sb if b)
+            done[c] = True
+            remaining -= 1
+            stats['results'] += 1
+            sent_at.pop(c, None)
+    return bytes(result), stats
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--config', required=True, help='the switch YAML that registers this rank')
+    p.add_argument('--rank', type=int, required=True)
+    p.add_argument('--job', type=int, help='job id (default: the config\'s only job)')
+    p.add_argument('--op', type=int, default=0, help='op number (default 0)')
+    p.add_argument('--elements', type=int, default=1000)
+    p.add_argument('--dtype', choices=sorted(FORMATS), default='fp32')
+    p.add_argument('--out-dtype', choices=sorted(FORMATS), default='fp32')
+    p.add_argument('--policy', choices=sorted(POLICY), default='kulisch')
+    p.add_argument('--seed', type=int, default=1)
+    p.add_argument('--mtu', type=int, default=1500, help='IP MTU the chunks must fit (default 1500)')
+    p.add_argument('--chunk', type=int, help='elements per chunk (default: the most the MTU fits)')
+    p.add_argument('--window', type=int, default=32, help='chunks in flight (default 32)')
+    p.add_argument('--timeout-ms', type=float, default=200, help='first retransmission timeout')
+    p.add_argument('--max-timeout-ms', type=float, default=1600, help='cap of the doubling timeout')
+    p.add_argument('--deadline', type=float, default=60, help='give up after this many seconds')
+    a = p.parse_args(argv)
+    if a.elements < 1:
+        p.error('--elements must be at least 1')
+    most = chunk_elements(a.dtype, a.out_dtype, a.mtu)
+    chunk = a.chunk or most
+    if not 1 <= chunk <= most:
+        p.error(f'--chunk {chunk}: 1..{most} for {a.dtype} -> {a.out_dtype} at MTU {a.mtu}')
+    job, group, ip, port, sw_ip, sw_port = read_member(a.config, a.rank, a.job)
+    data = make_input(a.seed, a.rank, a.elements, a.dtype)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    sock.bind((ip, port))
+    sock.connect((sw_ip, sw_port))   # RESULTs and NACKs come from the switch's port address
+    sock.setblocking(False)
+    line = {'rank': a.rank, 'job': job, 'op': a.op, 'group': group, 'dtype': a.dtype, 'out_dtype': a.out_dtype,
+            'policy': a.policy, 'elements': a.elements, 'chunk': chunk, 'chunks': -(-a.elements // chunk)}
+    t0 = time.monotonic()
+    try:
+        out, stats = allreduce(sock, job=job, op=a.op, rank=a.rank, group=group, data=data, dtype=a.dtype,
+                               out_dtype=a.out_dtype, policy=a.policy, chunk=chunk, window=a.window,
+                               rto=a.timeout_ms / 1000, rto_max=a.max_timeout_ms / 1000, deadline=a.deadline,
+                               log=lambda m: print(m, file=sys.stderr))
+    except Failure as e:
+        line.update(e.info)
+        line.update(error=str(e), seconds=round(time.monotonic() - t0, 3))
+        print(json.dumps(line), flush=True)
+        print(f'minimal_client rank {a.rank}: {e}', file=sys.stderr)
+        return e.code
+    finally:
+        sock.close()
+    line.update(stats)
+    line.update(digest=hashlib.sha256(out).hexdigest(), seconds=round(time.monotonic() - t0, 3))
+    print(json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
