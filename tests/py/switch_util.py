@@ -39,7 +39,16 @@ CONTRIB, PARTIAL, RESULT, NACK = 1, 2, 3, 4
 RETRANSMIT, LAST_CHUNK, SIDEBAND = 1, 2, 4
 OVERFLOW, INVALID, NAN_INPUT = 1, 2, 4
 NACK_REASONS = {'malformed': 1, 'unknown_job': 2, 'not_a_member': 3, 'descriptor_mismatch': 4,
-                'accumulator_too_narrow': 5, 'no_free_slot': 6, 'result_expired': 7}
+                'accumulator_too_narrow': 5, 'no_free_slot': 6, 'result_expired': 7, 'op_abandoned': 8}
+
+
+def missing_bitmap(group: int, missing) -> bytes:
+    """The body of a NACK OP_ABANDONED (PROTOCOL.md): ceil(group / 8) bytes, bit r % 8 of byte r // 8 set
+    for each rank r that had not contributed."""
+    b = bytearray((group + 7) // 8)
+    for r in missing:
+        b[r // 8] |= 1 << (r % 8)
+    return bytes(b)
 DTYPES = {'fp32': (1, 4), 'fp16': (2, 2), 'bf16': (3, 2), 'e4m3fn': (4, 1), 'e4m3fnuz': (5, 1),
           'e5m2': (6, 1), 'e5m2fnuz': (7, 1), 'int8': (8, 1), 'int32': (9, 4)}
 POLICIES = {'fp32_arrival': 1, 'kulisch': 2, 'fp32_binomial': 3}

@@ -72,7 +72,7 @@ POLICY = {1: 'FP32_ARRIVAL', 2: 'KULISCH_FIXED', 3: 'FP32_BINOMIAL'}
 TRANSPORT = {1: 'ROUNDED', 2: 'KULISCH', 3: 'AUTO'}
 EXCEPTIONS = {1: 'IEEE', 2: 'SATURATE'}
 NACK_REASON = {1: 'MALFORMED', 2: 'UNKNOWN_JOB', 3: 'NOT_A_MEMBER', 4: 'DESCRIPTOR_MISMATCH',
-               5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED'}
+               5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED', 8: 'OP_ABANDONED'}
 # Lane unit exponents: the input format's smallest subnormal.
 UNIT = {1: -149, 2: -24, 3: -133, 4: -9, 5: -10, 6: -16, 7: -17, 8: 0, 9: 0}
 # fp8: exponent bits, mantissa bits, bias, how NaN/Inf are encoded.
@@ -121,6 +121,7 @@ FIELDS = [
     'prism.first_lane', 'prism.chunk_lanes', 'prism.lane', 'prism.lane.index', 'prism.lane.side',
     'prism.lane.sign', 'prism.lane.n', 'prism.lane.offset', 'prism.lane.magnitude', 'prism.lane.value',
     'prism.retransmit', 'prism.nack', 'prism.result_status',
+    'prism.missing', 'prism.missing.rank', 'prism.missing.children', '_ws.col.Info',
 ] + ERROR_EXPERTS
 
 
@@ -358,6 +359,13 @@ def check_frame(i: int, fr: dict, d: dict):
         assert num(fr, 'prism.nack_reason') == d['status']
         assert 'prism.nack' in fr
         assert 'prism.elements' not in fr and 'prism.lane' not in fr
+        # OP_ABANDONED's bitmap, decoded here from PROTOCOL.md: bit r % 8 of byte r // 8 names member rank r.
+        bitmap = bytes.fromhex(d['payload'])
+        want = [r for r in range(d['group']) if bitmap and bitmap[r // 8] >> (r % 8) & 1]
+        assert ints(fr, 'prism.missing.rank') == want, where
+        assert ('prism.missing' in fr) == bool(bitmap), where
+        if bitmap:
+            assert ints(fr, 'prism.missing.children') == [d['group'] - d['terms'] - len(want)], where
         return
     assert 'prism.nack_reason' not in fr
 
@@ -585,17 +593,56 @@ def test_nack_reasons(tmp_path):
     frames.append(frame(header(4, terms=0, count=0, status=2) + b'\x01\x02'))  # and an empty body
     pcap = write_pcap(tmp_path / 'nack.pcap', frames)
     tsf, dumped = cross_check(pcap)
-    assert [d['refusal'] for d in dumped] == ['ok'] * 8 + ['bad_nack_reason', 'bad_count', 'payload_length']
-    assert [num(f, 'prism.nack_reason') for f in tsf[:7]] == list(NACK_REASON)
-    assert num(tsf[7], 'prism.dtype') == 0x42 and num(tsf[7], 'prism.encoding') == 7
+    n = len(NACK_REASON)
+    assert n == 8
+    assert [d['refusal'] for d in dumped] == ['ok'] * (n + 1) + ['bad_nack_reason', 'bad_count', 'payload_length']
+    assert [num(f, 'prism.nack_reason') for f in tsf[:n]] == list(NACK_REASON)
+    assert num(tsf[n], 'prism.dtype') == 0x42 and num(tsf[n], 'prism.encoding') == 7
     pd = tshark_pdml(pcap)
     for p, (code, name) in zip(pd, NACK_REASON.items()):
         assert p['prism.kind'] == ['Kind: NACK (4)']
         assert p['prism.nack_reason'][0].startswith(f'NACK reason: {name} ({code})'), p['prism.nack_reason']
         assert p['prism.status'][0].startswith(f'Status: 0x{code:02x}')
     for text in ('malformed', 'unknown job', 'not a member', 'descriptor mismatch', 'accumulator too narrow',
-                 'no free slot', 'result expired'):
-        assert any(text in s for p in pd[:7] for s in p['prism.nack_reason']), text
+                 'no free slot', 'result expired', 'op abandoned'):
+        assert any(text in s for p in pd[:n] for s in p['prism.nack_reason']), text
+
+
+def test_op_abandoned_nacks(tmp_path):
+    """NACK OP_ABANDONED (8) as PROTOCOL.md gives it: terms = contributions that arrived (up to group) and a
+    body that is empty or a bitmap of ceil(group / 8) bytes naming the switch's members that had not
+    contributed. The dissector lists the missing ranks and what child switches still owed
+    (group - terms - missing), and flags the shapes the C++ parser refuses."""
+    nack = dict(sender=1, count=0, dtype=1, encoding=1, status=8)
+    cases = [  # (header fields, body, dump's refusal, missing ranks by hand, children owed)
+        (dict(group=4, terms=3), b'\x08', 'ok', [3], 0),                                  # rank 3 never sent
+        (dict(group=12, terms=3), b'\xde\x0d', 'ok', [1, 2, 3, 4, 6, 7, 8, 10, 11], 0),  # two bytes
+        (dict(group=4, terms=1), b'\x02', 'ok', [1], 2),                                  # + a child's 2 ranks
+        (dict(group=9, terms=9), b'\x00\x00', 'ok', [], 0),                              # nobody missing here
+        (dict(group=4, terms=0), b'', 'ok', [], None),                                    # a late packet's answer
+        (dict(group=4, terms=3), b'\x08\x00', 'payload_length', None, None),             # not ceil(4 / 8) bytes
+        (dict(group=4, terms=5), b'\x08', 'bad_terms', None, None),                       # more than the group
+        (dict(group=4, terms=0, status=3), b'\x08', 'payload_length', None, None),        # only 8 has a body
+        (dict(group=4, terms=2, status=7), b'', 'bad_terms', None, None),                  # only 8 has terms
+    ]
+    frames = [frame(header(4, **{**nack, **h}) + body) for h, body, *_ in cases]
+    pcap = write_pcap(tmp_path / 'abandoned.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == [c[2] for c in cases]
+    for i, (fr, (h, body, refusal, missing, owed)) in enumerate(zip(tsf, cases)):
+        if refusal == 'payload_length':
+            assert 'prism.bad_length' in fr and 'prism.missing' not in fr, i
+            continue
+        if refusal == 'bad_terms':
+            assert 'prism.bad_terms' in fr, i
+            continue
+        assert not {e for e in ERROR_EXPERTS if e in fr}, (i, fr.get('_ws.expert.message'))
+        assert ints(fr, 'prism.missing.rank') == missing, i
+        assert ints(fr, 'prism.missing.children') == ([] if owed is None else [owed]), i
+        info = fr['_ws.col.Info'][0]
+        assert 'reason=OP_ABANDONED' in info and f'terms={h["terms"]}/{h["group"]}' in info, info
+        if missing:
+            assert 'missing=' + ','.join(map(str, missing)) in info, info
 
 
 KULISCH_LANES = [  # (exact value in lane units, sideband)
@@ -711,7 +758,7 @@ def test_rules_both_enforce(tmp_path):
     frames = [
         frame(header(1, count=1, status=1) + bytes(4)),                         # status on a CONTRIB
         frame(header(3, count=1, terms=4, encoding=2, status=0x10) + bytes(4)),  # reserved RESULT status bit
-        frame(header(4, count=0, terms=2, status=3)),                            # NACK terms must be 0
+        frame(header(4, count=0, terms=2, status=3)),                            # NACK terms must be 0 (but for 8)
         frame(header(3, count=1, terms=4, encoding=2, flags=4) + bytes(4) + b'\x20'),  # reserved sideband bit
     ]
     pcap = write_pcap(tmp_path / 'lax.pcap', frames)

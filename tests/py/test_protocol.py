@@ -43,7 +43,8 @@ SIZE = {code: size for code, size in FORMATS.values()}
 POLICIES = {'fp32_arrival': 1, 'kulisch': 2, 'fp32_binomial': 3}
 TRANSPORTS = {'rounded': 1, 'kulisch': 2, 'auto': 3}
 EXCEPTIONS = {'ieee': 1, 'saturate': 2}
-NACK_REASONS = range(1, 8)
+NACK_REASONS = range(1, 9)
+OP_ABANDONED = 8
 # Lane record sideband bits.
 S_NAN, S_POSINF, S_NEGINF, S_NEGZERO, S_INVALID, S_OVERFLOW, S_SIGN = 1, 2, 4, 8, 16, 32, 128
 
@@ -240,7 +241,7 @@ def check_row(row, h, payload, side, first, lanes, net):
 
 CASES = [(CONTRIB, None, False), (PARTIAL, ENC_OUT, False), (PARTIAL, ENC_OUT, True),
          (PARTIAL, ENC_KULISCH, False), (RESULT, ENC_OUT, False), (RESULT, ENC_OUT, True)] + \
-        [(NACK, None, None)] * 7
+        [(NACK, None, None)] * len(NACK_REASONS)
 
 
 @pytest.mark.parametrize('tagged', [False, True], ids=['untagged', 'vlan'])
@@ -251,7 +252,7 @@ def test_scapy_frames_parse_to_their_fields(tmp_path, tagged):
         for i, (kind, enc, sb) in enumerate(CASES):
             h, body, payload, side, first, lanes = random_packet(rng, kind, enc, sb)
             if kind == NACK:
-                h['status'] = 1 + i - CASES.index((NACK, None, None))  # every reason 1..7
+                h['status'] = 1 + i - CASES.index((NACK, None, None))  # every reason 1..8
             net = dict(src_mac=rand_mac(rng), dst_mac=rand_mac(rng), src_ip=rand_ip(rng), dst_ip=rand_ip(rng),
                        src_port=rng.randrange(1, 65536), dst_port=PORT,
                        vlan=rng.randrange(1, 4095) if tagged else 0)
@@ -653,10 +654,21 @@ def malformed_variants():
     # NACK.
     nack = dict(kind=NACK, terms=0, count=0, status=4)
     add('nack_ok', 'ok', good(body=b'', **nack))
-    for code in (0, 8, 255):
+    for code in (0, 9, 255):
         add(f'nack_reason_{code}', 'bad_nack_reason', good(body=b'', **{**nack, 'status': code}))
     add('nack_count', 'bad_count', good(body=b'', **{**nack, 'count': 1}))
     add('nack_body', 'payload_length', good(body=b'\0', **nack))
+    # OP_ABANDONED (8): terms 0..group, and no body or a bitmap of exactly ceil(group / 8) bytes (group 4: one).
+    ab = {**nack, 'status': OP_ABANDONED}
+    add('abandoned_late', 'ok', good(body=b'', **ab))
+    add('abandoned_terms', 'ok', good(body=b'', **{**ab, 'terms': 4}))
+    add('abandoned_bitmap', 'ok', good(body=b'\x08', **{**ab, 'terms': 3}))
+    add('abandoned_bitmap_12', 'ok', good(body=b'\xde\x0d', **{**ab, 'terms': 3, 'group': 12}))
+    add('abandoned_terms_above_group', 'bad_terms', good(body=b'\x08', **{**ab, 'terms': 5}))
+    add('abandoned_bitmap_long', 'payload_length', good(body=b'\x08\x00', **{**ab, 'terms': 3}))
+    add('abandoned_bitmap_short', 'payload_length', good(body=b'\xde', **{**ab, 'terms': 3, 'group': 12}))
+    add('abandoned_count', 'bad_count', good(body=b'\x08', **{**ab, 'terms': 3, 'count': 1}))
+    add('nack_bitmap_other_reason', 'payload_length', good(body=b'\x08', **{**nack, 'status': 6}))
     return v
 
 

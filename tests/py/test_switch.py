@@ -488,7 +488,12 @@ def test_complete_capture_exits_zero_with_no_incomplete_line(tmp_path):
 
 def test_op_timeout_abandons_incomplete_ops(tmp_path):
     """op_timeout_ms: an op still incomplete after it is abandoned and counted
-    (timed out), its slot freed; no RESULT for it."""
+    (timed out), its slot freed; no RESULT for it. Rank 1 never sends: each of
+    ranks 0, 2 and 3 (the ones waiting) gets one NACK OP_ABANDONED (8) per
+    chunk, echoing the op, with terms 3 and the one-byte bitmap naming rank 1
+    (0x02); rank 1 gets nothing. Decoded twice: by prism-gen dump and by scapy
+    from the raw frames, against PROTOCOL.md's layout."""
+    from scapy.all import IP, UDP, Ether, rdpcap
     sc = Scenario(tmp_path, ranks=4, extra={'op_timeout_ms': 50})
     man = sc.generate('fp16', 'kulisch', 1000, 2)
     ghdr, recs = su.read_pcap(sc.rx_pcap(0))
@@ -498,9 +503,74 @@ def test_op_timeout_abandons_incomplete_ops(tmp_path):
     s = run.summary
     n = man['chunks'] * 2
     assert s.jobs[sc.job]['timed_out'] == n and s.jobs[sc.job]['completed'] == 0, run.describe()
+    assert s.jobs[sc.job]['in_flight'] == 0 and s.shard_total('slots_in_use') == 0, run.describe()
     assert not s.incomplete and not run.of_kind(RESULT), run.describe()
     # Abandoned ops count as incomplete at an idle exit: reported, exit status 3.
     assert s.abandoned.get(sc.job) == n and run.rc == 3, run.describe()
+    bitmap = su.missing_bitmap(4, [1])
+    assert bitmap == bytes([0x02])
+    nacks = run.of_kind(NACK)
+    assert len(nacks) == 3 * n == s.shard_total('nacks_sent') == s.nacks, run.describe()
+    assert Counter((sc.rank_of_ip[f['dst_ip']], f['op'], f['chunk']) for f in nacks) == Counter(
+        {(r, o, c): 1 for r in (0, 2, 3) for o in range(2) for c in range(man['chunks'])})
+    for f in nacks:
+        assert f['status'] == NACK_REASONS['op_abandoned'] == 8
+        assert (f['terms'], f['count'], f['group'], f['sender']) == (3, 0, 4, su.SWITCH_ID), f
+        assert f['payload'] == bitmap.hex(), f
+        assert f['dtype'] == DTYPES['fp16'][0] and f['policy'] == su.POLICIES['kulisch']
+    # scapy: Ethernet / IPv4 / UDP to the rank's registered address, then the 32-byte header and the bitmap.
+    seen = Counter()
+    for pkt in rdpcap(str(sc.tx_pcap(0))):
+        body = bytes(pkt[UDP].payload)
+        magic, version, kind, job, op, chunk, sender, group, terms, count = struct.unpack('>HBBIIIHHHH', body[:24])
+        if kind != NACK:
+            continue
+        r = sc.rank_of_ip[pkt[IP].dst]
+        assert pkt[Ether].dst == member_mac(r) and pkt[UDP].dport == su.UDP_PORT
+        assert (magic, version, job, sender, group, terms, count) == (0x5052, 1, sc.job, su.SWITCH_ID, 4, 3, 0)
+        assert body[31] == 8 and body[32:] == bitmap, body.hex()
+        seen[r] += 1
+    assert seen == Counter({0: n, 2: n, 3: n})
+
+
+@pytest.mark.parametrize('limit', ['slots', 'slot_quota'])
+def test_a_full_slot_table_refuses_with_no_free_slot(tmp_path, limit):
+    """A slot is held only while its chunk is open, so a table of one slot (or a
+    slot_quota of one) takes op after op. Op 1's first contribution arrives
+    while op 0 holds the only slot: refused, NACK NO_FREE_SLOT to that rank
+    (and counted as a slot refusal); once op 0 completes, its slot is free,
+    op 1's other contributions open it, and the refused rank's retry (a
+    RETRANSMIT, as after a NACK NO_FREE_SLOT) completes it. Both ops'
+    RESULTs are the golden ones."""
+    sc = Scenario(tmp_path, ranks=4)
+    if limit == 'slots':
+        sc.write_config(reducers='{shards: 1, slots: 1}')
+    else:
+        sc.config.write_text(sc.config.read_text().replace(f'  - id: {sc.job}\n',
+                                                           f'  - id: {sc.job}\n    slot_quota: 1\n'))
+    man = sc.generate('fp32', 'kulisch', 200, 2)
+    assert man['chunks'] == 1
+    ghdr, recs = su.read_pcap(sc.rx_pcap(0))
+    by = {}
+    for h, fr in recs:
+        op, sender = struct.unpack_from('>IxxxxH', fr, 42 + 8)
+        by[(op, sender)] = (h, fr)
+    retry = bytearray(by[(1, 0)][1])
+    retry[42 + 30] |= RETRANSMIT
+    retry[40:42] = b'\0\0'  # UDP checksum: none (RFC 768)
+    order = [by[(0, 0)], by[(0, 1)], by[(1, 0)], by[(0, 2)], by[(0, 3)], by[(1, 1)], by[(1, 2)], by[(1, 3)],
+             (by[(1, 0)][0], bytes(retry))]
+    su.write_pcap(sc.rx_pcap(0), ghdr, order)
+    run = sc.run_switch()
+    assert run.rc == 0, run.describe()
+    s = run.summary
+    assert s.shard_dropped['no_free_slot'] == 1 and s.jobs[sc.job]['slot_refusals'] == 1, run.describe()
+    assert s.shard_total('slots_high') == 1 and s.jobs[sc.job]['completed'] == 2, run.describe()
+    nacks = run.of_kind(NACK)
+    assert len(nacks) == 1 == s.nacks, run.describe()
+    assert (nacks[0]['status'], nacks[0]['op'], nacks[0]['dst_ip']) == (NACK_REASONS['no_free_slot'], 1,
+                                                                        member_ip(0))
+    check_results(run, [man])
 
 
 def test_backpressure_small_rings_loses_nothing(tmp_path):
@@ -548,23 +618,18 @@ def test_fanout_to_many_ranks(tmp_path, lcores):
         assert status == Counter({'1\t1': on_port[p]}), status  # tshark: 1 = Good
 
 # ------------------------------------------------------------ admission NACKs
-@pytest.mark.parametrize('what', ['format_not_allowed', 'policy_not_allowed', 'no_free_slot'])
+@pytest.mark.parametrize('what', ['format_not_allowed', 'policy_not_allowed'])
 def test_admission_refusals(tmp_path, what):
     """Ops the switch refuses at admission: a NACK with the documented reason to
     every member whose CONTRIB was refused, the drop counted, no RESULT for them."""
     sc = Scenario(tmp_path, ranks=4, ports=2)
-    chunks_ok = 0
-    if what in ('format_not_allowed', 'policy_not_allowed'):
-        text = sc.config.read_text().replace(
-            f'  - id: {sc.job}\n',
-            f'  - id: {sc.job}\n' + ('    formats: [fp16, bf16]\n' if what == 'format_not_allowed'
-                                     else '    policies: [fp32_arrival]\n'))
-        sc.config.write_text(text)
-        reason, drop = 'descriptor_mismatch', 'not_allowed'
-    else:  # one slot, kept for retention_ms after chunk 0 completes: chunk 1 finds no free slot
-        sc.write_config(reducers='{shards: 1, slots: 1}', retention_ms=60000)
-        reason, drop = 'no_free_slot', 'no_free_slot'
-        chunks_ok = 1
+    chunks_ok = 0  # (test_a_full_slot_table_refuses_with_no_free_slot: NO_FREE_SLOT)
+    text = sc.config.read_text().replace(
+        f'  - id: {sc.job}\n',
+        f'  - id: {sc.job}\n' + ('    formats: [fp16, bf16]\n' if what == 'format_not_allowed'
+                                 else '    policies: [fp32_arrival]\n'))
+    sc.config.write_text(text)
+    reason, drop = 'descriptor_mismatch', 'not_allowed'
     man = sc.generate('fp32', 'kulisch', 500, 1)
     assert man['chunks'] == 2
     run = sc.run_switch()
@@ -745,13 +810,13 @@ def check_telemetry(data: dict, sc: Scenario, man: dict):
     assert drops['unknown_source'] == st.get('foreign.unknown_source', 0), drops
     assert drops['unknown_job'] == st.get('foreign.foreign_job', 0), drops
     assert drops['spoofed'] == st.get('foreign.spoofed_rank', 0), drops
-    for k in ('duplicate', 'late', 'no_free_slot', 'too_narrow', 'result_expired'):
+    for k in ('duplicate', 'late', 'no_free_slot', 'too_narrow', 'result_expired', 'abandoned'):
         assert k in drops, (k, drops)
     assert sum(reds[f'shard{s}_results_sent'] for s in range(sc.shards)) == results, reds
     assert sum(reds[f'shard{s}_contribs'] for s in range(sc.shards)) == st['contrib'], reds
     for s in range(sc.shards):
         for k in ('packets', 'partials', 'resent', 'nacks_sent', 'elements', 'slots_in_use', 'slots_high',
-                  'dequeued', 'backpressured'):
+                  'results_retained', 'evicted_for_room', 'dequeued', 'backpressured'):
             assert f'shard{s}_{k}' in reds, (k, reds)
     # One lcore, round robin: every packet runs to completion, so the switch made no ring at all
     # (test_rings_telemetry_when_staged covers the staged layout's rings).

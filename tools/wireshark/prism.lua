@@ -75,7 +75,9 @@ local NACK_REASON = {
   [5] = "ACCUMULATOR_TOO_NARROW",
   [6] = "NO_FREE_SLOT",
   [7] = "RESULT_EXPIRED",
+  [8] = "OP_ABANDONED",
 }
+local NACK_OP_ABANDONED = 8
 local NACK_REASON_TEXT = {
   [1] = "malformed packet",
   [2] = "unknown job",
@@ -84,6 +86,7 @@ local NACK_REASON_TEXT = {
   [5] = "accumulator too narrow",
   [6] = "no free slot: retry later",
   [7] = "result expired",
+  [8] = "op abandoned: a contributor never sent (or died); fail the collective",
 }
 
 local FLAG_RETRANSMIT, FLAG_LAST_CHUNK, FLAG_SIDEBAND = 0x01, 0x02, 0x04
@@ -122,6 +125,11 @@ f.status_invalid = ProtoField.bool("prism.status.invalid", "INVALID", 8, nil, ST
 f.status_nan_input = ProtoField.bool("prism.status.nan_input", "NAN_INPUT", 8, nil, STATUS_NAN_INPUT)
 f.status_reserved = ProtoField.uint8("prism.status.reserved", "Reserved (must be 0)", base.HEX, nil, 0xF8)
 f.nack_reason = ProtoField.uint8("prism.nack_reason", "NACK reason", base.DEC, NACK_REASON)
+-- OP_ABANDONED's body: a bitmap of ceil(group/8) bytes, bit r%8 of byte r/8 set for each member rank r missing.
+f.missing = ProtoField.bytes("prism.missing", "Members that had not contributed (bitmap)")
+f.missing_rank = ProtoField.uint16("prism.missing.rank", "Missing rank", base.DEC)
+f.missing_children = ProtoField.uint16("prism.missing.children",
+  "Contributions missing from child switches (group - terms - missing ranks)", base.DEC)
 
 f.body = ProtoField.bytes("prism.body", "Body")
 f.elements = ProtoField.bytes("prism.elements", "Elements")
@@ -520,6 +528,27 @@ local function dissect_kulisch(tvb, pinfo, tree, body_off, count, dtype)
   end
 end
 
+-- OP_ABANDONED's bitmap: one item per member rank that had not contributed,
+-- and how many contributions child switches still owed. Returns the ranks as
+-- text for the Info column.
+local BIT = { 1, 2, 4, 8, 16, 32, 64, 128 }
+local function dissect_missing(tvb, root, group, terms, len)
+  local t = root:add(f.missing, tvb(HEADER_LEN, len))
+  local names, n = {}, 0
+  for r = 0, group - 1 do
+    local byte = tvb(HEADER_LEN + math.floor(r / 8), 1)
+    if band(byte:uint(), BIT[r % 8 + 1]) ~= 0 then
+      t:add(f.missing_rank, byte, r)
+      n = n + 1
+      if n <= 16 then names[#names + 1] = tostring(r) end
+    end
+  end
+  if n > 16 then names[#names + 1] = string.format("... (%d in all)", n) end
+  t:append_text(n == 0 and " (none of this switch's members)" or (" (ranks " .. table.concat(names, ", ") .. ")"))
+  if terms + n <= group then t:add(f.missing_children, group - terms - n):set_generated() end
+  return table.concat(names, ",")
+end
+
 ---------------------------------------------------------------------------
 -- Main
 
@@ -570,7 +599,10 @@ local function dissect(tvb, pinfo, tree)
   if kind == KIND_CONTRIB then terms_ok = terms == 1
   elseif kind == KIND_PARTIAL then terms_ok = terms >= 1 and terms <= group
   elseif kind == KIND_RESULT then terms_ok = terms == group
-  elseif kind == KIND_NACK then terms_ok = terms == 0 end
+  elseif kind == KIND_NACK then
+    -- OP_ABANDONED counts the contributions that had arrived; every other reason carries 0.
+    if status == NACK_OP_ABANDONED then terms_ok = terms <= group else terms_ok = terms == 0 end
+  end
   if not terms_ok then
     it:add_proto_expert_info(ef.bad_terms, string.format("Terms %d wrong for a %s with group %d",
       terms, code_name(KIND, kind), group))
@@ -662,6 +694,7 @@ local function dissect(tvb, pinfo, tree)
   local info = string.format("%s job=%d op=%d chunk=%d sender=%d", code_name(KIND, kind), job, op, chunk, sender)
   if kind == KIND_NACK then
     info = info .. " reason=" .. code_name(NACK_REASON, status)
+    if status == NACK_OP_ABANDONED then info = info .. string.format(" terms=%d/%d", terms, group) end
   else
     local fmt = encoding == ENC_DTYPE and dtype or out_dtype
     if encoding == ENC_KULISCH then
@@ -678,9 +711,19 @@ local function dissect(tvb, pinfo, tree)
   -- Body
   local body_len = len - HEADER_LEN
   if kind == KIND_NACK then
-    if body_len ~= 0 then
+    local bitmap_len = math.floor((group + 7) / 8)
+    if status == NACK_OP_ABANDONED and body_len ~= 0 and body_len == bitmap_len then
+      local missing = dissect_missing(tvb, root, group, terms, bitmap_len)
+      if missing ~= "" then pinfo.cols.info:append(" missing=" .. missing) end
+    elseif body_len ~= 0 then
       root:add(f.body, tvb(HEADER_LEN, body_len))
-      root:add_proto_expert_info(ef.bad_length, string.format("A NACK has an empty body, this one has %d bytes", body_len))
+      if status == NACK_OP_ABANDONED then
+        root:add_proto_expert_info(ef.bad_length, string.format(
+          "An OP_ABANDONED NACK's body is empty or a bitmap of %d bytes (group %d), this one has %d bytes",
+          bitmap_len, group, body_len))
+      else
+        root:add_proto_expert_info(ef.bad_length, string.format("A NACK has an empty body, this one has %d bytes", body_len))
+      end
     end
   elseif encoding == ENC_DTYPE or encoding == ENC_OUT_DTYPE then
     local fmt = encoding == ENC_DTYPE and dtype or out_dtype
