@@ -109,7 +109,7 @@ Options:
   --reorder-rate R    rate of the slow class (tc units; default 20mbit)
   --mtu BYTES         IP MTU of every link (default 1500; 576..9000). Above 1500 the
                       switch's net_af_packet ports get blocksz=36864,framesz=9216
-                      (the default 2048-byte frames hold no more than 1500)
+                      (the driver's default 2048-byte frames hold no more than 1500)
   --job ID            the job id (default 7)
   --set KEY=VALUE     a top-level key of the switch YAML (repeatable), e.g.
                       --set retention_ms=2000 --set 'reducers={{shards: 2}}'
