@@ -1,0 +1,258 @@
+"""prism-rank (libprism) against the real prism-switch, through the
+network-namespace testbed (scripts/testbed.py): every rank a process in its
+own namespace with a kernel UDP socket, the switch on net_af_packet.
+
+Inputs are made here (numpy, random finite values of each format) and given to
+the ranks as files; every rank writes its result, and the result is compared
+with the independent Python reference model (prism_ref.py): bit for bit under
+KULISCH_FIXED, FP32_BINOMIAL and for integers, within the recursive-summation
+bound under FP32_ARRIVAL. The switch's summary must show every
+element-contribution reduced exactly once. Needs root; skips without it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prism_ref as ref
+import switch_util as su
+from testbed import make_testbed, running_testbed, skip_unless_possible  # noqa: F401
+
+RANK = su.BUILD / 'app' / 'prism-rank'
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------ inputs and expectations
+def make_inputs(tb, n: int, dtype: str, seed: int) -> list[np.ndarray]:
+    """Every rank's input as codes of `dtype`, written to {dir}/in<rank>.bin."""
+    rng = np.random.default_rng(seed)
+    ins = []
+    for r in range(tb.R):
+        if dtype == 'int32':
+            codes = rng.integers(-(1 << 20), 1 << 20, n, dtype=np.int64).astype('<i4').view('<u4')
+        elif dtype == 'int8':
+            codes = rng.integers(-100, 100, n, dtype=np.int64).astype('<i1').view('<u1')
+        else:
+            x = rng.standard_normal(n) * np.exp2(rng.integers(-6, 7, n))
+            codes = ref.float_to_codes(dtype, x)
+        ins.append(np.asarray(codes))
+        (tb.dir / f'in{r}.bin').write_bytes(ref.codes_to_bytes(dtype, codes))
+    return ins
+
+
+def expected(dtype: str, policy: str, out: str, ins) -> bytes:
+    data, flags = ref.reduce(dtype, policy, out, 'ieee', [ref.codes_to_bytes(dtype, c) for c in ins])
+    return data
+
+
+def within_arrival_bound(dtype: str, out: str, ins, got: bytes) -> tuple[int, int]:
+    """(elements differing from the exact sum, elements beyond the FP32_ARRIVAL bound): an fp32
+    sum in any order of R terms lies within gamma_(R-1) * sum|x| of the exact sum, and the
+    exact sum rounded once within u * |S| of it."""
+    exact = np.frombuffer(expected(dtype, 'kulisch', out, ins), '<f4').astype(np.float64)
+    g = np.frombuffer(got, '<f4').astype(np.float64)
+    R = len(ins)
+    u = 2.0 ** -24
+    absum = sum(np.abs(ref.to_float32(dtype, c).astype(np.float64)) for c in ins)
+    bound = ((R - 1) * u / (1 - (R - 1) * u) + u) * absum + 2.0 ** -149
+    return int(np.count_nonzero(g != exact)), int(np.count_nonzero(np.abs(g - exact) > bound))
+
+
+def run_ranks(tb, n_or_file: str, dtype: str, policy: str, out: str, first_op: int, *extra, timeout=120,
+              ranks=None):
+    cmd = [str(RANK), '--config', '{config}', '--rank', '{rank}', '--dtype', dtype, '--out-dtype', out,
+           '--policy', policy, '--first-op', str(first_op), '--json', *map(str, extra)]
+    cmd += (['--input', '{dir}/in{rank}.bin', '--output', '{dir}/out{rank}.bin'] if n_or_file == 'files'
+            else ['--count', n_or_file])
+    return tb.run(cmd, timeout=timeout, ranks=ranks)
+
+
+def ok_lines(runs) -> list[dict]:
+    bad = [r for r in runs if r.rc != 0]
+    assert not bad, '\n'.join(f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}' for r in bad)
+    return [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+
+
+def allreduce_case(tb, n: int, dtype: str, policy: str, out: str, first_op: int, seed: int, *extra) -> list[dict]:
+    """One allreduce of n elements on every rank; every rank's result checked; returns the ranks' JSON."""
+    ins = make_inputs(tb, n, dtype, seed)
+    lines = ok_lines(run_ranks(tb, 'files', dtype, policy, out, first_op, *extra))
+    results = {r: (tb.dir / f'out{r}.bin').read_bytes() for r in range(tb.R)}
+    what = f'{n} {dtype}->{out} {policy}, R={tb.R}'
+    if policy == 'fp32_arrival' and dtype not in ('int8', 'int32'):
+        for r, got in results.items():
+            differ, beyond = within_arrival_bound(dtype, out, ins, got)
+            assert beyond == 0, f'{what}: rank {r}: {beyond} of {n} elements beyond the bound'
+        # Every rank received the same RESULT, whatever its bits.
+        assert len(set(results.values())) == 1, what
+    else:
+        want = expected(dtype, policy, out, ins)
+        for r, got in results.items():
+            if got != want:
+                a, b = np.frombuffer(got, np.uint8), np.frombuffer(want, np.uint8)
+                raise AssertionError(f'{what}: rank {r}: {np.count_nonzero(a != b)} bytes differ from the reference')
+    for ln in lines:
+        assert ln['count'] == n and ln['results'] == ln['chunks'], ln
+    return lines
+
+
+def stop(tb) -> dict:
+    exits = tb.stop_switches()
+    out = {}
+    for name, e in exits.items():
+        assert e.rc == 0, f'{name}: exit {e.rc}\n{e.stdout}\n{e.stderr[-3000:]}'
+        out[name] = su.parse_summary(e.stdout)
+    return out
+
+
+def check_once(s: su.Summary, R: int, elements: int, chunks: int, text: str = ''):
+    """Every element-contribution reduced exactly once; every chunk opened and completed once."""
+    assert s.shard_total('elements') == R * elements, text
+    assert s.jobs[7]['completed'] == chunks and s.jobs[7]['opened'] == chunks, text
+    assert s.jobs[7]['in_flight'] == 0 and not s.incomplete, text
+
+
+# (elements, dtype, policy, out_dtype): one chunk, then more than two windows of 64 chunks
+# (at MTU 1500: 288 elements a chunk for fp32 results, 480 for fp16 to fp16)
+CASES = [
+    (100, 'fp32', 'kulisch', 'fp32'),
+    (64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32'),
+    (30000, 'fp16', 'kulisch', 'fp16'),
+    (20000, 'bf16', 'kulisch', 'fp32'),
+    (20000, 'e4m3fn', 'kulisch', 'fp32'),
+    (20000, 'int32', 'kulisch', 'int32'),
+    (20000, 'fp32', 'fp32_arrival', 'fp32'),
+    (20000, 'bf16', 'fp32_arrival', 'fp32'),
+    (9000, 'fp16', 'fp32_binomial', 'fp32'),
+]
+
+
+@pytest.mark.parametrize('R', [2, 4, 8])
+def test_every_rank_gets_the_reference_result(make_testbed, R):
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=R)
+    elements = chunks = 0
+    for i, (n, dt, pol, out) in enumerate(CASES):
+        lines = allreduce_case(tb, n, dt, pol, out, 1000 * i, seed=100 * R + i)
+        elements += n
+        chunks += lines[0]['chunks']
+    s = stop(tb)['switch']
+    check_once(s, R, elements, chunks, str(s))
+
+
+@pytest.mark.parametrize('impair', [dict(loss=1), dict(loss=5), dict(loss=10), dict(dup=20), dict(reorder=30)],
+                         ids=['loss1', 'loss5', 'loss10', 'dup20', 'reorder30'])
+def test_exact_under_loss_duplication_and_reordering(make_testbed, impair):
+    """Impairments on every veth, both directions: still exact on every rank; every
+    element-contribution reduced once (duplicates are dropped, never counted); the ranks
+    report their retransmissions."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, **impair)
+    elements = chunks = 0
+    retransmits = 0
+    for i, (n, dt, pol, out) in enumerate([(64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32'),
+                                           (30000, 'bf16', 'kulisch', 'fp32')]):
+        lines = allreduce_case(tb, n, dt, pol, out, 1000 * i, seed=7 + i)
+        elements += n
+        chunks += lines[0]['chunks']
+        retransmits += sum(ln['retransmits'] for ln in lines)
+    s = stop(tb)['switch']
+    check_once(s, 4, elements, chunks, str(s))
+    if impair.get('loss'):
+        assert retransmits > 0, 'loss, yet no rank retransmitted'
+    if impair.get('dup'):
+        assert s.shard_dropped['duplicate'] > 0, 'duplication, yet the switch dropped no duplicate'
+
+
+def test_ranks_on_one_bridge(make_testbed):
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='bridge')
+    lines = allreduce_case(tb, 64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32', 0, seed=3)
+    check_once(stop(tb)['switch'], 4, 64 * 288 * 2 + 5, lines[0]['chunks'])
+
+
+@pytest.mark.parametrize('transport', ['kulisch', 'auto', 'rounded'])
+def test_leaf_and_root_give_one_switchs_bits(make_testbed, transport):
+    """Ranks behind a leaf and behind the root: under KULISCH and AUTO transport every rank's
+    result is the one rounding of the exact sum, as one switch gives; under ROUNDED the leaf's
+    partial is rounded to fp32 first (PROTOCOL.md), and the result is the exact sum of that
+    partial and the root's own members' inputs, rounded once."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='tree')
+    n = 10000
+    ins = make_inputs(tb, n, 'fp32', seed=11)
+    ok_lines(run_ranks(tb, 'files', 'fp32', 'kulisch', 'fp32', 0, '--transport', transport))
+    results = {r: (tb.dir / f'out{r}.bin').read_bytes() for r in range(tb.R)}
+    if transport == 'rounded':
+        leaf = [r.rank for r in tb.ranks if r.switch == 'leaf']
+        root = [r.rank for r in tb.ranks if r.switch == 'root']
+        partial = expected('fp32', 'kulisch', 'fp32', [ins[r] for r in leaf])
+        want = ref.reduce('fp32', 'kulisch', 'fp32', 'ieee',
+                          [partial] + [ref.codes_to_bytes('fp32', ins[r]) for r in root])[0]
+        # The rounded partial loses bits: the test tells the transports apart.
+        assert want != expected('fp32', 'kulisch', 'fp32', ins)
+    else:
+        want = expected('fp32', 'kulisch', 'fp32', ins)
+    for r, got in results.items():
+        assert got == want, f'rank {r} ({transport}): differs from the expected result'
+    stop(tb)
+
+
+def test_prism_rank_checks_itself_and_splits_ops(make_testbed):
+    """prism-rank's own --check (generated data, every rank's input made from the seed) and
+    --split (several non-blocking ops in flight, waited last first) and --in-place."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=3)
+    lines = ok_lines(run_ranks(tb, '50000', 'bf16', 'kulisch', 'bf16', 0, '--check', '--split', '5',
+                               '--repeat', '2', '--in-place'))
+    for ln in lines:
+        assert ln['check_differ'] == 0 and ln['check_beyond_bound'] == 0, ln
+    assert len({ln['digest'] for ln in lines}) == 1
+    stop(tb)
+
+
+def test_the_c_example_builds_with_pkg_config_and_runs(make_testbed, tmp_path):
+    """docs/examples/allreduce.c against an installed libprism (meson install into a staging
+    directory, then cc with pkg-config's flags), run as two ranks: the exact sums come back."""
+    skip_unless_possible()
+    dest = tmp_path / 'inst'
+    r = subprocess.run(['meson', 'install', '-C', str(su.BUILD), '--destdir', str(dest), '--quiet'],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pcs = list(dest.rglob('prism.pc'))
+    assert len(pcs) == 1, pcs
+    env = {'PKG_CONFIG_PATH': str(pcs[0].parent), 'PKG_CONFIG_SYSROOT_DIR': str(dest), 'PATH': '/usr/bin:/bin'}
+    flags = subprocess.run(['pkg-config', '--cflags', '--libs', 'prism'], capture_output=True, text=True, env=env)
+    assert flags.returncode == 0, flags.stderr
+    exe = tmp_path / 'allreduce'
+    cc = subprocess.run(['cc', '-std=c99', '-Wall', '-Werror', str(REPO / 'docs/examples/allreduce.c'),
+                         *flags.stdout.split(), '-o', str(exe)], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    tb = make_testbed(ranks=2)
+    libdir = next(p.parent for p in dest.rglob('libprism.so'))
+    runs = tb.run(['env', f'LD_LIBRARY_PATH={libdir}', str(exe), '{config}', '{rank}'], timeout=60)
+    for run in runs:
+        assert run.rc == 0, run.stdout + run.stderr
+        # v[i] = rank + i/4 summed over ranks 0 and 1: v[0] = 1, v[999] = 1 + 2 * 249.75
+        assert f'rank {run.rank}: v[0] = 1, v[999] = 500.5' in run.stdout, run.stdout
+    stop(tb)
+
+
+def test_a_wrong_mac_or_rank_is_refused_before_sending(make_testbed):
+    """The rank checks its registration against this host before it sends anything."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=2)
+    cfg = Path(tb.ranks[0].config)
+    bad = tb.dir / 'bad.yaml'
+    bad.write_text(cfg.read_text().replace(tb.ranks[0].mac, '02:00:00:00:99:99'))
+    runs = tb.run([str(RANK), '--config', str(bad), '--rank', '{rank}', '--count', '10'], timeout=30, ranks=[0])
+    assert runs[0].rc == 2 and 'is registered with MAC 02:00:00:00:99:99' in runs[0].stderr, runs[0].stderr
+    assert 'put this host\'s MAC in the member\'s entry' in runs[0].stderr
+    runs = tb.run([str(RANK), '--config', '{config}', '--rank', '5', '--count', '10'], timeout=30, ranks=[0])
+    assert runs[0].rc == 2 and 'rank 5 is not a member of job 7' in runs[0].stderr, runs[0].stderr
+    s = stop(tb)['switch']
+    assert s.shard_total('packets') == 0
