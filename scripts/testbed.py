@@ -625,25 +625,29 @@ class Testbed:
                                               start_new_session=True)))
             out.close()
             err.close()
-        results = []
+        ended: dict[int, float] = {}
+        timed_out: set[int] = set()
         try:
-            for r, p in procs:
-                left = max(0.1, timeout - (time.monotonic() - t0))
-                timed_out = False
-                try:
-                    p.wait(timeout=left)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    self._kill_group(p)
-                results.append(RankRun(r.rank, r.ns, 124 if timed_out else p.returncode,
-                                       (self.dir / f'rank{r.rank}.out').read_text(errors='replace'),
-                                       (self.dir / f'rank{r.rank}.err').read_text(errors='replace'),
-                                       time.monotonic() - t0, timed_out))
+            while len(ended) < len(procs):
+                now = time.monotonic()
+                for r, p in procs:
+                    if r.rank in ended:
+                        continue
+                    if p.poll() is not None:
+                        ended[r.rank] = now - t0
+                    elif now - t0 > timeout:
+                        self._kill_group(p)
+                        timed_out.add(r.rank)
+                        ended[r.rank] = now - t0
+                time.sleep(0.01)
         finally:
             for _, p in procs:
                 if p.poll() is None:
                     self._kill_group(p)
-        return results
+        return [RankRun(r.rank, r.ns, 124 if r.rank in timed_out else p.returncode,
+                        (self.dir / f'rank{r.rank}.out').read_text(errors='replace'),
+                        (self.dir / f'rank{r.rank}.err').read_text(errors='replace'),
+                        ended[r.rank], r.rank in timed_out) for r, p in procs]
 
     @staticmethod
     def _kill_group(p: subprocess.Popen):
