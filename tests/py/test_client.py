@@ -125,8 +125,13 @@ def stop(tb) -> dict:
 
 
 def check_once(s: su.Summary, R: int, elements: int, chunks: int, job: int = 7, text: str = ''):
-    """Every element of every rank reduced exactly once, every chunk completed once, none left."""
+    """Every element of every rank reduced exactly once, every chunk completed once, none left;
+    every CONTRIB beyond the first of each (rank, chunk) dropped as a duplicate (or late) or
+    answered with the retained RESULT, never added."""
     assert s.shard_total('elements') == R * elements, text
+    extra = s.shard_total('contribs') - R * chunks
+    assert extra == s.shard_dropped['duplicate'] + s.shard_dropped['late'] + s.shard_total('resent'), \
+        (text, s.shard_total('contribs'), R * chunks, s.shard_dropped, s.shard_total('resent'))
     assert s.jobs[job]['completed'] == chunks and s.jobs[job]['opened'] == chunks, text
     assert s.jobs[job]['in_flight'] == 0 and not s.incomplete, text
     assert s.shard_total('nacks_sent') == 0 and s.nacks == 0, text
