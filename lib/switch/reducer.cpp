@@ -343,7 +343,7 @@ void Reducer::retain(const Slot& s, const wire::Header& h, const uint8_t* body, 
     return;
   }
   while (!log_.has_room(len)) let_go_oldest(true);
-  std::memcpy(log_.push(s.key, s.job->index, h, len, now_ns), body, len);
+  log_.push(s.key, s.job->index, h, body, len, now_ns);
   ++stats_.results_retained;
 }
 

@@ -58,9 +58,13 @@ class ResultLog {
   bool fits(size_t len) const { return lines_for(len) <= cap_ && max_records_ > 0; }
   // A body of `len` bytes fits now, without evicting anything.
   bool has_room(size_t len) const;
-  // Appends a record for `k` (has_room(len) must hold; `k` not retained) and
-  // returns where its `len` body bytes go.
-  uint8_t* push(const SlotKey& k, uint32_t job_index, const wire::Header& h, size_t len, uint64_t now_ns);
+  // Appends a record for `k` with the `len` bytes at `body` (has_room(len)
+  // must hold; `k` not retained). Cost: the record's lines written once,
+  // with streaming stores where the CPU has them: the ring is far larger
+  // than the caches and read back only for a retransmission, so its lines
+  // are neither fetched first nor left to crowd the cache.
+  void push(const SlotKey& k, uint32_t job_index, const wire::Header& h, const uint8_t* body, size_t len,
+            uint64_t now_ns);
   // The oldest record, or null when the log is empty.
   const Record* oldest() const { return records_ ? &at(head_) : nullptr; }
   // Forgets the oldest record (the log must not be empty).
@@ -77,6 +81,7 @@ class ResultLog {
   static size_t lines_for(size_t len) { return 1 + (len + kLine - 1) / kLine; }
   Record& at(size_t line) const { return *std::launder(reinterpret_cast<Record*>(&ring_[line])); }
   void skip_padding();
+  void put_record(size_t line, const Record& r);
   size_t cap_, max_records_;
   std::unique_ptr<Line[]> ring_;  // default-initialised: pages are touched as the log fills
   KeyTable table_;                // key -> its record's line + 1

@@ -955,7 +955,7 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
       h.op = op;
       h.count = uint16_t(len);
       const auto b = body_of(op, len);
-      std::memcpy(log.push(k, op % 7, h, len, op), b.data(), len);
+      log.push(k, op % 7, h, b.data(), len, op);
       model.emplace_back(k, b);
       ASSERT_EQ(log.size(), model.size());
       ASSERT_LE(log.lines_used(), log.capacity_lines());
