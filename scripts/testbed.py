@@ -696,12 +696,20 @@ class Testbed:
 
     # ------------------------------------------------------------ teardown
     def down(self):
-        """Removes everything made, newest first; never raises (errors are logged)."""
+        """Removes everything made, newest first; errors are logged, not raised. SIGINT, SIGTERM
+        and SIGHUP wait until it is done (a Ctrl-C in the middle would leave half a testbed)."""
         self._up = False
-        teardown(self.made, self.switches)
-        self.made = []
-        state = self.dir / STATE
-        state.unlink(missing_ok=True)
+        try:
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        except (ValueError, OSError):
+            old = None
+        try:
+            teardown(self.made, self.switches)
+            self.made = []
+            (self.dir / STATE).unlink(missing_ok=True)
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)   # a signal that came meanwhile acts now
 
     def __enter__(self):
         return self.up()
@@ -759,30 +767,43 @@ def _kill_ns_pids(ns: str):
 
 
 def teardown(made: list, switches: list | None = None):
-    """Undoes the `made` records newest first (switches stopped before their links go)."""
+    """Undoes the `made` records newest first (switches stopped before their namespaces go)."""
     errors = []
+    interrupted: BaseException | None = None
     live = {s.pid: s for s in (switches or []) if s.pid}
-    for rec in reversed(made):
+
+    def undo(rec: list):
         kind = rec[0]
-        try:
-            if kind == 'switch':
-                _, name, pid, prefix = rec
-                sw = live.get(pid)
-                stop_pid(pid, prefix, sw.proc if sw else None, 20)
-                if sw:
-                    sw.pid, sw.proc = 0, None
-            elif kind == 'dpdk':
-                shutil.rmtree(DPDK_RUN_DIR / rec[1], ignore_errors=True)
-            elif kind == 'netns':
-                if netns_exists(rec[1]):
-                    _kill_ns_pids(rec[1])
-                    sh('ip', 'netns', 'del', rec[1])
-            elif kind == 'dir':
-                pass   # the caller decides (see main: --keep-dir)
-        except Exception as e:   # noqa: BLE001 - keep removing the rest
-            errors.append(f'{rec}: {e}')
+        if kind == 'switch':
+            _, name, pid, prefix = rec
+            sw = live.get(pid)
+            stop_pid(pid, prefix, sw.proc if sw else None, 20)
+            if sw:
+                sw.pid, sw.proc = 0, None
+        elif kind == 'dpdk':
+            shutil.rmtree(DPDK_RUN_DIR / rec[1], ignore_errors=True)
+        elif kind == 'netns':
+            if netns_exists(rec[1]):
+                _kill_ns_pids(rec[1])
+                sh('ip', 'netns', 'del', rec[1])
+        # 'dir': the caller decides (see main: --keep-dir)
+
+    for rec in reversed(made):
+        for attempt in (1, 2):
+            try:
+                undo(rec)
+                break
+            except Exception as e:   # noqa: BLE001 - keep removing the rest
+                errors.append(f'{rec}: {e}')
+                break
+            except BaseException as e:   # an interrupt that got through: finish first, then raise it
+                interrupted = interrupted or e
+                if attempt == 2:
+                    errors.append(f'{rec}: interrupted twice ({type(e).__name__})')
     for e in errors:
         log(f'teardown: {e}')
+    if interrupted is not None:
+        raise interrupted
 
 
 # ---------------------------------------------------------------- capture
