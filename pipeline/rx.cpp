@@ -93,7 +93,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       continue;
     }
     pending_shard_[pending_n_] =
-        uint16_t(shards_ == 1 ? 0 : sw::shard_of({mt->p.h.job, mt->p.h.op, mt->p.h.chunk}, shards_));
+        uint16_t(shards_ == 1 ? 0 : sw::shard_of(mt->p.h, shards_));
     pending_[pending_n_++] = m;
   }
   if (pending_n_) hand_on(now_tsc);  // what does not fit waits for the next poll

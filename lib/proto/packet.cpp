@@ -233,6 +233,28 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
     return Refusal::OK;
   }
 
+  if (h.kind == Kind::JOIN || h.kind == Kind::JOINED) {
+    // No descriptor: a session is the job's, not an op's. Its codes are 0.
+    if (p[off::dtype]) return Refusal::BAD_DTYPE;
+    if (p[off::out_dtype]) return Refusal::BAD_OUT_DTYPE;
+    if (p[off::policy]) return Refusal::BAD_POLICY;
+    if (p[off::encoding]) return Refusal::BAD_ENCODING;
+    if (p[off::transport]) return Refusal::BAD_TRANSPORT;
+    if (p[off::exceptions]) return Refusal::BAD_EXCEPTIONS;
+    if (h.flags) return Refusal::BAD_FLAGS;
+    if (h.group == 0) return Refusal::BAD_GROUP;
+    if (h.count != 0) return Refusal::BAD_COUNT;
+    const bool joined = h.kind == Kind::JOINED;
+    // JOIN: terms 0, status 0, no body. JOINED: terms = ranks joined, status
+    // COMPLETE or 0, and the bitmap of the ranks joined (or no body).
+    if (joined ? h.terms > h.group : h.terms != 0) return Refusal::BAD_TERMS;
+    if (h.status & (joined ? ~jstatus::COMPLETE : 0xFF)) return Refusal::BAD_STATUS;
+    if (blen != 0 && !(joined && blen == abandoned_bitmap_bytes(h.group))) return Refusal::PAYLOAD_LENGTH;
+    r.payload = blen ? body : nullptr;
+    r.payload_len = blen;
+    return Refusal::OK;
+  }
+
   const auto dt = format_from_code(p[off::dtype]);
   if (!dt) return Refusal::BAD_DTYPE;
   h.dtype = *dt;
@@ -267,7 +289,9 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
       if (h.encoding != Encoding::OUT_DTYPE) return Refusal::BAD_ENCODING;
       if (h.terms != h.group) return Refusal::BAD_TERMS;
       break;
-    case Kind::NACK: break;  // returned above
+    case Kind::NACK:
+    case Kind::JOIN:
+    case Kind::JOINED: break;  // returned above
   }
   if (h.count == 0) return Refusal::BAD_COUNT;
 

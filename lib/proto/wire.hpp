@@ -23,13 +23,16 @@ inline constexpr size_t kEthSize = 14, kVlanSize = 4, kIpv4MinSize = 20, kUdpSiz
 inline constexpr size_t kFrameOverhead = kEthSize + kIpv4MinSize + kUdpSize + kHeaderSize;  // 74
 inline constexpr size_t kMaxFrame = 9018;  // jumbo: 9000-byte IP MTU + Ethernet header + 4 for a VLAN tag
 
-enum class Kind : uint8_t { CONTRIB = 1, PARTIAL = 2, RESULT = 3, NACK = 4 };
-inline constexpr size_t kKindCount = 4;
+enum class Kind : uint8_t { CONTRIB = 1, PARTIAL = 2, RESULT = 3, NACK = 4, JOIN = 5, JOINED = 6 };
+inline constexpr size_t kKindCount = 6;
 inline constexpr Entry<Kind> kKinds[] = {
     {Kind::CONTRIB, "CONTRIB", "a rank's contribution (rank to switch)"},
     {Kind::PARTIAL, "PARTIAL", "a leaf switch's partial sum (switch to parent)"},
     {Kind::RESULT, "RESULT", "the reduced result (switch to ranks, or parent to child switch)"},
     {Kind::NACK, "NACK", "a refusal, with its reason in the status byte (switch to a registered sender)"},
+    {Kind::JOIN, "JOIN", "a rank joins its job's session, with a nonce of its own (rank to switch, leaf to parent)"},
+    {Kind::JOINED, "JOINED",
+     "the session's state for a joining rank: ranks joined, COMPLETE and the first op number (switch to rank)"},
 };
 static_assert(std::size(kKinds) == kKindCount, "every Kind has a row in kKinds");
 constexpr std::span<const Entry<Kind>> entries(Kind) { return kKinds; }
@@ -45,6 +48,11 @@ inline constexpr Entry<Encoding> kEncodings[] = {
 static_assert(std::size(kEncodings) == kEncodingCount, "every Encoding has a row in kEncodings");
 constexpr std::span<const Entry<Encoding>> entries(Encoding) { return kEncodings; }
 static_assert(codes_in_order<Encoding>(1), "parse() range-checks the encoding code");
+
+// JOINED's status bits.
+namespace jstatus {
+inline constexpr uint8_t COMPLETE = 1;  // every rank of the job has joined: chunk is the session's first op
+}  // namespace jstatus
 
 namespace hflag {
 inline constexpr uint8_t RETRANSMIT = 1;

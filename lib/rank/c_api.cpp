@@ -59,6 +59,8 @@ prism::Tuning tuning(const prism_tuning* t) {
   if (t->rto_initial_ms) d.rto_initial_ms = t->rto_initial_ms;
   if (t->rto_min_ms) d.rto_min_ms = t->rto_min_ms;
   if (t->rto_max_ms) d.rto_max_ms = t->rto_max_ms;
+  if (t->join_timeout_ms) d.join_timeout_ms = t->join_timeout_ms;
+  d.join = !t->no_join;
   d.first_op = t->first_op;
   return d;
 }
@@ -175,6 +177,8 @@ int prism_comm_stats(const prism_comm* c, prism_stats* s) {
   s->packets_received = x.packets_received;
   s->bytes_sent = x.bytes_sent;
   s->bytes_received = x.bytes_received;
+  s->joins_sent = x.joins_sent;
+  s->join_seconds = x.join_seconds;
   s->rtt_min_us = x.rtt_min_us;
   s->rtt_srtt_us = x.rtt_srtt_us;
   s->rtt_max_us = x.rtt_max_us;

@@ -46,6 +46,7 @@ namespace prism {
 struct Communicator::Impl {
   Impl(const Endpoints& e, const Tuning& t);
 
+  void join();  // join.cpp
   uint32_t start(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o, bool reduce, uint16_t root);
   void progress(int max_wait_ms);
   rank::Op& op_of(const Request& r, uint64_t id);
@@ -81,6 +82,7 @@ struct Communicator::Impl {
   rank::UdpLink link;
   rank::RttEstimator rtt;
   uint32_t next_op;
+  uint32_t nonce = 0;  // this communicator's JOIN nonce (0: did not join)
   uint32_t window = 64;
   size_t mtu = 1500;
   std::unordered_map<uint32_t, std::unique_ptr<rank::Op>> ops;  // by op number, until waited for

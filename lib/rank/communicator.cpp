@@ -60,6 +60,7 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
   mtu = link.path_mtu();
   heads.resize(kMaxBatch);
   batch.reserve(kMaxBatch);
+  if (t.join) join();
 }
 
 std::string Communicator::Impl::who(const Op& op) const {
@@ -453,6 +454,7 @@ const Stats& Communicator::stats() const {
 }
 const Endpoints& Communicator::endpoints() const { return impl_->ep; }
 uint32_t Communicator::next_op() const { return impl_->next_op; }
+uint32_t Communicator::session_nonce() const { return impl_->nonce; }
 uint32_t Communicator::window() const { return impl_->window; }
 uint32_t Communicator::chunk_elems(Dtype dtype, const OpOptions& o) const {
   const Format f = Format(uint8_t(dtype));

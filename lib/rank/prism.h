@@ -50,7 +50,10 @@ typedef struct prism_request prism_request;
 
 /* Zero fields take the defaults of prism.hpp's Tuning. */
 typedef struct {
-  uint32_t window, chunk_elems, timeout_ms, rto_initial_ms, rto_min_ms, rto_max_ms, first_op;
+  uint32_t window, chunk_elems, timeout_ms, rto_initial_ms, rto_min_ms, rto_max_ms;
+  uint32_t join_timeout_ms;
+  int no_join;       /* 1: do not join the job's session; op numbers start at first_op */
+  uint32_t first_op;
 } prism_tuning;
 
 typedef struct {
@@ -80,7 +83,8 @@ typedef struct {
 typedef struct {
   uint64_t ops, ops_failed, chunks, retransmits, results, duplicate_results, stray, nacks, no_slot_retries;
   uint64_t nack_by_reason[16];
-  uint64_t packets_sent, packets_received, bytes_sent, bytes_received;
+  uint64_t packets_sent, packets_received, bytes_sent, bytes_received, joins_sent;
+  double join_seconds;
   double rtt_min_us, rtt_srtt_us, rtt_max_us, rto_us;
 } prism_stats;
 

@@ -86,8 +86,11 @@ struct Tuning {
   uint32_t timeout_ms = 10000;   // an op fails when none of its chunks completed for this long
   uint32_t rto_initial_ms = 20;  // first retransmission timeout, before any round trip is measured
   uint32_t rto_min_ms = 2;
-  uint32_t rto_max_ms = 1000;  // backoff doubles the timeout per try up to this
-  uint32_t first_op = 0;       // the first op number (ops advance by one per collective)
+  uint32_t rto_max_ms = 1000;        // backoff doubles the timeout per try up to this
+  bool join = true;                  // join the job's session first (a collective step: every rank must): the switch
+                                     // gives the first op number, so a restarted job never reuses one it remembers
+  uint32_t join_timeout_ms = 60000;  // how long to wait for every rank of the job to join
+  uint32_t first_op = 0;             // the first op number when join is false (ops advance by one per collective)
 };
 
 struct ConfigSelect {
@@ -123,6 +126,8 @@ struct Stats {
   uint64_t nack_by_reason[16] = {};
   uint64_t no_slot_retries = 0;  // chunks sent again after NO_FREE_SLOT
   uint64_t packets_sent = 0, packets_received = 0, bytes_sent = 0, bytes_received = 0;
+  uint64_t joins_sent = 0;                                 // JOINs sent before the session was complete
+  double join_seconds = 0;                                 // how long joining took (waiting for the other ranks)
   double rtt_min_us = 0, rtt_srtt_us = 0, rtt_max_us = 0;  // round trips of chunks sent once
   double rto_us = 0;                                       // the retransmission timeout now
 };
@@ -172,6 +177,7 @@ class Communicator {
   const Endpoints& endpoints() const;
   uint32_t chunk_elems(Dtype dtype, const OpOptions& o = {}) const;  // elements per packet for an op
   uint32_t next_op() const;
+  uint32_t session_nonce() const;  // this communicator's JOIN nonce (0: it did not join)
   uint32_t window() const;
 
   struct Impl;

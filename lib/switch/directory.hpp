@@ -1,9 +1,13 @@
 // Who may talk to this switch: the jobs, their members and children, looked
 // up by id and by source address. Built once from the configuration; read-only
-// afterwards, so every lcore may share it.
+// afterwards, so every lcore may share it, but for one atomic per job: the
+// highest op number opened (for sessions, switch/session.hpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +67,21 @@ class Directory {
   bool is_parent(const wire::Endpoint& e) const {
     return cfg_.parent && cfg_.parent->addr.ip == e.ip && cfg_.parent->addr.port == e.port;
   }
+  // The highest op number opened for job `j` at this switch, as every shard
+  // sees it (sessions start past it): note_op() on each slot opened, and
+  // first_fresh_op() = one past the highest (nothing when none was opened).
+  void note_op(const Job& j, uint32_t op) const {
+    std::atomic<uint64_t>& h = op_high_[j.index];
+    uint64_t cur = h.load(std::memory_order_relaxed);
+    const uint64_t mine = uint64_t(1) << 32 | op;
+    while ((cur == 0 || int32_t(op - uint32_t(cur)) > 0) &&
+           !h.compare_exchange_weak(cur, mine, std::memory_order_relaxed)) {
+    }
+  }
+  std::optional<uint32_t> first_fresh_op(const Job& j) const {
+    const uint64_t h = op_high_[j.index].load(std::memory_order_relaxed);
+    return h ? std::optional<uint32_t>(uint32_t(h) + 1) : std::nullopt;
+  }
   // The switch's own endpoint on a port (source of what it sends there).
   wire::Endpoint self(uint16_t port) const {
     if (port < self_.size()) return self_[port];
@@ -83,6 +102,7 @@ class Directory {
   uint32_t lookup_mask_ = 0, lookup_shift_ = 32;
   std::unordered_multimap<uint64_t, const Member*> by_addr_;  // (IP, UDP port) -> every member and child there
   std::vector<wire::Endpoint> self_;                          // by port id
+  std::unique_ptr<std::atomic<uint64_t>[]> op_high_;           // by Job::index: 1 << 32 | op, 0 for none
 };
 
 }  // namespace prism::sw

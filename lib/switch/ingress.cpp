@@ -60,7 +60,7 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   }
   if (p.h.kind == wire::Kind::NACK) return refuse(Drop::WRONG_KIND, false);  // never answer a NACK
   v.job = dir.job(p.h.job);
-  if (p.h.kind == wire::Kind::RESULT) {  // from the parent only, and never answered
+  if (p.h.kind == wire::Kind::RESULT || p.h.kind == wire::Kind::JOINED) {  // from the parent only, never answered
     if (!dir.is_parent(p.src) || !wire::same_mac(dir.config().parent->addr.mac, p.src.mac))
       return refuse(Drop::UNKNOWN_SOURCE, false);
     if (!v.job) return refuse(Drop::UNKNOWN_JOB, false);
@@ -71,7 +71,13 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   // anywhere else it is an unknown source.
   if (!v.job) return dir.registered(p.src, in_port) ? refuse(Drop::UNKNOWN_JOB) : refuse(Drop::UNKNOWN_SOURCE, false);
   const Member* m = nullptr;
-  if (p.h.kind == wire::Kind::CONTRIB) {
+  if (p.h.kind == wire::Kind::JOIN) {
+    // From the rank itself, or from a child forwarding one of its ranks' JOINs.
+    if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
+      m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
+    for (const Member& c : v.job->children)
+      if (c.addr.ip == p.src.ip && c.addr.port == p.src.port) m = &c;
+  } else if (p.h.kind == wire::Kind::CONTRIB) {
     if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
       m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
   } else {  // PARTIAL

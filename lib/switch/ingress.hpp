@@ -40,8 +40,9 @@ RefusalClass classify(wire::Refusal r);
 // the frame came in on. Checks, for an admitted packet: the job exists, the
 // sender is who it says it is (the MAC, IP and UDP port registered for that
 // id, on the port it is attached to), and the kind is one this switch takes
-// from it: CONTRIB from a member rank, PARTIAL from a child, RESULT from the
-// parent.
+// from it: CONTRIB from a member rank, PARTIAL from a child, RESULT and
+// JOINED from the parent, JOIN from a member rank or a child (forwarding its
+// ranks' JOINs).
 Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed& p, uint16_t in_port);
 
 // The NACK frame for a refused packet: it echoes the packet's header fields,

@@ -94,6 +94,7 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex
     : dir_(dir),
       index_(std::move(index)),
       log_(size_t(dir.config().retention_mib) << 20),
+      sessions_(dir),
       tombstones_(kTombstones),
       mtu_(mtu) {
   slots_.reserve(slots);
@@ -197,6 +198,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
   newest_open_ = idx;
   ++js.opened;
   ++js.in_flight;
+  dir_.note_op(job, s.key.op);  // sessions start past every op opened
   ++stats_.slots_in_use;
   stats_.slots_high = std::max(stats_.slots_high, stats_.slots_in_use);
   return &s;
@@ -204,6 +206,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
 
 void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   ++stats_.packets;
+  if (p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::JOINED) return on_session(p, v, out);
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
   Slot* s = find(key);
   if (v.from_parent) {
@@ -224,6 +227,15 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
     contribute(*s, p, v, now_ns, out);
   else
     merge_partial(*s, p, v, now_ns, out);
+}
+
+// JOIN and JOINED: the job's session (switch/session.hpp), never a slot.
+void Reducer::on_session(const wire::Parsed& p, const Verdict& v, Sink& out) {
+  ++stats_.session_packets;
+  const bool ok = p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out) : sessions_.on_joined(p, out);
+  if (ok) return;
+  if (v.member) return refuse(Drop::MALFORMED, p, *v.member, out);
+  drop(Drop::MALFORMED);
 }
 
 void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {

@@ -27,6 +27,7 @@
 #include "switch/directory.hpp"
 #include "switch/ingress.hpp"
 #include "switch/key_table.hpp"
+#include "switch/session.hpp"
 #include "switch/result_log.hpp"
 #include "switch/sink.hpp"
 
@@ -34,6 +35,12 @@ namespace prism::sw {
 
 // Which shard owns a key (the RX stage and the reducer agree on it).
 inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return uint32_t(SlotKeyHash{}(k) % shards); }
+// Which shard takes a packet: its op chunk's, or for JOIN and JOINED (whose op
+// field is a nonce) the one shard that keeps the job's session, (job, 0, 0)'s.
+inline uint32_t shard_of(const wire::Header& h, uint32_t shards) {
+  const bool session = h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED;
+  return shard_of(session ? SlotKey{h.job, 0, 0} : SlotKey{h.job, h.op, h.chunk}, shards);
+}
 
 // Maps keys to slot indices. The pipeline backs it with rte_hash; tests and
 // tools with an unordered_map.
@@ -53,7 +60,7 @@ struct JobStats {
 };
 
 struct ReducerStats {
-  uint64_t packets = 0, contribs = 0, partials = 0, parent_results = 0;
+  uint64_t packets = 0, contribs = 0, partials = 0, parent_results = 0, session_packets = 0;
   uint64_t results_sent = 0, partials_sent = 0, nacks_sent = 0, resent = 0;
   uint64_t elements = 0;  // element-contributions reduced
   uint64_t drops[size_t(Drop::kCount)] = {};
@@ -74,6 +81,8 @@ inline constexpr StatField<ReducerStats> kReducerStats[] = {
     {"contribs", "CONTRIBs among them", &ReducerStats::contribs},
     {"partials", "PARTIALs among them", &ReducerStats::partials},
     {"parent_results", "RESULTs from the parent among them", &ReducerStats::parent_results},
+    {"session_packets", "JOINs and JOINEDs among them (sessions: who joined, the first op number)",
+     &ReducerStats::session_packets},
     {"results_sent", "RESULT frames sent (one per destination)", &ReducerStats::results_sent},
     {"partials_sent", "PARTIAL frames sent to the parent", &ReducerStats::partials_sent},
     {"resent", "RESULTs sent again for a retransmission, and PARTIALs retried", &ReducerStats::resent},
@@ -128,6 +137,7 @@ class Reducer {
 
   Slot* find(const SlotKey& k);
   Slot* open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void on_session(const wire::Parsed& p, const Verdict& v, Sink& out);
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out);
@@ -152,6 +162,7 @@ class Reducer {
   int32_t oldest_open_ = -1, newest_open_ = -1;
   std::vector<std::pair<int32_t, uint32_t>> waiting_;  // (slot, its generation): leaves waiting for the parent
   ResultLog log_;
+  Sessions sessions_;
   RecentKeys tombstones_;
   std::unordered_map<uint32_t, JobStats> jobs_;
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_

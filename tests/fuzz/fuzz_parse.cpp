@@ -65,6 +65,20 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
     (void)wire::name(wire::NackReason(h.status));
     return;
   }
+  if (h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED) {  // no descriptor, flags or count
+    FUZZ_CHECK(uint8_t(h.dtype) == 0 && uint8_t(h.out_dtype) == 0 && uint8_t(h.policy) == 0 &&
+               uint8_t(h.encoding) == 0 && uint8_t(h.transport) == 0 && uint8_t(h.exceptions) == 0);
+    FUZZ_CHECK(h.flags == 0 && h.count == 0 && h.group >= 1 && p.sideband == nullptr);
+    if (h.kind == wire::Kind::JOIN) {
+      FUZZ_CHECK(h.terms == 0 && h.status == 0 && p.payload_len == 0);
+    } else {  // JOINED: terms <= group, COMPLETE or nothing, the bitmap or nothing
+      FUZZ_CHECK(h.terms <= h.group && (h.status & ~wire::jstatus::COMPLETE) == 0);
+      FUZZ_CHECK(p.payload_len == 0 || p.payload_len == wire::abandoned_bitmap_bytes(h.group));
+      FUZZ_CHECK(p.payload_len == 0 || inside(p.payload, p.payload_len, frame, size));
+      fuzz::touch(p.payload, p.payload_len);
+    }
+    return;
+  }
   (void)wire::name(h.encoding);
   FUZZ_CHECK(h.count >= 1 && h.group >= 1 && h.terms >= 1 && h.terms <= h.group);
   // PROTOCOL.md's table of kinds: encoding, terms and status.
@@ -117,8 +131,8 @@ void check_rebuild(const Parsed& p, bool check_partial) {
   const wire::Header& h = p.h;
   const uint8_t* body = nullptr;
   size_t body_len = 0;
-  if (h.kind == wire::Kind::NACK) {
-    body = p.payload;  // OP_ABANDONED's bitmap, or nothing
+  if (h.kind == wire::Kind::NACK || h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED) {
+    body = p.payload;  // OP_ABANDONED's or JOINED's bitmap, or nothing
     body_len = p.payload_len;
   } else {
     if (h.encoding == wire::Encoding::KULISCH) {

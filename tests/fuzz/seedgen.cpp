@@ -216,6 +216,24 @@ void hand_made() {
   ab.sender = 1;
   ab.terms = 1;
   put("nack-op_abandoned-bitmap", frame(ab, {0x02}, kSwitch, kRank));
+  // Sessions: a JOIN (nonce in op, no descriptor) and a JOINED COMPLETE with its bitmap (ranks 0 and 1 of 2).
+  wire::Header jn = header(wire::Kind::JOIN, Format(0), Format(0), 0);
+  jn.policy = Policy(0);
+  jn.encoding = wire::Encoding(0);
+  jn.transport = Transport(0);
+  jn.exceptions = Exceptions(0);
+  jn.op = 0x1234ABCD;
+  jn.chunk = 0;
+  jn.terms = 0;
+  jn.count = 0;
+  jn.flags = 0;
+  put("join", frame(jn, {}));
+  wire::Header jd = jn;
+  jd.kind = wire::Kind::JOINED;
+  jd.chunk = 42;
+  jd.terms = 2;
+  jd.status = wire::jstatus::COMPLETE;
+  put("joined-complete", frame(jd, {0x03}, kSwitch, kRank));
   // Kulisch partials: one fragment, then the same chunk cut into small fragments.
   const auto zoo = lane_zoo();
   for (const auto& f : kulisch_frames(zoo, wire::max_body(9000), Format::FP32)) put("kulisch-one", f);

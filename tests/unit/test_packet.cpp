@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
-#include "proto/partial.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
+#include "proto/partial.hpp"
 
 namespace {
 
@@ -208,6 +208,24 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     case Kind::PARTIAL: h.terms = uint16_t(1 + rng() % h.group); break;
     case Kind::RESULT: h.terms = h.group, h.status = uint8_t(rng() % 8); break;
     case Kind::NACK: h.terms = 0, h.status = uint8_t(1 + rng() % 8); break;
+    case Kind::JOIN: h.terms = 0; break;
+    case Kind::JOINED: h.terms = uint16_t(rng() % (uint32_t(h.group) + 1)), h.status = uint8_t(rng() % 2); break;
+  }
+  if (kind == Kind::JOIN || kind == Kind::JOINED) {
+    // No descriptor (codes 0), no flags, no count; JOINED may carry the bitmap of the ranks joined.
+    h.count = 0;
+    h.flags = 0;
+    h.dtype = h.out_dtype = Format(0);
+    h.policy = Policy(0);
+    h.encoding = Encoding(0);
+    h.transport = Transport(0);
+    h.exceptions = Exceptions(0);
+    if (kind == Kind::JOINED && rng() % 2) {
+      b.payload.resize((size_t(h.group) + 7) / 8);
+      for (auto& x : b.payload) x = uint8_t(rng());
+      b.body = b.payload;
+    }
+    return b;
   }
   if (kind == Kind::NACK) {
     h.count = 0;
@@ -275,7 +293,8 @@ struct Combo {
 const Combo kCombos[] = {{Kind::CONTRIB, Encoding::DTYPE, false},    {Kind::PARTIAL, Encoding::OUT_DTYPE, false},
                          {Kind::PARTIAL, Encoding::OUT_DTYPE, true}, {Kind::PARTIAL, Encoding::KULISCH, false},
                          {Kind::RESULT, Encoding::OUT_DTYPE, false}, {Kind::RESULT, Encoding::OUT_DTYPE, true},
-                         {Kind::NACK, Encoding::DTYPE, false}};
+                         {Kind::NACK, Encoding::DTYPE, false},       {Kind::JOIN, Encoding::DTYPE, false},
+                         {Kind::JOINED, Encoding::DTYPE, false}};
 
 void expect_same_header(const Header& a, const Header& b) {
   EXPECT_EQ(a.magic, b.magic);
@@ -913,13 +932,14 @@ TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
 // The wire's closed sets and offsets, against docs/PROTOCOL.md's tables.
 
 TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
-  const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"}, {4, "NACK"}};
+  const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"},
+                                               {4, "NACK"},    {5, "JOIN"},    {6, "JOINED"}};
   for (const auto& [c, n] : kinds) {
     EXPECT_EQ(from_code<Kind>(uint8_t(c)), Kind(c));
     EXPECT_STREQ(wire::name(Kind(c)), n);
   }
   EXPECT_FALSE(from_code<Kind>(0).has_value());
-  EXPECT_FALSE(from_code<Kind>(5).has_value());
+  EXPECT_FALSE(from_code<Kind>(7).has_value());
   EXPECT_EQ(choices<Encoding>(), "dtype out_dtype kulisch");
   // The NACK table of PROTOCOL.md, code by code (tests/py/switch_util.py spells them so too).
   const std::pair<int, const char*> reasons[] = {{1, "malformed"},

@@ -106,7 +106,35 @@ class FakeSwitch {
     return d;
   }
 
+  // JOIN (kind 5): the session completes when every rank has joined; a rank
+  // joining again with another nonce starts a new one. JOINED (kind 6)
+  // answers the asking rank: op = its nonce, chunk = the first op number,
+  // terms = ranks joined, status bit0 COMPLETE, body = the joined bitmap.
+  void on_join(const uint8_t* p) {
+    if (im_.silent) return;
+    const uint32_t nonce = be32(p + 8);
+    const uint16_t rank = be16(p + 16);
+    auto it = nonces_.find(rank);
+    if (it != nonces_.end() && it->second != nonce) {
+      nonces_.clear();
+      ++sessions_;
+    }
+    nonces_[rank] = nonce;
+    const bool complete = nonces_.size() == group_;
+    std::vector<uint8_t> d(p, p + 32);
+    d[3] = 6;
+    const uint32_t first = kFirstOp * (sessions_ + 1);
+    d[12] = uint8_t(first >> 24), d[13] = uint8_t(first >> 16), d[14] = uint8_t(first >> 8), d[15] = uint8_t(first);
+    put16(&d[20], uint16_t(nonces_.size()));
+    d[31] = complete ? 1 : 0;
+    d.resize(32 + (group_ + 7) / 8);
+    for (const auto& [r, n] : nonces_) d[32 + r / 8] |= uint8_t(1u << (r % 8));
+    ++joins_;
+    raw_send(rank, d);
+  }
+
   void on_contrib(const uint8_t* p, size_t n) {
+    if (n >= 32 && be16(p) == 0x5052 && p[3] == 5) return on_join(p);
     if (n < 32 || be16(p) != 0x5052 || p[3] != 1) return;
     const uint32_t op = be32(p + 8), chunk = be32(p + 12);
     const uint16_t sender = be16(p + 16), count = be16(p + 22);
@@ -192,7 +220,13 @@ class FakeSwitch {
   std::map<std::pair<uint32_t, uint32_t>, Chunk> chunks_;
   std::set<std::pair<std::pair<uint32_t, uint32_t>, uint16_t>> nacked_;
   std::vector<std::pair<uint16_t, std::vector<uint8_t>>> held_;
-  std::atomic<uint64_t> dups_{0}, contribs_{0};
+  std::atomic<uint64_t> dups_{0}, contribs_{0}, joins_{0};
+  std::map<uint16_t, uint32_t> nonces_;
+  uint32_t sessions_ = 0;
+
+ public:
+  static constexpr uint32_t kFirstOp = 1000;  // the first op number of session k is 1000 * (k + 1)
+  uint64_t joins() const { return joins_; }
 
  public:
   prism::Endpoints endpoints(uint16_t rank) const {
@@ -342,7 +376,7 @@ std::string error_of(FakeSwitch& sw, uint16_t R, prism::Tuning t, prism::Errc* c
 
 TEST(Rank, RefusalNamesOpChunkReasonAndWhatToDo) {
   Impair im;
-  im.nack_op = 0;
+  im.nack_op = int(FakeSwitch::kFirstOp);
   im.nack_reason = 4;  // DESCRIPTOR_MISMATCH
   FakeSwitch sw(2, im);
   prism::Errc code{};
@@ -350,7 +384,7 @@ TEST(Rank, RefusalNamesOpChunkReasonAndWhatToDo) {
   const std::string e = error_of(sw, 2, fast(), &code, &reason);
   EXPECT_EQ(code, prism::Errc::REFUSED);
   EXPECT_EQ(reason, 4);
-  EXPECT_NE(e.find("allreduce op 0 (job 7, rank 0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("allreduce op 1000 (job 7, rank 0)"), std::string::npos) << e;
   EXPECT_NE(e.find("chunk "), std::string::npos) << e;
   EXPECT_NE(e.find("descriptor_mismatch"), std::string::npos) << e;
   EXPECT_NE(e.find("send every chunk of an op with the same"), std::string::npos) << e;
@@ -358,15 +392,19 @@ TEST(Rank, RefusalNamesOpChunkReasonAndWhatToDo) {
 
 TEST(Rank, AbandonedOpNamesTheMissingRank) {
   Impair im;
-  im.abandon_op = 0;
+  im.abandon_op = int(FakeSwitch::kFirstOp);
   FakeSwitch sw(3, im);
   // Rank 2 never runs: ranks 0 and 1 contribute, the switch abandons naming rank 2.
+  // (They do not join: a session without rank 2 would never complete.)
+  prism::Tuning t = fast();
+  t.join = false;
+  t.first_op = FakeSwitch::kFirstOp;
   std::vector<std::thread> th;
   std::vector<std::string> err(2);
   for (uint16_t r = 0; r < 2; ++r)
     th.emplace_back([&, r] {
       try {
-        prism::Communicator c(sw.endpoints(r), fast());
+        prism::Communicator c(sw.endpoints(r), t);
         std::vector<int32_t> in(50, 1), out(50);
         c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
       } catch (const prism::Error& e) {
@@ -387,6 +425,7 @@ TEST(Rank, SilenceTimesOutNamingTheChunks) {
   FakeSwitch sw(1, im);
   prism::Tuning t = fast();
   t.timeout_ms = 300;
+  t.join = false;  // a switch that never answers would fail the join first (tested below)
   prism::Errc code{};
   const std::string e = error_of(sw, 1, t, &code);
   EXPECT_EQ(code, prism::Errc::TIMEOUT);
@@ -394,8 +433,58 @@ TEST(Rank, SilenceTimesOutNamingTheChunks) {
   EXPECT_NE(e.find("never answered"), std::string::npos) << e;
 }
 
+TEST(Rank, JoiningGivesTheSessionsFirstOpAndWaitsForEveryRank) {
+  FakeSwitch sw(3, {});
+  std::vector<std::thread> th;
+  std::vector<uint32_t> first(3);
+  for (uint16_t r = 0; r < 3; ++r)
+    th.emplace_back([&, r] {
+      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a late rank: the others wait
+      prism::Communicator c(sw.endpoints(r), fast());
+      first[r] = c.next_op();
+      std::vector<int32_t> in(10, 1), out(10);
+      c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+      EXPECT_EQ(out[0], 3);
+    });
+  for (auto& x : th) x.join();
+  for (uint32_t f : first) EXPECT_EQ(f, FakeSwitch::kFirstOp);
+  // A restarted job (new nonces) is a new session: its first op is the switch's next.
+  prism::Tuning t = fast();
+  th.clear();
+  for (uint16_t r = 0; r < 3; ++r)
+    th.emplace_back([&, r] { first[r] = prism::Communicator(sw.endpoints(r), t).next_op(); });
+  for (auto& x : th) x.join();
+  for (uint32_t f : first) EXPECT_EQ(f, 2 * FakeSwitch::kFirstOp);
+}
+
+TEST(Rank, AJoinThatNeverCompletesNamesTheMissingRanks) {
+  FakeSwitch sw(4, {});
+  prism::Tuning t = fast();
+  t.join_timeout_ms = 300;
+  std::vector<std::thread> th;
+  std::vector<std::string> err(2);
+  for (uint16_t r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      try {
+        prism::Communicator c(sw.endpoints(r), t);
+      } catch (const prism::Error& e) {
+        err[r] = e.what();
+        EXPECT_EQ(e.code(), prism::Errc::TIMEOUT);
+      }
+    });
+  for (auto& x : th) x.join();
+  for (const auto& e : err) EXPECT_NE(e.find("2 of 4 joined; missing ranks 2, 3"), std::string::npos) << e;
+  FakeSwitch silent(1, Impair{.silent = true});
+  try {
+    prism::Communicator c(silent.endpoints(0), t);
+    ADD_FAILURE() << "joined a switch that never answers";
+  } catch (const prism::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("never answered JOIN in 300 ms"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Rank, BadArgumentsAreRefusedBeforeAnythingIsSent) {
-  FakeSwitch sw(2, {});
+  FakeSwitch sw(1, {});
   prism::Communicator c(sw.endpoints(0), fast());
   std::vector<float> a(10), b(10);
   auto msg = [&](auto fn) {
@@ -420,9 +509,9 @@ TEST(Rank, BadArgumentsAreRefusedBeforeAnythingIsSent) {
   int_out.out_given = true;
   EXPECT_NE(msg([&] { c.allreduce(a.data(), b.data(), 8, prism::Dtype::FP32, int_out); }), "no error");
   EXPECT_EQ(c.stats().packets_sent, 0u);
-  EXPECT_EQ(c.next_op(), 0u);  // nothing consumed an op number
+  EXPECT_EQ(c.next_op(), FakeSwitch::kFirstOp);  // nothing consumed an op number
   prism::Endpoints e = sw.endpoints(0);
-  e.rank = 2;
+  e.rank = 1;
   EXPECT_NE(msg([&] { prism::Communicator bad(e); }).find("not below the group size"), std::string::npos);
   e = sw.endpoints(0);
   e.switch_ip = "10.0.0.300";
@@ -469,7 +558,7 @@ TEST(Rank, CApiRunsAnAllreduceAndReportsErrors) {
   ASSERT_EQ(prism_iallreduce(c, in.data(), out.data(), in.size(), PRISM_INT32, nullptr, &req), PRISM_OK);
   ASSERT_EQ(prism_wait(&req, &rep), PRISM_OK) << prism_last_error();
   EXPECT_EQ(req, nullptr);
-  EXPECT_EQ(rep.op, 1u);
+  EXPECT_EQ(rep.op, FakeSwitch::kFirstOp + 1);
   prism_stats s{};
   ASSERT_EQ(prism_comm_stats(c, &s), PRISM_OK);
   EXPECT_EQ(s.results, 8u);

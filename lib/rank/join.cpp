@@ -1,0 +1,118 @@
+// Joining the job's session (docs/PROTOCOL.md, "Sessions"): the rank sends
+// JOIN with a nonce of its own until the switch answers JOINED COMPLETE,
+// which it does once every rank of the job has joined; the answer carries
+// the session's first op number, above every op number the switch (and
+// the switches below it) remember, so a restarted job never reuses one.
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "rank/comm_impl.hpp"
+
+namespace prism {
+namespace {
+
+uint64_t now_ms() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+uint32_t fresh_nonce() {
+  std::random_device rd;
+  uint32_t n = 0;
+  while (n == 0) n = rd();
+  return n;
+}
+
+std::string ranks_in(const std::vector<uint8_t>& bitmap, uint16_t group, bool set) {
+  std::string s;
+  size_t n = 0;
+  for (uint32_t r = 0; r < group; ++r) {
+    const bool in = r / 8 < bitmap.size() && (bitmap[r / 8] >> (r % 8) & 1);
+    if (in != set) continue;
+    if (n++ < 16) s.append(n > 1 ? ", " : "").append(std::to_string(r));
+  }
+  if (n > 16) s += ", … (" + std::to_string(n) + " in all)";
+  return s;
+}
+
+}  // namespace
+
+void Communicator::Impl::join() {
+  nonce = fresh_nonce();
+  wire::Header h;
+  h.kind = wire::Kind::JOIN;
+  h.job = ep.job;
+  h.op = nonce;
+  h.chunk = 0;
+  h.sender = ep.rank;
+  h.group = ep.group;
+  h.terms = 0;
+  h.count = 0;
+  h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
+  h.policy = Policy(0);
+  h.encoding = wire::Encoding(0);
+  h.transport = Transport(0);
+  h.exceptions = Exceptions(0);
+  std::array<uint8_t, wire::kHeaderSize> msg;
+  wire::put_header(h, msg.data());
+  const uint64_t t0 = now_ms(), deadline = t0 + tune.join_timeout_ms;
+  uint64_t interval = 20, next_send = t0;
+  bool answered = false;
+  uint16_t joined = 0;
+  std::vector<uint8_t> bitmap;
+  for (;;) {
+    const uint64_t t = now_ms();
+    if (t >= deadline) break;
+    if (t >= next_send) {
+      const rank::UdpLink::Datagram d{msg.data(), msg.size(), nullptr, 0};
+      if (link.send(&d, 1) == 1) ++stats.joins_sent;
+      next_send = t + interval;
+      interval = std::min<uint64_t>(interval * 2, 500);  // the others may take a while to start
+    }
+    const size_t n = link.receive(int(std::min(next_send, deadline) - t) + 1);
+    for (size_t i = 0; i < n; ++i) {
+      wire::Parsed p;
+      const size_t len = link.length(i);
+      if (len == 0 || wire::parse_message({link.data(i), len}, &p, false) != wire::Refusal::OK || p.h.job != ep.job) {
+        ++stats.stray;
+        continue;
+      }
+      if (p.h.kind == wire::Kind::NACK && p.h.op == nonce) {
+        const auto r = wire::NackReason(p.h.status);
+        throw Error(Errc::REFUSED,
+                    "joining job " + std::to_string(ep.job) + " as rank " + std::to_string(ep.rank) +
+                        ": the switch refused it: " + wire::name(r) + " (" + std::to_string(p.h.status) +
+                        "): " + prism::doc(r),
+                    0, p.h.status);
+      }
+      if (p.h.kind != wire::Kind::JOINED || p.h.op != nonce || p.h.sender != ep.rank) {
+        ++stats.stray;
+        continue;
+      }
+      answered = true;
+      joined = p.h.terms;
+      bitmap.assign(p.payload, p.payload + p.payload_len);
+      if (p.h.status & wire::jstatus::COMPLETE) {
+        next_op = p.h.chunk;
+        stats.join_seconds = double(now_ms() - t0) / 1e3;
+        return;
+      }
+    }
+  }
+  const std::string who = "job " + std::to_string(ep.job) + ", rank " + std::to_string(ep.rank);
+  if (!answered)
+    throw Error(Errc::TIMEOUT, who + ": the switch at " + ep.switch_ip + ":" + std::to_string(ep.switch_port) +
+                                   " never answered JOIN in " + std::to_string(tune.join_timeout_ms) +
+                                   " ms: is it running, does its config register this rank at " +
+                                   (ep.local_ip.empty() ? std::string("this host") : ep.local_ip) + ":" +
+                                   std::to_string(ep.local_port) +
+                                   " with this host's MAC, and is the rank on the switch port's network?");
+  throw Error(Errc::TIMEOUT, who + ": waited " + std::to_string(tune.join_timeout_ms) + " ms for every rank to join: " +
+                                 std::to_string(joined) + " of " + std::to_string(ep.group) + " joined; missing rank" +
+                                 (ep.group - joined > 1 ? "s " : " ") + ranks_in(bitmap, ep.group, false) +
+                                 ". Start every rank of the job (within join_timeout_ms of each other)");
+}
+
+}  // namespace prism

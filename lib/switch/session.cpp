@@ -1,0 +1,115 @@
+#include "switch/session.hpp"
+
+#include <memory>
+
+namespace prism::sw {
+namespace {
+
+bool serial_after(uint32_t a, uint32_t b) { return int32_t(a - b) > 0; }
+
+wire::Header session_header(wire::Kind kind, uint32_t job, uint16_t group) {
+  wire::Header h;
+  h.kind = kind;
+  h.job = job;
+  h.group = group;
+  h.terms = 0;
+  h.count = 0;
+  h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
+  h.policy = Policy(0);
+  h.encoding = wire::Encoding(0);
+  h.transport = Transport(0);
+  h.exceptions = Exceptions(0);
+  return h;
+}
+
+}  // namespace
+
+Sessions::Sessions(const Directory& dir) : dir_(dir), state_(dir.jobs()) {
+  for (const auto& jc : dir.config().jobs) {
+    const Job* j = dir.job(jc.id);
+    state_[j->index].nonce.assign(jc.group, 0);
+    state_[j->index].via_child.assign(jc.group, -1);
+  }
+}
+
+// JOINED to `rank`: to its member entry, or to the child it joined through.
+void Sessions::answer(const Job& j, const State& st, uint16_t rank, Sink& out) const {
+  const Member* to = st.via_child[rank] >= 0       ? &j.children[size_t(st.via_child[rank])]
+                     : j.member_of_rank[rank] >= 0 ? &j.members[size_t(j.member_of_rank[rank])]
+                                                   : nullptr;
+  if (!to) return;
+  Out o;
+  o.port = to->port;
+  o.src = dir_.self(to->port);
+  o.dst = to->addr;
+  o.h = session_header(wire::Kind::JOINED, j.cfg->id, j.cfg->group);
+  o.h.op = st.nonce[rank];
+  o.h.chunk = st.complete ? st.first_op : 0;
+  o.h.sender = rank;
+  o.h.terms = uint16_t(st.joined);
+  o.h.status = st.complete ? wire::jstatus::COMPLETE : 0;
+  auto body = std::make_shared<std::vector<uint8_t>>(wire::abandoned_bitmap_bytes(j.cfg->group));
+  for (uint32_t r = 0; r < st.nonce.size(); ++r)
+    if (st.nonce[r]) (*body)[r / 8] |= uint8_t(1u << (r % 8));
+  o.body = std::move(body);
+  out.send(std::move(o));
+}
+
+bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
+  const Job& j = *dir_.job(p.h.job);
+  const uint16_t rank = p.h.sender;
+  const uint32_t nonce = p.h.op;
+  if (nonce == 0 || rank >= j.cfg->group || p.h.group != j.cfg->group) return false;
+  const std::optional<uint32_t> fresh = dir_.first_fresh_op(j);
+  if (dir_.config().role == Role::LEAF) {  // the root keeps the session: tell it what is fresh here
+    const ParentConfig& parent = *dir_.config().parent;
+    Out o;
+    o.port = parent.port;
+    o.src = dir_.self(parent.port);
+    o.dst = parent.addr;
+    o.h = p.h;
+    if (fresh && serial_after(*fresh, o.h.chunk)) o.h.chunk = *fresh;
+    out.send(std::move(o));
+    return true;
+  }
+  State& st = state_[j.index];
+  if (st.nonce[rank] != nonce) {
+    if (st.nonce[rank] != 0) {  // this rank restarted: a new session
+      std::fill(st.nonce.begin(), st.nonce.end(), 0);
+      st.joined = 0;
+      st.complete = false;
+      st.hinted = false;
+    }
+    st.nonce[rank] = nonce;
+    ++st.joined;
+  }
+  st.via_child[rank] = from.child ? int32_t(&from - j.children.data()) : -1;
+  if (from.child && p.h.chunk && (!st.hinted || serial_after(p.h.chunk, st.hint))) {
+    st.hint = p.h.chunk;
+    st.hinted = true;
+  }
+  if (st.complete || st.joined < j.cfg->group) return answer(j, st, rank, out), true;
+  // The last rank joined: the session starts past every op number any switch of the tree remembers.
+  st.complete = true;
+  st.first_op = fresh.value_or(0);
+  if (st.hinted && (!fresh || serial_after(st.hint, st.first_op))) st.first_op = st.hint;
+  for (uint16_t r = 0; r < j.cfg->group; ++r) answer(j, st, r, out);
+  return true;
+}
+
+bool Sessions::on_joined(const wire::Parsed& p, Sink& out) {
+  const Job& j = *dir_.job(p.h.job);
+  const uint16_t rank = p.h.sender;
+  if (rank >= j.member_of_rank.size() || j.member_of_rank[rank] < 0) return false;
+  const Member& m = j.members[size_t(j.member_of_rank[rank])];
+  Out o;
+  o.port = m.port;
+  o.src = dir_.self(m.port);
+  o.dst = m.addr;
+  o.h = p.h;
+  if (p.payload_len) o.body = std::make_shared<const std::vector<uint8_t>>(p.payload, p.payload + p.payload_len);
+  out.send(std::move(o));
+  return true;
+}
+
+}  // namespace prism::sw

@@ -1,0 +1,49 @@
+// Job sessions (docs/PROTOCOL.md, "Sessions"): how a job's ranks agree on
+// op numbers the switch has never seen, so a restarted job never has its
+// fresh contributions taken for late copies of the old ones.
+//
+// A rank JOINs with a nonce of its own; the root counts the ranks joined and,
+// when all R have, answers each with JOINED COMPLETE and the session's first
+// op number: one past the highest op number opened at this switch (and at
+// the switches below it, whose forwarded JOINs carry theirs). A rank that
+// joins again with another nonce has restarted: that starts a new session.
+// A leaf forwards its members' JOINs to the parent and the parent's JOINEDs
+// back. JOIN and JOINED travel to and from one shard per job (the one that
+// owns key (job, 0, 0)); the op numbers opened are seen by every shard
+// through the Directory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "switch/directory.hpp"
+#include "switch/sink.hpp"
+
+namespace prism::sw {
+
+class Sessions {
+ public:
+  explicit Sessions(const Directory& dir);
+  // A JOIN from a member rank, or (at a root) a child forwarding one of its
+  // ranks' JOINs. False when it is malformed (nonce 0, rank outside the group).
+  bool on_join(const wire::Parsed& p, const Member& from, Sink& out);
+  // A leaf: the parent's JOINED, forwarded to the member rank it answers.
+  // False when that rank is not a member here.
+  bool on_joined(const wire::Parsed& p, Sink& out);
+
+ private:
+  struct State {
+    std::vector<uint32_t> nonce;     // by rank; 0: not joined in this session
+    std::vector<int32_t> via_child;  // by rank: the child it joined through (-1: a member here)
+    uint32_t joined = 0;
+    bool complete = false;
+    uint32_t first_op = 0;
+    uint32_t hint = 0;  // the highest first-fresh op a child reported (valid when hinted)
+    bool hinted = false;
+  };
+  void answer(const Job& j, const State& st, uint16_t rank, Sink& out) const;
+  const Directory& dir_;
+  std::vector<State> state_;  // by Job::index
+};
+
+}  // namespace prism::sw

@@ -1,0 +1,233 @@
+// Job sessions (PROTOCOL.md, "Sessions") through parse -> ingress ->
+// Reducer, with frames built by hand from the header table (JOIN, kind 5;
+// JOINED, kind 6): who is answered, with what counts and bitmap, when the
+// session completes and with which first op, how a restart starts a new
+// one, and how a leaf and a root share one.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "config/config.hpp"
+#include "switch/reducer.hpp"
+
+using namespace prism;
+using namespace prism::sw;
+
+namespace {
+
+const char* kRoot = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:ff:01", ip: 10.0.1.254}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+    children:
+      - {id: 2, port: 1, mac: "02:00:00:00:fe:02", ip: 10.0.1.2, ranks: 2}
+)";
+
+const char* kLeaf = R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:ff:01", ip: 10.0.1.254}}
+ports:
+  - {id: 0, mac: "02:00:00:00:fe:00", ip: 10.0.2.254}
+  - {id: 1, mac: "02:00:00:00:fe:02", ip: 10.0.1.2}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.2.1}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.2.2}
+)";
+
+struct Capture : Sink {
+  std::vector<Out> outs;
+  void send(Out&& o) override { outs.push_back(std::move(o)); }
+};
+
+// The 32 header bytes of PROTOCOL.md's table, written field by field here.
+std::vector<uint8_t> header(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint16_t sender, uint16_t group,
+                            uint16_t terms, uint8_t status) {
+  std::vector<uint8_t> h(32, 0);
+  auto be = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) h[at + size_t(i)] = uint8_t(v >> (8 * (n - 1 - i)));
+  };
+  be(0, 0x5052, 2);
+  h[2] = 1;
+  h[3] = kind;
+  be(4, job, 4);
+  be(8, op, 4);
+  be(12, chunk, 4);
+  be(16, sender, 2);
+  be(18, group, 2);
+  be(20, terms, 2);
+  h[31] = status;
+  return h;
+}
+
+struct Node {
+  SwitchConfig cfg;
+  Directory dir;
+  Reducer red;
+  Capture cap;
+  explicit Node(const char* yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 16, make_map_index()) {}
+  // A datagram from `src` (a member's or child's address) on switch port `port`.
+  Verdict feed(const wire::Endpoint& src, uint16_t port, const std::vector<uint8_t>& msg) {
+    wire::Parsed p;
+    EXPECT_EQ(wire::parse_message(msg, &p), wire::Refusal::OK);
+    p.src = src;
+    p.dst = dir.self(port);
+    const Verdict v = ingress(dir, wire::Refusal::OK, p, port);
+    if (v.admitted()) red.on_packet(p, v, 0, cap);
+    return v;
+  }
+  wire::Endpoint member(uint16_t rank) const { return cfg.jobs[0].member(rank)->addr; }
+};
+
+std::vector<uint8_t> join(uint16_t rank, uint32_t nonce, uint32_t hint = 0) {
+  return header(5, 7, nonce, hint, rank, 4, 0, 0);
+}
+
+struct Joined {
+  uint32_t nonce, first_op;
+  uint16_t rank, terms;
+  bool complete;
+  uint8_t bitmap;
+  wire::Endpoint to;
+};
+Joined joined(const Out& o) {
+  EXPECT_EQ(o.h.kind, wire::Kind::JOINED);
+  EXPECT_EQ(o.body_size(), 1u);  // ceil(4 / 8)
+  return {o.h.op, o.h.chunk, o.h.sender, o.h.terms, (o.h.status & 1) != 0, o.body ? (*o.body)[0] : uint8_t(0), o.dst};
+}
+
+TEST(Session, CompletesWhenEveryRankJoinedAndStartsPastTheOpsSeen) {
+  Node root(kRoot);
+  const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+  // Rank 0 joins: one of four; it is told so, nothing more.
+  ASSERT_TRUE(root.feed(root.member(0), 0, join(0, 0xA0)).admitted());
+  ASSERT_EQ(root.cap.outs.size(), 1u);
+  Joined j = joined(root.cap.outs[0]);
+  EXPECT_EQ(j.nonce, 0xA0u);
+  EXPECT_EQ(j.rank, 0);
+  EXPECT_EQ(j.terms, 1);
+  EXPECT_FALSE(j.complete);
+  EXPECT_EQ(j.bitmap, 0x01);
+  // A repeat of the same JOIN changes nothing.
+  root.feed(root.member(0), 0, join(0, 0xA0));
+  EXPECT_EQ(joined(root.cap.outs[1]).terms, 1);
+  // Ranks 2 and 3 come through the child, which says op 41 and below were used under it.
+  root.feed(child, 1, join(2, 0xC2, 42));
+  root.feed(child, 1, join(3, 0xC3, 0));
+  EXPECT_EQ(joined(root.cap.outs[3]).terms, 3);
+  EXPECT_EQ(joined(root.cap.outs[3]).bitmap, 0x0D);
+  EXPECT_EQ(joined(root.cap.outs[3]).to.ip, child.ip);  // answered through the child
+  root.cap.outs.clear();
+  // The last rank: every rank gets COMPLETE and the first op, past the child's 41.
+  root.feed(root.member(1), 0, join(1, 0xB1));
+  ASSERT_EQ(root.cap.outs.size(), 4u);
+  std::map<uint16_t, Joined> by_rank;
+  for (const Out& o : root.cap.outs) by_rank[joined(o).rank] = joined(o);
+  for (uint16_t r = 0; r < 4; ++r) {
+    EXPECT_TRUE(by_rank[r].complete);
+    EXPECT_EQ(by_rank[r].first_op, 42u);
+    EXPECT_EQ(by_rank[r].terms, 4);
+    EXPECT_EQ(by_rank[r].bitmap, 0x0F);
+  }
+  EXPECT_EQ(by_rank[0].nonce, 0xA0u);
+  EXPECT_EQ(by_rank[3].nonce, 0xC3u);
+  EXPECT_EQ(by_rank[1].to.ip, root.member(1).ip);
+  EXPECT_EQ(by_rank[2].to.ip, child.ip);
+  EXPECT_EQ(root.red.stats().session_packets, 5u);
+  EXPECT_EQ(root.red.stats().slots_in_use, 0u);  // a session takes no slot
+}
+
+TEST(Session, ARankThatJoinsAgainWithAnotherNonceStartsANewSession) {
+  Node root(kRoot);
+  const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+  for (uint16_t r : {0, 1}) root.feed(root.member(r), 0, join(r, 100 + r));
+  for (uint16_t r : {2, 3}) root.feed(child, 1, join(r, 100 + r));
+  EXPECT_TRUE(joined(root.cap.outs.back()).complete);
+  EXPECT_EQ(joined(root.cap.outs.back()).first_op, 0u);  // nothing was ever opened
+  // The job runs op 0 .. 9 (a contribution opens each op's slot), then restarts.
+  Directory& d = root.dir;
+  d.note_op(*d.job(7), 9);
+  d.note_op(*d.job(7), 3);  // an older op opened late does not lower it
+  root.cap.outs.clear();
+  root.feed(root.member(1), 0, join(1, 201));
+  EXPECT_EQ(joined(root.cap.outs.back()).terms, 1);  // a new session: only rank 1 so far
+  EXPECT_FALSE(joined(root.cap.outs.back()).complete);
+  root.feed(root.member(0), 0, join(0, 200));
+  for (uint16_t r : {2, 3}) root.feed(child, 1, join(r, 200 + r));
+  EXPECT_TRUE(joined(root.cap.outs.back()).complete);
+  EXPECT_EQ(joined(root.cap.outs.back()).first_op, 10u);
+}
+
+TEST(Session, ALeafForwardsJoinsUpWithItsFreshOpAndJoinedsDown) {
+  Node leaf(kLeaf);
+  leaf.dir.note_op(*leaf.dir.job(7), 99);
+  ASSERT_TRUE(leaf.feed(leaf.member(2), 0, join(2, 0x22)).admitted());
+  ASSERT_EQ(leaf.cap.outs.size(), 1u);
+  const Out& up = leaf.cap.outs[0];
+  EXPECT_EQ(up.h.kind, wire::Kind::JOIN);
+  EXPECT_EQ(up.h.chunk, 100u);  // the first op fresh at the leaf
+  EXPECT_EQ(up.h.sender, 2);
+  EXPECT_EQ(up.h.op, 0x22u);
+  EXPECT_EQ(up.dst.ip, leaf.cfg.parent->addr.ip);
+  // The parent's JOINED for rank 3 goes down to rank 3.
+  std::vector<uint8_t> msg = header(6, 7, 0x33, 100, 3, 4, 4, 1);
+  msg.push_back(0x0F);
+  const Verdict v = leaf.feed(leaf.cfg.parent->addr, 1, msg);
+  ASSERT_TRUE(v.admitted() && v.from_parent);
+  ASSERT_EQ(leaf.cap.outs.size(), 2u);
+  const Out& down = leaf.cap.outs[1];
+  EXPECT_EQ(down.h.kind, wire::Kind::JOINED);
+  EXPECT_EQ(down.dst.ip, leaf.member(3).ip);
+  EXPECT_EQ(down.h.chunk, 100u);
+  ASSERT_EQ(down.body_size(), 1u);
+  EXPECT_EQ((*down.body)[0], 0x0F);
+}
+
+TEST(Session, JoinsFromStrangersOrWithNonceZeroAreRefused) {
+  Node root(kRoot);
+  // A JOIN claiming rank 1 from rank 0's address: a spoof, never answered.
+  EXPECT_EQ(root.feed(root.member(0), 0, join(1, 5)).drop, Drop::SPOOFED);
+  // Nonce 0 from a member: malformed, and told so.
+  root.feed(root.member(0), 0, join(0, 0));
+  ASSERT_EQ(root.cap.outs.size(), 1u);
+  EXPECT_EQ(root.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(root.cap.outs[0].h.status, uint8_t(wire::NackReason::MALFORMED));
+  // A JOINED at a root (it has no parent): from nobody it takes.
+  EXPECT_FALSE(root.feed(root.member(0), 0, header(6, 7, 1, 0, 0, 4, 0, 0)).admitted());
+}
+
+TEST(Session, TheParserTakesOnlyTheDocumentedShapes) {
+  wire::Parsed p;
+  EXPECT_EQ(wire::parse_message(join(0, 1), &p), wire::Refusal::OK);
+  auto with = [](std::vector<uint8_t> m, size_t at, uint8_t v) {
+    m[at] = v;
+    return m;
+  };
+  EXPECT_EQ(wire::parse_message(with(join(0, 1), 24, 1), &p), wire::Refusal::BAD_DTYPE);  // a descriptor
+  EXPECT_EQ(wire::parse_message(with(join(0, 1), 30, 1), &p), wire::Refusal::BAD_FLAGS);
+  EXPECT_EQ(wire::parse_message(with(join(0, 1), 21, 1), &p), wire::Refusal::BAD_TERMS);  // JOIN: terms 0
+  EXPECT_EQ(wire::parse_message(with(join(0, 1), 23, 1), &p), wire::Refusal::BAD_COUNT);
+  EXPECT_EQ(wire::parse_message(with(join(0, 1), 31, 1), &p), wire::Refusal::BAD_STATUS);
+  std::vector<uint8_t> body = join(0, 1);
+  body.push_back(0);
+  EXPECT_EQ(wire::parse_message(body, &p), wire::Refusal::PAYLOAD_LENGTH);  // JOIN: no body
+  std::vector<uint8_t> j = header(6, 7, 1, 0, 0, 9, 9, 1);
+  EXPECT_EQ(wire::parse_message(j, &p), wire::Refusal::OK);  // JOINED without its bitmap
+  j.insert(j.end(), {0xFF, 0x01});                           // ceil(9 / 8) = 2 bytes
+  EXPECT_EQ(wire::parse_message(j, &p), wire::Refusal::OK);
+  EXPECT_EQ(p.payload_len, 2u);
+  j.push_back(0);
+  EXPECT_EQ(wire::parse_message(j, &p), wire::Refusal::PAYLOAD_LENGTH);
+  EXPECT_EQ(wire::parse_message(header(6, 7, 1, 0, 0, 9, 10, 1), &p), wire::Refusal::BAD_TERMS);  // > group
+  EXPECT_EQ(wire::parse_message(header(6, 7, 1, 0, 0, 9, 9, 2), &p), wire::Refusal::BAD_STATUS);
+}
+
+}  // namespace
