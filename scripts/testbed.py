@@ -437,8 +437,8 @@ class Testbed:
                                'ip': '10.89.0.1', 'downlink': True})
 
     def _netns(self, name: str):
+        self._record('netns', name)   # first: an interrupt right after `add` leaves nothing behind
         sh('ip', 'netns', 'add', name)
-        self._record('netns', name)
         for k in ('all', 'default'):   # no IPv6: no router solicitations or MLD reaching the switch
             sh('sysctl', '-qw', f'net.ipv6.conf.{k}.disable_ipv6=1', ns=name, check=False)
         sh('ip', 'link', 'set', 'lo', 'up', ns=name)
@@ -725,7 +725,8 @@ def is_our_switch(pid: int, prefix: str) -> bool:
         cmd = Path(f'/proc/{pid}/cmdline').read_bytes().split(b'\0')
     except OSError:
         return False
-    return prefix.encode() in cmd
+    want = prefix.encode()
+    return any(a == b'--file-prefix' and b == want for a, b in zip(cmd, cmd[1:]))
 
 
 def stop_pid(pid: int, prefix: str, proc: subprocess.Popen | None, timeout: float = 20) -> int:
@@ -780,7 +781,10 @@ def teardown(made: list, switches: list | None = None):
             stop_pid(pid, prefix, sw.proc if sw else None, 20)
             if sw:
                 sw.pid, sw.proc = 0, None
-        elif kind == 'dpdk':
+        elif kind == 'dpdk':   # any switch still running with this prefix (started, not yet recorded)
+            for proc in Path('/proc').iterdir():
+                if proc.name.isdigit() and is_our_switch(int(proc.name), rec[1]):
+                    stop_pid(int(proc.name), rec[1], None, 20)
             shutil.rmtree(DPDK_RUN_DIR / rec[1], ignore_errors=True)
         elif kind == 'netns':
             if netns_exists(rec[1]):
