@@ -33,7 +33,7 @@ REFERENCE_YAML = REPO / 'configs' / 'reference.yaml'
 PORT = 20562
 MAGIC = 0x5052
 VERSION = 1
-CONTRIB, PARTIAL, RESULT, NACK = 1, 2, 3, 4
+CONTRIB, PARTIAL, RESULT, NACK, JOIN, JOINED = 1, 2, 3, 4, 5, 6
 ENC_DTYPE, ENC_OUT, ENC_KULISCH = 1, 2, 3
 RETRANSMIT, LAST_CHUNK, SIDEBAND = 1, 2, 4
 # Format codes and element sizes.
@@ -556,7 +556,7 @@ def malformed_variants():
     add('bad_version_0', 'bad_version', hdr_patch(bytearray(g), version=0))
     add('bad_version_2', 'bad_version', hdr_patch(bytearray(g), version=2))
     add('bad_kind_0', 'bad_kind', hdr_patch(bytearray(g), kind=0))
-    add('bad_kind_5', 'bad_kind', hdr_patch(bytearray(g), kind=5))
+    add('bad_kind_7', 'bad_kind', hdr_patch(bytearray(g), kind=7))  # 5 JOIN and 6 JOINED exist
     for code in (0, 10, 255):
         add(f'bad_dtype_{code}', 'bad_dtype', hdr_patch(bytearray(g), dtype=code))
         add(f'bad_out_dtype_{code}', 'bad_out_dtype', hdr_patch(bytearray(g), out_dtype=code))
