@@ -76,7 +76,8 @@ std::string usage() {
          "  --first-op N          the first op number (default 0): a job restarted under a new one\n"
          "\n"
          "Output:\n"
-         "  --check               compare with the reference model (generated data only): KULISCH_FIXED,\n"
+         "  --check               compare every collective's result with the reference model (generated data\n"
+         "                        only; the reference is computed once, before the first): KULISCH_FIXED,\n"
          "                        FP32_BINOMIAL and integers bit for bit, FP32_ARRIVAL within its error bound\n"
          "  --output FILE         write the last result's raw elements to FILE\n"
          "  --json                one JSON object on stdout instead of the text lines\n"
@@ -246,47 +247,63 @@ double as_double(Format f, const uint8_t* p) {
   return double(to_float(f, bits));
 }
 
-CheckResult check(const Run& run, uint16_t group, const std::vector<uint8_t>& result) {
-  CheckResult cr;
+// Every rank's input and the reference model's result, made once; each
+// collective's result is compared with it.
+struct Reference {
+  std::vector<std::vector<uint8_t>> ins;
+  std::vector<uint8_t> out;  // the reference model's result (the exact sum rounded once for FP32_ARRIVAL)
+  bool arrival = false;
+};
+
+Reference make_reference(const Run& run, uint16_t group) {
+  Reference ref;
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
-  std::vector<std::vector<uint8_t>> ins(group);
-  for (uint16_t r = 0; r < group; ++r) ins[r] = generate(run, r);
+  ref.ins.resize(group);
+  for (uint16_t r = 0; r < group; ++r) ref.ins[r] = generate(run, r);
+  ref.out.resize(run.count * ob);
   const size_t block = 4096;
   OpDesc d;
   d.dtype = run.dtype;
   d.out = run.out;
   d.exceptions = run.exceptions;
   d.group = group;
-  const bool arrival = run.policy == Policy::FP32_ARRIVAL && is_float(run.dtype);
-  d.policy = arrival ? Policy::KULISCH_FIXED : run.policy;
-  std::vector<uint8_t> ref(block * ob), flags(block);
-  const double u32 = std::ldexp(1.0, -24), uo = std::ldexp(1.0, -int(info(run.out).mbits) - 1);
-  const double gamma = (group - 1) * u32 / (1 - (group - 1) * u32);
+  ref.arrival = run.policy == Policy::FP32_ARRIVAL && is_float(run.dtype);
+  d.policy = ref.arrival ? Policy::KULISCH_FIXED : run.policy;
+  std::vector<uint8_t> flags(block);
   for (size_t at = 0; at < run.count; at += block) {
     const size_t n = std::min(block, size_t(run.count - at));
     d.lanes = uint32_t(n);
     auto acc = make_accumulator(d);
-    for (uint16_t r = 0; r < group; ++r) acc->add(ins[r].data() + at * ib, r);
-    acc->finalize(ref.data(), flags.data());
-    for (size_t i = 0; i < n; ++i) {
-      const uint8_t* got = result.data() + (at + i) * ob;
-      const uint8_t* want = ref.data() + i * ob;
-      if (std::memcmp(got, want, ob) == 0) continue;
-      ++cr.differ;
-      if (arrival) {
-        double abs_sum = 0;
-        for (uint16_t r = 0; r < group; ++r) abs_sum += std::fabs(as_double(run.dtype, ins[r].data() + (at + i) * ib));
-        const double g = as_double(run.out, got), w = as_double(run.out, want);
-        const double bound = (gamma + u32) * abs_sum + 2 * uo * abs_sum + std::ldexp(1.0, -149);
-        if (std::fabs(g - w) <= bound) continue;
-      }
-      ++cr.beyond_bound;
-      if (cr.first.empty()) {
-        char b[160];
-        std::snprintf(b, sizeof b, "element %zu: got 0x%0*x, the reference model gives 0x%0*x", at + i, int(ob * 2),
-                      load_bits(run.out, got), int(ob * 2), load_bits(run.out, want));
-        cr.first = b;
-      }
+    for (uint16_t r = 0; r < group; ++r) acc->add(ref.ins[r].data() + at * ib, r);
+    acc->finalize(ref.out.data() + at * ob, flags.data());
+  }
+  return ref;
+}
+
+CheckResult check(const Run& run, const Reference& ref, const std::vector<uint8_t>& result) {
+  CheckResult cr;
+  const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
+  const size_t group = ref.ins.size();
+  const double u32 = std::ldexp(1.0, -24), uo = std::ldexp(1.0, -int(info(run.out).mbits) - 1);
+  const double gamma = double(group - 1) * u32 / (1 - double(group - 1) * u32);
+  for (size_t i = 0; i < run.count; ++i) {
+    const uint8_t* got = result.data() + i * ob;
+    const uint8_t* want = ref.out.data() + i * ob;
+    if (std::memcmp(got, want, ob) == 0) continue;
+    ++cr.differ;
+    if (ref.arrival) {
+      double abs_sum = 0;
+      for (size_t r = 0; r < group; ++r) abs_sum += std::fabs(as_double(run.dtype, ref.ins[r].data() + i * ib));
+      const double g = as_double(run.out, got), w = as_double(run.out, want);
+      const double bound = (gamma + u32) * abs_sum + 2 * uo * abs_sum + std::ldexp(1.0, -149);
+      if (std::fabs(g - w) <= bound) continue;
+    }
+    ++cr.beyond_bound;
+    if (cr.first.empty()) {
+      char b[160];
+      std::snprintf(b, sizeof b, "element %zu: got 0x%0*x, the reference model gives 0x%0*x", i, int(ob * 2),
+                    load_bits(run.out, got), int(ob * 2), load_bits(run.out, want));
+      cr.first = b;
     }
   }
   return cr;
@@ -296,6 +313,7 @@ int run_rank(const Run& run0) {
   Run run = run0;
   Communicator comm = Communicator::from_config(run.config, run.sel, run.tune);
   const Endpoints& ep = comm.endpoints();
+  const uint32_t first_op = comm.next_op();  // the session's first op number (joined) or --first-op
   if (run.coll == Collective::REDUCE && run.root >= ep.group)
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
   std::vector<uint8_t> input = run.input.empty() ? generate(run, ep.rank) : read_input(run, &run.count);
@@ -310,6 +328,9 @@ int run_rank(const Run& run0) {
   o.transport = PartialTransport(uint8_t(run.transport));
   o.overflow = OverflowMode(uint8_t(run.exceptions));
 
+  const Reference ref = run.check && keep ? make_reference(run, ep.group) : Reference{};
+  CheckResult cr;  // over every collective: --check compares each one's result
+  uint64_t checked = 0;
   std::vector<double> times;
   uint64_t overflow = 0, invalid = 0, nan_input = 0;
   for (uint64_t it = 0; it < run.warmup + run.repeat; ++it) {
@@ -333,6 +354,13 @@ int run_rank(const Run& run0) {
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (it >= run.warmup) times.push_back(sec);
+    if (run.check && keep) {
+      const CheckResult c = check(run, ref, run.in_place ? work : result);
+      cr.differ = std::max(cr.differ, c.differ);
+      cr.beyond_bound += c.beyond_bound;
+      if (cr.first.empty() && !c.first.empty()) cr.first = "collective " + std::to_string(it) + ", " + c.first;
+      ++checked;
+    }
   }
   const std::vector<uint8_t>& res = run.in_place ? work : result;
   const uint64_t digest = keep ? fnv1a(res.data(), res.size()) : 0;
@@ -341,8 +369,6 @@ int run_rank(const Run& run0) {
     f.write(res.data(), res.size());
     f.commit();
   }
-  CheckResult cr;
-  if (run.check && keep) cr = check(run, ep.group, res);
 
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
@@ -352,7 +378,8 @@ int run_rank(const Run& run0) {
   const bool failed_check = run.check && cr.beyond_bound;
   if (run.json) {
     app::JsonObject j;
-    j.num("rank", ep.rank).num("group", ep.group).num("job", ep.job);
+    j.num("rank", ep.rank).num("group", ep.group).num("job", ep.job).num("first_op", first_op);
+    j.num("join_seconds", st.join_seconds);
     j.str("collective", name(run.coll)).str("dtype", info(run.dtype).name).str("out_dtype", info(run.out).name);
     j.str("policy", name(run.policy)).num("count", run.count).num("bytes", uint64_t(bytes)).num("repeat", run.repeat);
     j.num("seconds_min", tmin).num("seconds_median", tmed).num("gbit_s", tmin > 0 ? bytes * 8 / tmin / 1e9 : 0);
@@ -383,7 +410,7 @@ int run_rank(const Run& run0) {
     if (keep) std::printf("digest %016" PRIx64 "\n", digest);
     if (run.check) {
       if (!cr.differ)
-        std::printf("check: identical to the reference model\n");
+        std::printf("check: identical to the reference model (%" PRIu64 " collectives)\n", checked);
       else if (!cr.beyond_bound)
         std::printf("check: %" PRIu64 " elements differ from the exact sum, all within the FP32_ARRIVAL bound\n",
                     cr.differ);
@@ -391,9 +418,9 @@ int run_rank(const Run& run0) {
   }
   if (failed_check) {
     std::fprintf(stderr,
-                 "prism-rank: check failed: %" PRIu64 " of %" PRIu64
-                 " elements differ from the reference model%s; first: %s\n",
-                 cr.beyond_bound, run.count, run.policy == Policy::FP32_ARRIVAL ? " beyond the FP32_ARRIVAL bound" : "",
+                 "prism-rank: check failed: %" PRIu64 " element results over %" PRIu64
+                 " collectives differ from the reference model%s; first: %s\n",
+                 cr.beyond_bound, checked, run.policy == Policy::FP32_ARRIVAL ? " beyond the FP32_ARRIVAL bound" : "",
                  cr.first.c_str());
     return 1;
   }

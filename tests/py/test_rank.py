@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,10 +64,11 @@ def within_arrival_bound(dtype: str, out: str, ins, got: bytes) -> tuple[int, in
     return int(np.count_nonzero(g != exact)), int(np.count_nonzero(np.abs(g - exact) > bound))
 
 
-def run_ranks(tb, n_or_file: str, dtype: str, policy: str, out: str, first_op: int, *extra, timeout=120,
-              ranks=None):
+def run_ranks(tb, n_or_file: str, dtype: str, policy: str, out: str, *extra, timeout=120, ranks=None):
+    """prism-rank on every rank (or `ranks`): each run joins a new session of the job, so runs
+    against one switch never reuse an op number it remembers."""
     cmd = [str(RANK), '--config', '{config}', '--rank', '{rank}', '--dtype', dtype, '--out-dtype', out,
-           '--policy', policy, '--first-op', str(first_op), '--json', *map(str, extra)]
+           '--policy', policy, '--json', *map(str, extra)]
     cmd += (['--input', '{dir}/in{rank}.bin', '--output', '{dir}/out{rank}.bin'] if n_or_file == 'files'
             else ['--count', n_or_file])
     return tb.run(cmd, timeout=timeout, ranks=ranks)
@@ -77,10 +80,10 @@ def ok_lines(runs) -> list[dict]:
     return [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
 
 
-def allreduce_case(tb, n: int, dtype: str, policy: str, out: str, first_op: int, seed: int, *extra) -> list[dict]:
+def allreduce_case(tb, n: int, dtype: str, policy: str, out: str, seed: int, *extra) -> list[dict]:
     """One allreduce of n elements on every rank; every rank's result checked; returns the ranks' JSON."""
     ins = make_inputs(tb, n, dtype, seed)
-    lines = ok_lines(run_ranks(tb, 'files', dtype, policy, out, first_op, *extra))
+    lines = ok_lines(run_ranks(tb, 'files', dtype, policy, out, *extra))
     results = {r: (tb.dir / f'out{r}.bin').read_bytes() for r in range(tb.R)}
     what = f'{n} {dtype}->{out} {policy}, R={tb.R}'
     if policy == 'fp32_arrival' and dtype not in ('int8', 'int32'):
@@ -136,12 +139,18 @@ def test_every_rank_gets_the_reference_result(make_testbed, R):
     su.require_binaries(RANK)
     tb = make_testbed(ranks=R)
     elements = chunks = 0
+    last_op = -1
     for i, (n, dt, pol, out) in enumerate(CASES):
-        lines = allreduce_case(tb, n, dt, pol, out, 1000 * i, seed=100 * R + i)
+        lines = allreduce_case(tb, n, dt, pol, out, seed=100 * R + i)
         elements += n
         chunks += lines[0]['chunks']
+        # Each run is a new session of the job: every rank starts at the same first op, past the last run's.
+        firsts = {ln['first_op'] for ln in lines}
+        assert len(firsts) == 1 and min(firsts) > last_op, (firsts, last_op)
+        last_op = min(firsts)
     s = stop(tb)['switch']
     check_once(s, R, elements, chunks, str(s))
+    assert s.shard_total('session_packets') >= R * len(CASES)
 
 
 @pytest.mark.parametrize('impair', [dict(loss=1), dict(loss=5), dict(loss=10), dict(dup=20), dict(reorder=30)],
@@ -156,7 +165,7 @@ def test_exact_under_loss_duplication_and_reordering(make_testbed, impair):
     retransmits = 0
     for i, (n, dt, pol, out) in enumerate([(64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32'),
                                            (30000, 'bf16', 'kulisch', 'fp32')]):
-        lines = allreduce_case(tb, n, dt, pol, out, 1000 * i, seed=7 + i)
+        lines = allreduce_case(tb, n, dt, pol, out, seed=7 + i)
         elements += n
         chunks += lines[0]['chunks']
         retransmits += sum(ln['retransmits'] for ln in lines)
@@ -171,7 +180,7 @@ def test_exact_under_loss_duplication_and_reordering(make_testbed, impair):
 def test_ranks_on_one_bridge(make_testbed):
     su.require_binaries(RANK)
     tb = make_testbed(ranks=4, layout='bridge')
-    lines = allreduce_case(tb, 64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32', 0, seed=3)
+    lines = allreduce_case(tb, 64 * 288 * 2 + 5, 'fp32', 'kulisch', 'fp32', seed=3)
     check_once(stop(tb)['switch'], 4, 64 * 288 * 2 + 5, lines[0]['chunks'])
 
 
@@ -185,7 +194,7 @@ def test_leaf_and_root_give_one_switchs_bits(make_testbed, transport):
     tb = make_testbed(ranks=4, layout='tree')
     n = 10000
     ins = make_inputs(tb, n, 'fp32', seed=11)
-    ok_lines(run_ranks(tb, 'files', 'fp32', 'kulisch', 'fp32', 0, '--transport', transport))
+    ok_lines(run_ranks(tb, 'files', 'fp32', 'kulisch', 'fp32', '--transport', transport))
     results = {r: (tb.dir / f'out{r}.bin').read_bytes() for r in range(tb.R)}
     if transport == 'rounded':
         leaf = [r.rank for r in tb.ranks if r.switch == 'leaf']
@@ -207,7 +216,7 @@ def test_prism_rank_checks_itself_and_splits_ops(make_testbed):
     --split (several non-blocking ops in flight, waited last first) and --in-place."""
     su.require_binaries(RANK)
     tb = make_testbed(ranks=3)
-    lines = ok_lines(run_ranks(tb, '50000', 'bf16', 'kulisch', 'bf16', 0, '--check', '--split', '5',
+    lines = ok_lines(run_ranks(tb, '50000', 'bf16', 'kulisch', 'bf16', '--check', '--split', '5',
                                '--repeat', '2', '--in-place'))
     for ln in lines:
         assert ln['check_differ'] == 0 and ln['check_beyond_bound'] == 0, ln
@@ -256,3 +265,74 @@ def test_a_wrong_mac_or_rank_is_refused_before_sending(make_testbed):
     assert runs[0].rc == 2 and 'rank 5 is not a member of job 7' in runs[0].stderr, runs[0].stderr
     s = stop(tb)['switch']
     assert s.shard_total('packets') == 0
+
+
+def run_async(tb, command, ranks, timeout):
+    """tb.run in a thread: (thread, box) where box[0] gets the runs."""
+    box = []
+    t = threading.Thread(target=lambda: box.append(tb.run(command, timeout=timeout, ranks=ranks)))
+    t.start()
+    return t, box
+
+
+LONG = [str(RANK), '--config', '{config}', '--rank', '{rank}', '--size', '1MiB', '--repeat', '100000',
+        '--timeout-ms', '10000']
+
+
+def test_a_rank_killed_mid_op_fails_the_others_clearly_and_the_job_restarts(make_testbed):
+    """Rank 3 is killed while the job runs allreduce after allreduce: the switch abandons the
+    op after op_timeout_ms (3000 ms) and the other ranks fail with OP_ABANDONED naming rank 3,
+    well within their own 10 s timeout; the switch frees the op's slots. The job then starts
+    again, op numbers from a new session, and runs exactly."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4)
+    survivors, box = run_async(tb, LONG, [0, 1, 2], timeout=60)
+    killed = tb.run(LONG, ranks=[3], timeout=2.5)  # SIGTERM at 2.5 s, mid-op
+    survivors.join()
+    assert killed[0].timed_out, killed[0].stdout + killed[0].stderr
+    for r in box[0]:
+        assert not r.timed_out and r.rc == 1, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'the switch abandoned the op' in r.stderr and 'missing rank 3' in r.stderr, r.stderr
+        assert r.seconds < 2.5 + 3 + 8, r.seconds  # the switch's op_timeout, not the rank's own timeout
+    after = tb.telemetry(tb.switches[0], ['/prism/jobs'])['/prism/jobs']
+    assert after['job7_chunks_timed_out'] > 0 and after['job7_chunks_in_flight'] == 0, after
+    # The whole job again: a new session, exact results.
+    lines = ok_lines(run_ranks(tb, '100000', 'fp32', 'kulisch', 'fp32', '--check', '--repeat', '3'))
+    assert all(ln['check_differ'] == 0 for ln in lines)
+    assert len({ln['digest'] for ln in lines}) == 1
+    stop(tb)
+
+
+def test_a_switch_restart_mid_op_recovers_or_fails_clearly(make_testbed):
+    """The switch is stopped while the ranks run allreduce after allreduce (checked against the
+    reference model each time) and started again 0.5 s later: every rank either finishes with
+    exact results or fails with an error that says what happened; none hangs past its timeout,
+    none reports a wrong result."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=3)
+    cmd = [str(RANK), '--config', '{config}', '--rank', '{rank}', '--size', '256KiB', '--repeat', '2000',
+           '--check', '--timeout-ms', '6000']
+    ranks, box = run_async(tb, cmd, None, timeout=180)
+    # Once the job is well under way (chunks completing), stop the switch under it.
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        jobs = tb.telemetry(tb.switches[0], ['/prism/jobs']).get('/prism/jobs') or {}
+        if jobs.get('job7_chunks_completed', 0) > 2000:
+            break
+        time.sleep(0.1)
+    assert ranks.is_alive(), 'the ranks finished before the switch was stopped: make the run longer'
+    first = tb.stop_switches()['switch']
+    assert first.rc == 0, first.stderr[-2000:]
+    time.sleep(0.5)
+    tb._start_switches()
+    ranks.join()
+    for r in box[0]:
+        assert not r.timed_out, f'rank {r.rank} hung: {r.stderr}'
+        assert 'check failed' not in r.stderr, r.stderr
+        if r.rc != 0:
+            assert r.rc == 1 and ('abandoned' in r.stderr or 'no RESULT for' in r.stderr), r.stderr
+        else:
+            assert 'identical to the reference model (2000 collectives)' in r.stdout, r.stdout
+    # The restart fell in the middle: both switches reduced part of the run.
+    assert su.parse_summary(first.stdout).jobs[7]['completed'] > 0, first.stdout
+    assert stop(tb)['switch'].jobs[7]['completed'] > 0
