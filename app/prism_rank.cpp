@@ -311,12 +311,14 @@ CheckResult check(const Run& run, const Reference& ref, const std::vector<uint8_
 
 int run_rank(const Run& run0) {
   Run run = run0;
+  // The input first: joining the job's session waits for every rank, and a rank still making its
+  // input after that would hold the others' first collective up.
+  std::vector<uint8_t> input = run.input.empty() ? generate(run, uint16_t(run.sel.rank)) : read_input(run, &run.count);
   Communicator comm = Communicator::from_config(run.config, run.sel, run.tune);
   const Endpoints& ep = comm.endpoints();
   const uint32_t first_op = comm.next_op();  // the session's first op number (joined) or --first-op
   if (run.coll == Collective::REDUCE && run.root >= ep.group)
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
-  std::vector<uint8_t> input = run.input.empty() ? generate(run, ep.rank) : read_input(run, &run.count);
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
   const bool keep = run.coll == Collective::ALLREDUCE || run.root == ep.rank;
   std::vector<uint8_t> result(keep && !run.in_place ? run.count * ob : 0);

@@ -81,11 +81,11 @@ struct Endpoints {
 };
 
 struct Tuning {
-  uint32_t window = 64;          // chunks in flight (capped by the job's slot_quota)
-  uint32_t chunk_elems = 0;      // elements per packet; 0: the most a packet fits in the path MTU
-  uint32_t timeout_ms = 10000;   // an op fails when none of its chunks completed for this long
-  uint32_t rto_initial_ms = 20;  // first retransmission timeout, before any round trip is measured
-  uint32_t rto_min_ms = 2;
+  uint32_t window = 64;              // chunks in flight (capped by the job's slot_quota)
+  uint32_t chunk_elems = 0;          // elements per packet; 0: the most a packet fits in the path MTU
+  uint32_t timeout_ms = 10000;       // an op fails when none of its chunks completed for this long
+  uint32_t rto_initial_ms = 20;      // first retransmission timeout, before any round trip is measured
+  uint32_t rto_min_ms = 5;           // a floor above the scheduling noise of a busy host
   uint32_t rto_max_ms = 1000;        // backoff doubles the timeout per try up to this
   bool join = true;                  // join the job's session first (a collective step: every rank must): the switch
                                      // gives the first op number, so a restarted job never reuses one it remembers
