@@ -7,7 +7,7 @@
 // Self-contained: this header needs nothing but the C++ standard library
 // (`pkg-config --cflags --libs prism`). The C API is prism.h.
 //
-//   auto comm = prism::Communicator::from_config("switch.yaml", {.job = 7, .rank = 3});
+//   auto comm = prism::Communicator::from_config("switch.yaml", {/*job*/ 7, /*rank*/ 3});
 //   comm.allreduce(grad.data(), grad.data(), grad.size(), prism::Dtype::FP32);   // in place
 //
 // One thread drives a Communicator (as MPI_THREAD_FUNNELED): every call,
