@@ -3,8 +3,8 @@
 Two independent readings of the same bytes: `prism-gen dump` (the C++ codec in
 lib/proto) and tshark running the Lua dissector (written from docs/PROTOCOL.md).
 Captures come from prism-gen (CONTRIBs, with faults) and from scapy (RESULTs
-with sidebands, NACKs, Kulisch partials, malformed headers), plus the worked
-example bytes printed in PROTOCOL.md.
+with sidebands, NACKs, Kulisch partials, JOINs and JOINEDs, malformed
+headers), plus the worked example bytes printed in PROTOCOL.md.
 
 Wireshark already has a protocol whose filter name is "prism" (the 802.11 Prism
 capture header), so the Lua protocol is registered as "prism_wire"; its fields
@@ -63,7 +63,8 @@ def require_gen():
 # --------------------------------------------------------------------------
 # Codes, from docs/PROTOCOL.md and docs/ARITHMETIC.md
 
-KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK'}
+KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK', 5: 'JOIN', 6: 'JOINED'}
+JOIN, JOINED, COMPLETE = 5, 6, 1
 FORMAT = {1: 'fp32', 2: 'fp16', 3: 'bf16', 4: 'e4m3fn', 5: 'e4m3fnuz', 6: 'e5m2', 7: 'e5m2fnuz', 8: 'int8',
           9: 'int32'}
 FORMAT_CODE = {v: k for k, v in FORMAT.items()}
@@ -89,12 +90,13 @@ REFUSAL_EXPERT = {
     'bad_magic': {'prism.bad_magic'},
     'bad_version': {'prism.bad_version'},
     'bad_kind': {'prism.bad_code'},
-    'bad_dtype': {'prism.bad_code'},
-    'bad_out_dtype': {'prism.bad_code'},
-    'bad_policy': {'prism.bad_code'},
-    'bad_encoding': {'prism.bad_encoding', 'prism.bad_code'},
-    'bad_transport': {'prism.bad_code'},
-    'bad_exceptions': {'prism.bad_code'},
+    # (an unknown code; on a JOIN or JOINED, any non-zero descriptor byte)
+    'bad_dtype': {'prism.bad_code', 'prism.bad_descriptor'},
+    'bad_out_dtype': {'prism.bad_code', 'prism.bad_descriptor'},
+    'bad_policy': {'prism.bad_code', 'prism.bad_descriptor'},
+    'bad_encoding': {'prism.bad_encoding', 'prism.bad_code', 'prism.bad_descriptor'},
+    'bad_transport': {'prism.bad_code', 'prism.bad_descriptor'},
+    'bad_exceptions': {'prism.bad_code', 'prism.bad_descriptor'},
     'bad_flags': {'prism.bad_flags'},
     'bad_group': {'prism.bad_group'},
     'bad_terms': {'prism.bad_terms'},
@@ -103,6 +105,7 @@ REFUSAL_EXPERT = {
     'bad_fragment': {'prism.bad_fragment'},
     'bad_partial': {'prism.bad_lane'},
     'bad_nack_reason': {'prism.bad_code'},
+    'bad_status': {'prism.bad_status'},
 }
 ERROR_EXPERTS = sorted(set().union(*REFUSAL_EXPERT.values()) | {'prism.bad_status'})
 
@@ -122,6 +125,9 @@ FIELDS = [
     'prism.lane.sign', 'prism.lane.n', 'prism.lane.offset', 'prism.lane.magnitude', 'prism.lane.value',
     'prism.retransmit', 'prism.nack', 'prism.result_status',
     'prism.missing', 'prism.missing.rank', 'prism.missing.children', '_ws.col.Info',
+    'prism.nonce', 'prism.first_op', 'prism.fresh_op', 'prism.rank', 'prism.ranks_joined', 'prism.status.complete',
+    'prism.status.joined_reserved', 'prism.joined', 'prism.joined.rank', 'prism.joined.missing',
+    'prism.bad_session', 'prism.session_complete',
 ] + ERROR_EXPERTS
 
 
@@ -334,8 +340,8 @@ def check_frame(i: int, fr: dict, d: dict):
             assert num(fr, 'prism.version') != 1
         if d['refusal'] == 'bad_kind':
             assert num(fr, 'prism.kind') not in KIND
-        if d['refusal'] == 'bad_dtype':
-            assert num(fr, 'prism.dtype') not in FORMAT
+        if d['refusal'] == 'bad_dtype':   # unknown, or any at all on a JOIN or JOINED
+            assert num(fr, 'prism.dtype') not in FORMAT or num(fr, 'prism.kind') in (JOIN, JOINED)
         return
 
     assert not experts, f'{where}: C++ parser accepts it but the dissector raised {experts}: ' \
@@ -368,6 +374,12 @@ def check_frame(i: int, fr: dict, d: dict):
             assert ints(fr, 'prism.missing.children') == [d['group'] - d['terms'] - len(want)], where
         return
     assert 'prism.nack_reason' not in fr
+    if kind in (JOIN, JOINED):
+        check_session_frame(where, fr, d)
+        return
+    for k in ('prism.nonce', 'prism.first_op', 'prism.fresh_op', 'prism.rank', 'prism.ranks_joined',
+              'prism.status.complete', 'prism.joined'):
+        assert k not in fr, f'{where}: {k} on a {KIND[kind]}'
 
     payload = bytes.fromhex(d['payload'])
     if d['encoding'] in (1, 2):
@@ -412,6 +424,48 @@ def check_frame(i: int, fr: dict, d: dict):
         bad = [(j, g, v) for j, (g, v) in enumerate(zip(got, vals)) if not same_value(g, v, 1e-12)]
         assert not bad, f'{where}: lane values differ: {bad[:5]}'
         assert 'prism.elements' not in fr and 'prism.sideband' not in fr
+
+
+def check_session_frame(where: str, fr: dict, d: dict):
+    """A JOIN or JOINED the C++ parser accepted, read from PROTOCOL.md (Sessions): op is the nonce,
+    sender the rank; a JOINED's terms are the ranks joined, status bit0 COMPLETE, chunk the first op
+    number once complete, and its body (if any) a bitmap of ceil(group / 8) bytes of the ranks joined."""
+    kind = d['kind']
+    assert num(fr, 'prism.nonce') == d['op'], where
+    assert num(fr, 'prism.rank') == d['sender'], where
+    for k in ('prism.elements', 'prism.lane', 'prism.sideband', 'prism.first_lane', 'prism.missing', 'prism.body'):
+        assert k not in fr, f'{where}: {k} on a {KIND[kind]}'
+    assert 'prism.retransmit' not in fr, where
+    info = fr['_ws.col.Info'][0]
+    assert info.startswith(f'{KIND[kind]} job={d["job"]} nonce=0x{d["op"]:08x} rank={d["sender"]}'), info
+    if kind == JOIN:
+        assert (d['terms'], d['count'], d['status'], d['flags'], d['payload']) == (0, 0, 0, 0, ''), where
+        assert 'prism.ranks_joined' not in fr and 'prism.status.complete' not in fr and 'prism.joined' not in fr
+        assert 'prism.first_op' not in fr, where
+        # A rank sends chunk 0; a leaf forwarding it, the first op number fresh there.
+        assert ints(fr, 'prism.fresh_op') == ([d['chunk']] if d['chunk'] else []), where
+        assert f'group={d["group"]}' in info, info
+        return
+    complete = d['status'] & COMPLETE
+    assert num(fr, 'prism.ranks_joined') == d['terms'], where
+    assert num(fr, 'prism.status.complete') == complete, where
+    assert num(fr, 'prism.status.joined_reserved') == 0, where
+    assert ints(fr, 'prism.first_op') == ([d['chunk']] if complete else []), where
+    assert ('prism.session_complete' in fr) == bool(complete), where
+    assert 'prism.fresh_op' not in fr
+    assert f'joined={d["terms"]}/{d["group"]}' in info, info
+    assert (f'COMPLETE first_op={d["chunk"]}' in info) == bool(complete), info
+    bitmap = bytes.fromhex(d['payload'])
+    joined = [r for r in range(d['group']) if bitmap and bitmap[r // 8] >> (r % 8) & 1]
+    assert ('prism.joined' in fr) == bool(bitmap), where
+    if bitmap:
+        assert fr['prism.joined'] == [d['payload']], where
+        assert ints(fr, 'prism.joined.rank') == joined, where
+        assert ints(fr, 'prism.joined.missing') == [r for r in range(d['group']) if r not in joined][:64], where
+        if joined:
+            assert 'ranks=' + ','.join(map(str, joined[:16])) in info, info
+    else:
+        assert 'prism.joined.rank' not in fr and 'ranks=' not in info, where
 
 
 def cross_check(pcap: Path) -> tuple[list[dict], list[dict]]:
@@ -643,6 +697,169 @@ def test_op_abandoned_nacks(tmp_path):
         assert 'reason=OP_ABANDONED' in info and f'terms={h["terms"]}/{h["group"]}' in info, info
         if missing:
             assert 'missing=' + ','.join(map(str, missing)) in info, info
+
+
+# --------------------------------------------------------------------------
+# Sessions: JOIN (kind 5) and JOINED (kind 6), from PROTOCOL.md's "Sessions"
+
+def session(kind, *, nonce=0x1234ABCD, rank=3, group=4, joined=0, first_op=0, complete=False, **kw) -> bytes:
+    """A JOIN or JOINED header as PROTOCOL.md gives it: op = the nonce, sender = the rank, no
+    descriptor (dtype ... exceptions 0), count 0, flags 0; a JOINED's terms = ranks joined, chunk =
+    the first op number when COMPLETE (status bit0), else 0."""
+    f = dict(op=nonce, chunk=first_op, sender=rank, group=group, terms=joined, count=0, dtype=0, out_dtype=0,
+             policy=0, encoding=0, transport=0, exceptions=0, flags=0, status=COMPLETE if complete else 0)
+    f.update(kw)
+    return header(kind, **f)
+
+
+def bitmap(ranks, group) -> bytes:
+    """ceil(group / 8) bytes, bit r % 8 of byte r // 8 set for each rank r (PROTOCOL.md)."""
+    b = bytearray((group + 7) // 8)
+    for r in ranks:
+        b[r // 8] |= 1 << (r % 8)
+    return bytes(b)
+
+
+def test_join_and_joined(tmp_path):
+    """A rank's JOIN, a leaf's forwarded JOIN, JOINEDs before and at COMPLETE (with and without the
+    bitmap), a 12-rank JOINED over two bitmap bytes, and the NACK MALFORMED that echoes a JOIN: each
+    field read by the dissector as PROTOCOL.md names it, and PRISM's parser reads the same bytes."""
+    rank_ip = dict(src='10.0.0.3', dst='10.0.0.254', smac='02:00:00:00:00:03', dmac='02:00:00:00:ff:00')
+    cases = [  # (frame bytes, what the dissector must show)
+        (session(JOIN), dict(kind=JOIN, nonce=0x1234ABCD, rank=3)),
+        (session(JOIN, nonce=0xFFFFFFFF, rank=0, first_op=77), dict(kind=JOIN, nonce=0xFFFFFFFF, rank=0, fresh=77)),
+        (session(JOINED, joined=2) + bitmap([0, 3], 4), dict(kind=JOINED, joined=[0, 3], complete=0)),
+        (session(JOINED, joined=1), dict(kind=JOINED, joined=None, complete=0)),   # no body: accepted too
+        (session(JOINED, joined=4, first_op=4242, complete=True) + bitmap(range(4), 4),
+         dict(kind=JOINED, joined=[0, 1, 2, 3], complete=1, first_op=4242)),
+        (session(JOINED, rank=11, group=12, joined=12, first_op=2 ** 32 - 1, complete=True) + bitmap(range(12), 12),
+         dict(kind=JOINED, joined=list(range(12)), complete=1, first_op=2 ** 32 - 1)),
+        (session(JOINED, rank=5, group=12, joined=3) + bitmap([1, 5, 9], 12),
+         dict(kind=JOINED, joined=[1, 5, 9], complete=0)),
+        (session(JOINED, joined=0, first_op=0, complete=True, group=1, rank=0) + b'\x00',   # odd but parseable
+         None),
+    ]
+    frames = [frame(c[0], **(rank_ip if c[0][3] == JOIN else {})) for c in cases]
+    # The switch refusing a JOIN (here: its group is not the job's) echoes it in a NACK MALFORMED.
+    frames.append(frame(header(4, op=0x1234ABCD, sender=1, group=5, terms=0, count=0, dtype=0, out_dtype=0,
+                               policy=0, encoding=0, transport=0, exceptions=0, status=1)))
+    pcap = write_pcap(tmp_path / 'session.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * len(frames)
+    for i, (fr, (raw, want)) in enumerate(zip(tsf, cases)):
+        if want is None:
+            continue
+        assert num(fr, 'prism.kind') == want['kind'], i
+        if want['kind'] == JOIN:
+            assert num(fr, 'prism.nonce') == want['nonce'] and num(fr, 'prism.rank') == want['rank'], i
+            assert ints(fr, 'prism.fresh_op') == ([want['fresh']] if 'fresh' in want else []), i
+            assert 'prism.bad_session' not in fr, (i, fr.get('_ws.expert.message'))
+            continue
+        assert num(fr, 'prism.status.complete') == want['complete'], i
+        assert ints(fr, 'prism.first_op') == ([want['first_op']] if want['complete'] else []), i
+        assert ints(fr, 'prism.joined.rank') == (want['joined'] or []), i
+        assert 'prism.bad_session' not in fr, (i, fr.get('_ws.expert.message'))
+    # COMPLETE with terms 0 of group 1 breaks the session's rules, not the parser's.
+    assert 'prism.bad_session' in tsf[7]
+    assert tsf[0]['_ws.col.Info'] == ['JOIN job=7 nonce=0x1234abcd rank=3 group=4']
+    assert tsf[1]['_ws.col.Info'] == ['JOIN job=7 nonce=0xffffffff rank=0 group=4 fresh_op=77']
+    assert tsf[2]['_ws.col.Info'] == ['JOINED job=7 nonce=0x1234abcd rank=3 joined=2/4 ranks=0,3']
+    assert tsf[4]['_ws.col.Info'] == ['JOINED job=7 nonce=0x1234abcd rank=3 joined=4/4 COMPLETE first_op=4242 '
+                                      'ranks=0,1,2,3']
+    assert ints(tsf[6], 'prism.joined.missing') == [0, 2, 3, 4, 6, 7, 8, 10, 11]
+    nack = tsf[-1]
+    assert num(nack, 'prism.nack_reason') == 1 and num(nack, 'prism.op') == 0x1234ABCD and 'prism.nonce' not in nack
+    pd = tshark_pdml(pcap)
+    assert pd[0]['prism.kind'] == ['Kind: JOIN (5)'] and pd[2]['prism.kind'] == ['Kind: JOINED (6)']
+    assert pd[0]['prism.dtype'] == ['Input format (dtype): 0 (none: a JOIN has no descriptor)']
+    assert pd[4]['prism.status'][0].startswith('Status: 0x01 (COMPLETE)')
+    assert any(s.endswith('COMPLETE: True') for s in pd[4]['prism.status.complete'])
+    assert any(s.endswith('COMPLETE: False') for s in pd[2]['prism.status.complete'])
+    assert pd[4]['prism.first_op'] == ['Session\'s first op number: 4242']
+    assert pd[0]['prism.sender'][0] == 'Sender: 3 (the joining rank)'
+    assert pd[2]['prism.sender'][0] == 'Sender: 3 (the rank it answers)'
+    assert pd[2]['prism.joined'][0].endswith('(ranks 0, 3)'), pd[2]['prism.joined']
+
+
+def test_malformed_session_shapes(tmp_path):
+    """What PROTOCOL.md forbids in a JOIN or JOINED (a descriptor byte, flags, count, a JOIN's terms,
+    status or body, a JOINED's terms past the group, reserved status bits or a body that is not the
+    bitmap) is refused by PRISM's parser and flagged by the dissector, which still decodes the rest.
+    Kinds 7 and up stay unknown."""
+    cases = [  # (frame bytes, prism-gen dump's refusal, the expert the dissector raises)
+        (session(JOIN, dtype=1), 'bad_dtype', 'prism.bad_descriptor'),
+        (session(JOIN, out_dtype=1), 'bad_out_dtype', 'prism.bad_descriptor'),
+        (session(JOINED, policy=2), 'bad_policy', 'prism.bad_descriptor'),
+        (session(JOIN, encoding=1), 'bad_encoding', 'prism.bad_descriptor'),
+        (session(JOINED, transport=2), 'bad_transport', 'prism.bad_descriptor'),
+        (session(JOIN, exceptions=1), 'bad_exceptions', 'prism.bad_descriptor'),
+        (session(JOIN, flags=1), 'bad_flags', 'prism.bad_flags'),                 # no RETRANSMIT on a JOIN
+        (session(JOINED, flags=2), 'bad_flags', 'prism.bad_flags'),
+        (session(JOIN, count=1) + bytes(4), 'bad_count', 'prism.bad_count'),
+        (session(JOINED, count=3), 'bad_count', 'prism.bad_count'),
+        (session(JOIN, terms=1), 'bad_terms', 'prism.bad_terms'),
+        (session(JOIN, status=1), 'bad_status', 'prism.bad_status'),              # COMPLETE is JOINED's
+        (session(JOIN) + b'\x01', 'payload_length', 'prism.bad_length'),
+        (session(JOINED, joined=5) + bitmap([0], 4), 'bad_terms', 'prism.bad_terms'),
+        (session(JOINED, joined=1, status=2) + bitmap([0], 4), 'bad_status', 'prism.bad_status'),
+        (session(JOINED, joined=1) + bitmap([0], 4) + b'\x00', 'payload_length', 'prism.bad_length'),
+        (session(JOINED, joined=1, group=12) + b'\x01', 'payload_length', 'prism.bad_length'),
+        (session(JOINED, group=0), 'bad_group', 'prism.bad_group'),
+        (header(7, count=0, terms=0), 'bad_kind', 'prism.bad_code'),
+        (header(255, count=1) + bytes(4), 'bad_kind', 'prism.bad_code'),
+    ]
+    pcap = write_pcap(tmp_path / 'session_bad.pcap', [frame(c[0]) for c in cases])
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == [c[1] for c in cases]
+    for i, (fr, (raw, refusal, expert_name)) in enumerate(zip(tsf, cases)):
+        assert expert_name in fr, (i, refusal, fr.get('_ws.expert.message'))
+        kind = raw[3]
+        if kind in (JOIN, JOINED):   # still decoded as a session packet
+            assert num(fr, 'prism.nonce') == 0x1234ABCD and num(fr, 'prism.rank') == 3, i
+            assert fr['_ws.col.Info'][0].startswith(f'{KIND[kind]} job=7 nonce=0x1234abcd rank=3'), i
+            assert 'prism.elements' not in fr and 'prism.lane' not in fr, i
+        else:
+            assert 'prism.nonce' not in fr and 'prism.joined' not in fr, i
+            assert fr['_ws.col.Info'][0].startswith(f'unknown ({kind})'), fr['_ws.col.Info']
+    msgs = ' | '.join(m for fr in tsf for m in fr.get('_ws.expert.message', []))
+    for text in ('dtype 1 on a JOIN: it has no descriptor', 'Flags 0x01 on a JOIN', 'A JOIN has count 0',
+                 'A JOINED has count 0', 'A JOIN has no body', 'Reserved JOINED status bits set: 0x02',
+                 "A JOINED's body is empty or a bitmap of 1 bytes", 'Unknown kind 7', 'Unknown kind 255'):
+        assert text in msgs, text
+
+
+def test_session_rules_the_switch_enforces(tmp_path):
+    """Shapes PRISM's parser accepts but the session's rules do not: a JOIN with nonce 0 or a rank
+    outside the group (the root refuses both with NACK MALFORMED), a JOINED whose COMPLETE, terms,
+    chunk and bitmap disagree. The dissector warns (prism.bad_session) and decodes them whole."""
+    cases = [  # (frame bytes, text of the warning)
+        (session(JOIN, nonce=0), 'Nonce 0: a JOIN'),
+        (session(JOIN, rank=4), 'Rank 4 is outside the group (0..3): the switch refuses this JOIN'),
+        (session(JOINED, nonce=0, joined=1) + bitmap([3], 4), 'Nonce 0: a JOINED'),
+        (session(JOINED, joined=3, first_op=9, complete=True) + bitmap([0, 1, 3], 4), 'COMPLETE, yet 3 of 4'),
+        (session(JOINED, joined=2, first_op=9) + bitmap([0, 3], 4), 'Chunk 9 on a JOINED without COMPLETE'),
+        (session(JOINED, joined=1) + bitmap([0, 3], 4), 'The bitmap names 2 rank(s), terms says 1'),
+        (session(JOINED, joined=1, group=4) + b'\x81', 'bit(s) set past rank 3'),
+    ]
+    pcap = write_pcap(tmp_path / 'session_rules.pcap', [frame(c[0]) for c in cases])
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * len(cases)
+    for i, (fr, (raw, text)) in enumerate(zip(tsf, cases)):
+        assert 'prism.bad_session' in fr, i
+        assert any(text in m for m in fr['_ws.expert.message']), (i, text, fr['_ws.expert.message'])
+        assert not {e for e in ERROR_EXPERTS if e in fr}, i
+
+
+def test_heuristic_knows_the_session_kinds(tmp_path):
+    """The heuristic takes kinds 1-6 on any UDP port, and no longer stops at NACK; kind 7 is not PRISM's."""
+    pcap = write_pcap(tmp_path / 'heur.pcap', [frame(session(JOIN), sport=30001, dport=30001),
+                                               frame(session(JOINED, joined=1) + bitmap([3], 4), sport=30001,
+                                                     dport=30001),
+                                               frame(header(7, count=0, terms=0), sport=30001, dport=30001)])
+    assert all('prism.kind' not in f for f in tshark(pcap))
+    f = tshark(pcap, '-o', f'{PROTO}.heuristic:TRUE')
+    assert [ints(x, 'prism.kind') for x in f] == [[JOIN], [JOINED], []]
+    assert ints(f[1], 'prism.joined.rank') == [3]
 
 
 KULISCH_LANES = [  # (exact value in lane units, sideband)

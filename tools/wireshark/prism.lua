@@ -1,6 +1,7 @@
 -- Wireshark dissector for the PRISM wire protocol, version 1.
 --
--- Written from docs/PROTOCOL.md (header, NACK reasons, Kulisch partials) and
+-- Written from docs/PROTOCOL.md (header, NACK reasons, sessions: JOIN and
+-- JOINED, Kulisch partials) and
 -- docs/ARITHMETIC.md (element formats). Load it with
 --   wireshark -X lua_script:tools/wireshark/prism.lua
 --   tshark    -X lua_script:tools/wireshark/prism.lua -r capture.pcap
@@ -41,8 +42,9 @@ local NEG_ZERO = -1 / math.huge
 ---------------------------------------------------------------------------
 -- Codes
 
-local KIND = { [1] = "CONTRIB", [2] = "PARTIAL", [3] = "RESULT", [4] = "NACK" }
-local KIND_CONTRIB, KIND_PARTIAL, KIND_RESULT, KIND_NACK = 1, 2, 3, 4
+local KIND = { [1] = "CONTRIB", [2] = "PARTIAL", [3] = "RESULT", [4] = "NACK", [5] = "JOIN", [6] = "JOINED" }
+local KIND_CONTRIB, KIND_PARTIAL, KIND_RESULT, KIND_NACK, KIND_JOIN, KIND_JOINED = 1, 2, 3, 4, 5, 6
+local KIND_MAX = 6
 
 local FORMAT_NAME = {
   [1] = "fp32", [2] = "fp16", [3] = "bf16", [4] = "e4m3fn", [5] = "e4m3fnuz",
@@ -90,6 +92,7 @@ local NACK_REASON_TEXT = {
 }
 
 local FLAG_RETRANSMIT, FLAG_LAST_CHUNK, FLAG_SIDEBAND = 0x01, 0x02, 0x04
+local JOINED_COMPLETE = 0x01  -- JOINED's status bit0: every rank of the job has joined
 local STATUS_OVERFLOW, STATUS_INVALID, STATUS_NAN_INPUT = 0x01, 0x02, 0x04
 local SIDE_NAN_INPUT, SIDE_POS_INF, SIDE_NEG_INF, SIDE_NEG_ZERO_ONLY = 0x01, 0x02, 0x04, 0x08
 local SIDE_INVALID, SIDE_OVERFLOW, SIDE_RESERVED, SIDE_SIGN = 0x10, 0x20, 0x40, 0x80
@@ -125,6 +128,19 @@ f.status_invalid = ProtoField.bool("prism.status.invalid", "INVALID", 8, nil, ST
 f.status_nan_input = ProtoField.bool("prism.status.nan_input", "NAN_INPUT", 8, nil, STATUS_NAN_INPUT)
 f.status_reserved = ProtoField.uint8("prism.status.reserved", "Reserved (must be 0)", base.HEX, nil, 0xF8)
 f.nack_reason = ProtoField.uint8("prism.nack_reason", "NACK reason", base.DEC, NACK_REASON)
+-- Sessions (JOIN, JOINED): the header fields under the names PROTOCOL.md gives them there.
+f.nonce = ProtoField.uint32("prism.nonce", "Nonce (the rank's, new each time its process starts)", base.HEX_DEC)
+f.first_op = ProtoField.uint32("prism.first_op", "Session's first op number", base.DEC)
+f.fresh_op = ProtoField.uint32("prism.fresh_op", "First op number fresh at the forwarding leaf", base.DEC)
+f.rank = ProtoField.uint16("prism.rank", "Rank", base.DEC)
+f.ranks_joined = ProtoField.uint16("prism.ranks_joined", "Ranks joined", base.DEC)
+f.status_complete = ProtoField.bool("prism.status.complete", "COMPLETE", 8, nil, JOINED_COMPLETE)
+f.status_joined_reserved = ProtoField.uint8("prism.status.joined_reserved", "Reserved (must be 0)", base.HEX, nil,
+  0xFE)
+-- JOINED's body: a bitmap of ceil(group/8) bytes, bit r%8 of byte r/8 set for each rank r joined.
+f.joined = ProtoField.bytes("prism.joined", "Ranks joined (bitmap)")
+f.joined_rank = ProtoField.uint16("prism.joined.rank", "Joined rank", base.DEC)
+f.not_joined_rank = ProtoField.uint16("prism.joined.missing", "Rank not joined yet", base.DEC)
 -- OP_ABANDONED's body: a bitmap of ceil(group/8) bytes, bit r%8 of byte r/8 set for each member rank r missing.
 f.missing = ProtoField.bytes("prism.missing", "Members that had not contributed (bitmap)")
 f.missing_rank = ProtoField.uint16("prism.missing.rank", "Missing rank", base.DEC)
@@ -208,11 +224,21 @@ ef.nack = ProtoExpert.new("prism.nack", "Packet refused (NACK)",
   expert.group.RESPONSE_CODE, expert.severity.WARN)
 ef.result_status = ProtoExpert.new("prism.result_status", "Result has exception flags",
   expert.group.PROTOCOL, expert.severity.NOTE)
+ef.bad_descriptor = ProtoExpert.new("prism.bad_descriptor",
+  "JOIN and JOINED have no descriptor: dtype ... exceptions must be 0",
+  expert.group.MALFORMED, expert.severity.ERROR)
+-- Shapes the parser takes but the session's rules do not (the root refuses a JOIN with nonce 0 or a
+-- rank outside the group with NACK MALFORMED; a JOINED's fields must agree with each other).
+ef.bad_session = ProtoExpert.new("prism.bad_session", "Session fields disagree with PROTOCOL.md's rules",
+  expert.group.PROTOCOL, expert.severity.WARN)
+ef.session_complete = ProtoExpert.new("prism.session_complete",
+  "Session complete: every rank joined; ops are numbered from the first op",
+  expert.group.SEQUENCE, expert.severity.NOTE)
 
 prism.experts = {
   ef.short_header, ef.bad_magic, ef.bad_version, ef.bad_code, ef.bad_encoding, ef.bad_flags, ef.bad_status,
   ef.bad_group, ef.bad_terms, ef.bad_count, ef.bad_length, ef.bad_fragment, ef.bad_lane, ef.retransmit,
-  ef.nack, ef.result_status,
+  ef.nack, ef.result_status, ef.bad_descriptor, ef.bad_session, ef.session_complete,
 }
 
 ---------------------------------------------------------------------------
@@ -223,7 +249,7 @@ prism.prefs.udp_port = Pref.uint("UDP port", DEFAULT_PORT,
 prism.prefs.elements = Pref.bool("Decode each element", true,
   "Add one tree item per element, lane record and sideband byte (turn off for speed)")
 prism.prefs.heuristic = Pref.bool("Try heuristic on any UDP port", false,
-  "Also dissect UDP payloads on other ports that start with magic 0x5052, version 1 and a known kind")
+  "Also dissect UDP payloads on other ports that start with magic 0x5052, version 1 and a known kind (1-6)")
 
 local udp_table = DissectorTable.get("udp.port")
 local registered_port = 0
@@ -549,6 +575,40 @@ local function dissect_missing(tvb, root, group, terms, len)
   return table.concat(names, ",")
 end
 
+-- JOINED's bitmap: one item per rank joined (and, generated, per rank not
+-- yet joined). Returns the joined ranks as text for the Info column and how
+-- many bits are set (bits of ranks >= group are counted apart).
+local function dissect_joined(tvb, root, group, terms, len)
+  local t = root:add(f.joined, tvb(HEADER_LEN, len))
+  local names, n, missing = {}, 0, {}
+  for r = 0, group - 1 do
+    local byte = tvb(HEADER_LEN + math.floor(r / 8), 1)
+    if band(byte:uint(), BIT[r % 8 + 1]) ~= 0 then
+      t:add(f.joined_rank, byte, r)
+      n = n + 1
+      if n <= 16 then names[#names + 1] = tostring(r) end
+    else
+      missing[#missing + 1] = r
+    end
+  end
+  if n > 16 then names[#names + 1] = string.format("... (%d in all)", n) end
+  for i = 1, math.min(#missing, 64) do t:add(f.not_joined_rank, missing[i]):set_generated() end
+  local extra = 0
+  for r = group, len * 8 - 1 do
+    if band(tvb(HEADER_LEN + math.floor(r / 8), 1):uint(), BIT[r % 8 + 1]) ~= 0 then extra = extra + 1 end
+  end
+  t:append_text(n == 0 and " (none)" or (" (ranks " .. table.concat(names, ", ") .. ")"))
+  if extra > 0 then
+    t:add_proto_expert_info(ef.bad_session, string.format("%d bit(s) set past rank %d (group %d)", extra,
+      group - 1, group))
+  end
+  if n ~= terms then
+    t:add_proto_expert_info(ef.bad_session, string.format("The bitmap names %d rank(s), terms says %d joined",
+      n, terms))
+  end
+  return table.concat(names, ",")
+end
+
 ---------------------------------------------------------------------------
 -- Main
 
@@ -572,7 +632,14 @@ local function dissect(tvb, pinfo, tree)
   local encoding, transport, exceptions = tvb(27, 1):uint(), tvb(28, 1):uint(), tvb(29, 1):uint()
   local flags, status = tvb(30, 1):uint(), tvb(31, 1):uint()
 
-  root:append_text(string.format(", %s, Job: %d, Op: %d, Chunk: %d", code_name(KIND, kind), job, op, chunk))
+  local session = kind == KIND_JOIN or kind == KIND_JOINED
+  local complete = kind == KIND_JOINED and band(status, JOINED_COMPLETE) ~= 0
+  if session then
+    root:append_text(string.format(", %s%s, Job: %d, Nonce: 0x%08x, Rank: %d", code_name(KIND, kind),
+      complete and " COMPLETE" or "", job, op, sender))
+  else
+    root:append_text(string.format(", %s, Job: %d, Op: %d, Chunk: %d", code_name(KIND, kind), job, op, chunk))
+  end
   local ht = root:add(tvb(0, HEADER_LEN), "Header")
 
   local it = ht:add(f.magic, tvb(0, 2))
@@ -586,12 +653,49 @@ local function dissect(tvb, pinfo, tree)
   it = ht:add(f.kind, tvb(3, 1))
   if not KIND[kind] then it:add_proto_expert_info(ef.bad_code, string.format("Unknown kind %d", kind)) end
   ht:add(f.job, tvb(4, 4))
-  ht:add(f.op, tvb(8, 4))
-  ht:add(f.chunk, tvb(12, 4))
+  it = ht:add(f.op, tvb(8, 4))
+  if session then
+    -- PROTOCOL.md, Sessions: op is the rank's nonce (random, non-zero); a JOINED echoes it.
+    it:append_text(" (the nonce)")
+    local ni = it:add(f.nonce, tvb(8, 4))
+    if op == 0 then
+      ni:add_proto_expert_info(ef.bad_session, kind == KIND_JOIN
+        and "Nonce 0: a JOIN's nonce is non-zero (the switch refuses this one with NACK MALFORMED)"
+        or "Nonce 0: a JOINED answers a JOIN, whose nonce is non-zero")
+    end
+  end
+  it = ht:add(f.chunk, tvb(12, 4))
+  if kind == KIND_JOINED then
+    if complete then
+      it:append_text(" (the session's first op number)")
+      it:add(f.first_op, tvb(12, 4))
+    elseif chunk ~= 0 then
+      it:add_proto_expert_info(ef.bad_session, string.format(
+        "Chunk %d on a JOINED without COMPLETE: the first op number is only given (and chunk non-zero) once complete",
+        chunk))
+    end
+  elseif kind == KIND_JOIN then
+    if chunk ~= 0 then
+      -- A rank sends 0; a leaf forwarding its rank's JOIN sets its own first fresh op number.
+      it:append_text(" (forwarded by a leaf: its first fresh op)")
+      it:add(f.fresh_op, tvb(12, 4))
+    else
+      it:append_text(" (0: from the rank itself, or a leaf with nothing fresher)")
+    end
+  end
   it = ht:add(f.sender, tvb(16, 2))
   if kind == KIND_CONTRIB then it:append_text(" (rank)")
   elseif kind == KIND_PARTIAL then it:append_text(" (child switch)")
-  elseif kind == KIND_RESULT or kind == KIND_NACK then it:append_text(" (switch)") end
+  elseif kind == KIND_RESULT or kind == KIND_NACK then it:append_text(" (switch)")
+  elseif session then
+    it:append_text(kind == KIND_JOIN and " (the joining rank)" or " (the rank it answers)")
+    local ri = it:add(f.rank, tvb(16, 2))
+    if group ~= 0 and sender >= group then
+      ri:add_proto_expert_info(ef.bad_session, string.format(
+        "Rank %d is outside the group (0..%d)%s", sender, group - 1,
+        kind == KIND_JOIN and ": the switch refuses this JOIN with NACK MALFORMED" or ""))
+    end
+  end
   it = ht:add(f.group, tvb(18, 2))
   if group == 0 then it:add_proto_expert_info(ef.bad_group, "Group 0") end
   it = ht:add(f.terms, tvb(20, 2))
@@ -602,6 +706,15 @@ local function dissect(tvb, pinfo, tree)
   elseif kind == KIND_NACK then
     -- OP_ABANDONED counts the contributions that had arrived; every other reason carries 0.
     if status == NACK_OP_ABANDONED then terms_ok = terms <= group else terms_ok = terms == 0 end
+  elseif kind == KIND_JOIN then terms_ok = terms == 0
+  elseif kind == KIND_JOINED then
+    terms_ok = terms <= group
+    it:append_text(" (ranks joined)")
+    local ji = it:add(f.ranks_joined, tvb(20, 2))
+    if complete and terms ~= group then
+      ji:add_proto_expert_info(ef.bad_session, string.format(
+        "COMPLETE, yet %d of %d ranks joined: COMPLETE means every rank has", terms, group))
+    end
   end
   if not terms_ok then
     it:add_proto_expert_info(ef.bad_terms, string.format("Terms %d wrong for a %s with group %d",
@@ -610,26 +723,36 @@ local function dissect(tvb, pinfo, tree)
   it = ht:add(f.count, tvb(22, 2))
   if kind == KIND_NACK and count ~= 0 then
     it:add_proto_expert_info(ef.bad_count, "A NACK has count 0")
-  elseif KIND[kind] and kind ~= KIND_NACK and count == 0 then
+  elseif session and count ~= 0 then
+    it:add_proto_expert_info(ef.bad_count, string.format("A %s has count 0", code_name(KIND, kind)))
+  elseif KIND[kind] and kind ~= KIND_NACK and not session and count == 0 then
     it:add_proto_expert_info(ef.bad_count, "Count 0: a data packet carries at least one element")
   end
 
   -- A NACK echoes the refused packet's descriptor codes, whatever they were:
   -- unknown codes there are not an error of the NACK.
-  local check_codes = kind ~= KIND_NACK
-  local function code_field(field, off, tbl, what)
+  -- JOIN and JOINED have no descriptor: every one of its bytes is 0.
+  local check_codes = kind ~= KIND_NACK and not session
+  local function code_field(field, off, tbl, what, label)
     local v = tvb(off, 1):uint()
     local item = ht:add(field, tvb(off, 1))
-    if check_codes and not tbl[v] then
+    if session then
+      if v ~= 0 then
+        item:add_proto_expert_info(ef.bad_descriptor, string.format(
+          "%s %d on a %s: it has no descriptor (must be 0)", what, v, code_name(KIND, kind)))
+      else
+        item:set_text(string.format("%s: 0 (none: a %s has no descriptor)", label, code_name(KIND, kind)))
+      end
+    elseif check_codes and not tbl[v] then
       item:add_proto_expert_info(ef.bad_code, string.format("Unknown %s code %d", what, v))
     end
     return item
   end
-  code_field(f.dtype, 24, FORMAT_NAME, "dtype")
-  code_field(f.out_dtype, 25, FORMAT_NAME, "out_dtype")
-  code_field(f.policy, 26, POLICY, "policy")
-  it = code_field(f.encoding, 27, ENCODING, "encoding")
-  if ENCODING[encoding] then
+  code_field(f.dtype, 24, FORMAT_NAME, "dtype", "Input format (dtype)")
+  code_field(f.out_dtype, 25, FORMAT_NAME, "out_dtype", "Result format (out_dtype)")
+  code_field(f.policy, 26, POLICY, "policy", "Policy")
+  it = code_field(f.encoding, 27, ENCODING, "encoding", "Encoding")
+  if ENCODING[encoding] and not session then
     local ok = true
     if kind == KIND_CONTRIB then ok = encoding == ENC_DTYPE
     elseif kind == KIND_PARTIAL then ok = encoding ~= ENC_DTYPE
@@ -639,8 +762,8 @@ local function dissect(tvb, pinfo, tree)
         encoding, code_name(KIND, kind)))
     end
   end
-  code_field(f.transport, 28, TRANSPORT, "transport")
-  code_field(f.exceptions, 29, EXCEPTIONS, "exceptions")
+  code_field(f.transport, 28, TRANSPORT, "transport", "Transport")
+  code_field(f.exceptions, 29, EXCEPTIONS, "exceptions", "Exceptions")
 
   local fr = tvb(30, 1)
   local ft = ht:add(f.flags, fr)
@@ -650,16 +773,19 @@ local function dissect(tvb, pinfo, tree)
   ft:add(f.flags_last_chunk, fr)
   ft:add(f.flags_sideband, fr)
   ft:add(f.flags_reserved, fr)
-  if band(flags, 0xF8) ~= 0 then
+  if session and flags ~= 0 then
+    ft:add_proto_expert_info(ef.bad_flags, string.format("Flags 0x%02x on a %s: it carries none (must be 0)", flags,
+      code_name(KIND, kind)))
+  elseif band(flags, 0xF8) ~= 0 then
     ft:add_proto_expert_info(ef.bad_flags, string.format("Reserved flag bits set: 0x%02x", band(flags, 0xF8)))
   end
   if band(flags, FLAG_SIDEBAND) ~= 0 and kind == KIND_CONTRIB then
     ft:add_proto_expert_info(ef.bad_flags, "SIDEBAND is not allowed on a CONTRIB (it has no flags to report)")
   end
-  if band(flags, FLAG_SIDEBAND) ~= 0 and encoding == ENC_KULISCH and kind ~= KIND_NACK then
+  if band(flags, FLAG_SIDEBAND) ~= 0 and encoding == ENC_KULISCH and kind ~= KIND_NACK and not session then
     ft:add_proto_expert_info(ef.bad_flags, "SIDEBAND is not allowed on a Kulisch partial (lane records carry their own)")
   end
-  if band(flags, FLAG_RETRANSMIT) ~= 0 then
+  if band(flags, FLAG_RETRANSMIT) ~= 0 and not session then
     ft:add_proto_expert_info(ef.retransmit)
   end
 
@@ -686,16 +812,39 @@ local function dissect(tvb, pinfo, tree)
     else
       ri:add_proto_expert_info(ef.bad_code, string.format("Unknown NACK reason %d", status))
     end
+  elseif kind == KIND_JOINED then
+    if complete then stt:append_text(" (COMPLETE)") end
+    local ci = stt:add(f.status_complete, sr)
+    stt:add(f.status_joined_reserved, sr)
+    if band(status, 0xFE) ~= 0 then
+      stt:add_proto_expert_info(ef.bad_status, string.format(
+        "Reserved JOINED status bits set: 0x%02x (only bit0 COMPLETE exists)", band(status, 0xFE)))
+    end
+    if complete then
+      ci:add_proto_expert_info(ef.session_complete, string.format(
+        "Session complete: rank %d numbers its ops from %d", sender, chunk))
+    end
   elseif status ~= 0 and KIND[kind] then
     stt:add_proto_expert_info(ef.bad_status, string.format("Status must be 0 on a %s", code_name(KIND, kind)))
   end
 
   -- Info column
-  local info = string.format("%s job=%d op=%d chunk=%d sender=%d", code_name(KIND, kind), job, op, chunk, sender)
-  if kind == KIND_NACK then
+  local info
+  if session then
+    info = string.format("%s job=%d nonce=0x%08x rank=%d", code_name(KIND, kind), job, op, sender)
+  else
+    info = string.format("%s job=%d op=%d chunk=%d sender=%d", code_name(KIND, kind), job, op, chunk, sender)
+  end
+  if kind == KIND_JOIN then
+    info = info .. string.format(" group=%d", group)
+    if chunk ~= 0 then info = info .. string.format(" fresh_op=%d", chunk) end
+  elseif kind == KIND_JOINED then
+    info = info .. string.format(" joined=%d/%d", terms, group)
+    if complete then info = info .. string.format(" COMPLETE first_op=%d", chunk) end
+  elseif kind == KIND_NACK then
     info = info .. " reason=" .. code_name(NACK_REASON, status)
     if status == NACK_OP_ABANDONED then info = info .. string.format(" terms=%d/%d", terms, group) end
-  else
+  elseif KIND[kind] then
     local fmt = encoding == ENC_DTYPE and dtype or out_dtype
     if encoding == ENC_KULISCH then
       info = info .. string.format(" terms=%d/%d lanes=%d kulisch", terms, group, count)
@@ -710,7 +859,22 @@ local function dissect(tvb, pinfo, tree)
 
   -- Body
   local body_len = len - HEADER_LEN
-  if kind == KIND_NACK then
+  if session then
+    local bitmap_len = math.floor((group + 7) / 8)
+    if kind == KIND_JOINED and body_len ~= 0 and body_len == bitmap_len then
+      local joined = dissect_joined(tvb, root, group, terms, bitmap_len)
+      if joined ~= "" then pinfo.cols.info:append(" ranks=" .. joined) end
+    elseif body_len ~= 0 then
+      root:add(f.body, tvb(HEADER_LEN, body_len))
+      if kind == KIND_JOINED then
+        root:add_proto_expert_info(ef.bad_length, string.format(
+          "A JOINED's body is empty or a bitmap of %d bytes (group %d), this one has %d bytes",
+          bitmap_len, group, body_len))
+      else
+        root:add_proto_expert_info(ef.bad_length, string.format("A JOIN has no body, this one has %d bytes", body_len))
+      end
+    end
+  elseif kind == KIND_NACK then
     local bitmap_len = math.floor((group + 7) / 8)
     if status == NACK_OP_ABANDONED and body_len ~= 0 and body_len == bitmap_len then
       local missing = dissect_missing(tvb, root, group, terms, bitmap_len)
@@ -745,7 +909,7 @@ local function heuristic(tvb, pinfo, tree)
   if tvb:len() < HEADER_LEN then return false end
   if tvb(0, 2):uint() ~= 0x5052 or tvb(2, 1):uint() ~= 1 then return false end
   local kind = tvb(3, 1):uint()
-  if kind < 1 or kind > 4 then return false end
+  if kind < 1 or kind > KIND_MAX then return false end
   dissect(tvb, pinfo, tree)
   return true
 end
