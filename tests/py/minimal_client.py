@@ -4,6 +4,7 @@ one rank of one allreduce. It shares nothing with the C++ code or with the
 other test helpers: plain UDP sockets, struct, numpy for the element formats.
 
     minimal_client.py --config switch.yaml --rank 3 --elements 20000 --dtype fp32 --seed 1
+    minimal_client.py --config switch.yaml --rank 3 --join --ops 3     # in a session
 
 It reads its own address (member `rank` of the job: ip, udp_port, and its
 port's ip, the switch's) from the switch's YAML, binds that address, sends one
@@ -14,6 +15,16 @@ on a NACK (NO_FREE_SLOT is retried later, as PROTOCOL.md says). It prints one
 JSON line: the sha256 of the result bytes and its counts. Exit status 0 when
 every chunk's RESULT arrived, 3 on a NACK, 4 on a timeout, 2 on bad arguments.
 
+With --join it first joins the job's session (PROTOCOL.md, Sessions): it
+sends JOIN with a random non-zero nonce of this process, again (the same
+nonce) on a doubling timer until a JOINED for that nonce says COMPLETE, and
+then numbers its ops from the session's first op number (the JOINED's chunk),
+one per allreduce. Without --join the op numbers start at --op. A JOIN that
+is not complete within --join-timeout fails (exit 4), naming the ranks that
+had not joined (from the last JOINED's bitmap).
+
+--ops N runs N allreduces in a row, op k with the inputs of seed + k.
+
 Its inputs come from make_input(seed, rank, elements, dtype), so a test can
 compute the expected sum without it.
 """
@@ -22,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import secrets
 import select
 import socket
 import struct
@@ -32,8 +44,9 @@ import numpy as np
 
 # ---------------------------------------------------------------- PROTOCOL.md
 MAGIC, VERSION = 0x5052, 1
-CONTRIB, PARTIAL, RESULT, NACK = 1, 2, 3, 4
+CONTRIB, PARTIAL, RESULT, NACK, JOIN, JOINED = 1, 2, 3, 4, 5, 6
 F_RETRANSMIT, F_LAST_CHUNK, F_SIDEBAND = 1, 2, 4
+JOINED_COMPLETE = 1     # JOINED's status bit0: every rank of the job has joined
 POLICY = {'fp32_arrival': 1, 'kulisch': 2, 'fp32_binomial': 3}
 TRANSPORT_KULISCH, EXC_IEEE, ENC_DTYPE, ENC_OUT = 2, 1, 1, 2
 # format name -> (wire code, numpy little-endian dtype)
@@ -114,6 +127,84 @@ class Failure(Exception):
     def __init__(self, code: int, what: str, **info):
         super().__init__(what)
         self.code, self.info = code, info
+
+
+def bitmap_ranks(body: bytes, group: int) -> list[int]:
+    """The ranks whose bit is set in a ceil(group / 8)-byte bitmap: bit r % 8 of byte r // 8."""
+    return [r for r in range(group) if len(body) > r // 8 and body[r // 8] >> (r % 8) & 1]
+
+
+def new_nonce() -> int:
+    """Random, non-zero, new each time the process starts (PROTOCOL.md, Sessions)."""
+    while True:
+        n = secrets.randbits(32)
+        if n:
+            return n
+
+
+def join(sock: socket.socket, *, job: int, rank: int, group: int, nonce: int, rto: float, rto_max: float,
+         deadline: float) -> tuple[int, dict]:
+    """Joins the job's session: JOIN (op = nonce, chunk 0, sender = rank, group = R, terms, count,
+    descriptor, flags and status 0, no body) until a JOINED for this nonce and rank says COMPLETE.
+    Returns the session's first op number and what happened."""
+    pkt = HDR.pack(MAGIC, VERSION, JOIN, job, nonce, 0, rank, group, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    info = {'nonce': nonce, 'join_sends': 0, 'joined_received': 0, 'joined_ranks': None}
+    t0 = time.monotonic()
+    t_end = t0 + deadline
+    tmo, due = rto, 0.0
+    while True:
+        now = time.monotonic()
+        if now >= due:
+            try:
+                sock.send(pkt)
+            except (BlockingIOError, ConnectionRefusedError, OSError):
+                pass                   # as if lost: the timer sends it again
+            info['join_sends'] += 1
+            due = now + tmo
+            tmo = min(tmo * 2, rto_max)
+        if now > t_end:
+            seen = info['joined_ranks']
+            if not info['joined_received']:
+                raise Failure(4, f'timeout joining job {job}\'s session after {deadline} s: no JOINED from the '
+                              f'switch ({info["join_sends"]} JOINs sent): is it up, is this rank\'s address '
+                              'the one its config registers?', missing_ranks=None, **info)
+            if seen is None:           # JOINEDs without the bitmap: only how many
+                raise Failure(4, f'timeout joining job {job}\'s session after {deadline} s: '
+                              f'{info["joined_count"]} of {group} ranks joined', missing_ranks=None, **info)
+            missing = [r for r in range(group) if r not in seen]
+            raise Failure(4, f'timeout joining job {job}\'s session after {deadline} s: {len(seen)} of {group} '
+                          f'ranks joined; not joined: rank{"s" if len(missing) != 1 else ""} '
+                          f'{", ".join(map(str, missing))}', missing_ranks=missing, **info)
+        r, _, _ = select.select([sock], [], [], max(0.0, min(due, t_end) - time.monotonic()))
+        if not r:
+            continue
+        while True:
+            try:
+                pkt_in = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                continue
+            if len(pkt_in) < HDR.size:
+                continue
+            (magic, ver, kind, pjob, pop, chunk, sender, pgroup, terms, _count, *_desc, _flags,
+             status) = HDR.unpack_from(pkt_in)
+            if magic != MAGIC or ver != VERSION or pjob != job or pop != nonce:
+                continue               # not about this process's JOIN (e.g. a late RESULT)
+            if kind == NACK:
+                name, what = NACK_REASON.get(status, (f'reason {status}', 'unknown reason code'))
+                raise Failure(3, f'NACK {name} for job {job} rank {rank}\'s JOIN (nonce {nonce:#010x}): {what}',
+                              **info)
+            if kind != JOINED or sender != rank:
+                continue
+            info['joined_received'] += 1
+            body = pkt_in[HDR.size:]
+            if body:                   # the bitmap of the ranks joined (a JOINED may have none)
+                info['joined_ranks'] = bitmap_ranks(body, group)
+            info['joined_count'] = terms
+            if status & JOINED_COMPLETE:
+                info['join_seconds'] = round(time.monotonic() - t0, 3)
+                return chunk, info
 
 
 def allreduce(sock: socket.socket, *, job: int, op: int, rank: int, group: int, data: np.ndarray,
@@ -238,7 +329,12 @@ def main(argv=None) -> int:
     p.add_argument('--config', required=True, help='the switch YAML that registers this rank')
     p.add_argument('--rank', type=int, required=True)
     p.add_argument('--job', type=int, help='job id (default: the config\'s only job)')
-    p.add_argument('--op', type=int, default=0, help='op number (default 0)')
+    p.add_argument('--op', type=int, help='the first op number, without --join (default 0)')
+    p.add_argument('--join', action='store_true',
+                   help='join the job\'s session first and number the ops from its first op number')
+    p.add_argument('--join-timeout', type=float, default=30,
+                   help='give up joining after this many seconds (default 30)')
+    p.add_argument('--ops', type=int, default=1, help='allreduces in a row, op k with seed + k (default 1)')
     p.add_argument('--elements', type=int, default=1000)
     p.add_argument('--dtype', choices=sorted(FORMATS), default='fp32')
     p.add_argument('--out-dtype', choices=sorted(FORMATS), default='fp32')
@@ -253,12 +349,17 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.elements < 1:
         p.error('--elements must be at least 1')
+    if a.ops < 1:
+        p.error('--ops must be at least 1')
+    if a.join and a.op is not None:
+        p.error('--op and --join: a session gives the op numbers')
+    if a.op is not None and not 0 <= a.op < 1 << 32:
+        p.error(f'--op {a.op}: 0..2^32-1')
     most = chunk_elements(a.dtype, a.out_dtype, a.mtu)
     chunk = a.chunk or most
     if not 1 <= chunk <= most:
         p.error(f'--chunk {chunk}: 1..{most} for {a.dtype} -> {a.out_dtype} at MTU {a.mtu}')
     job, group, ip, port, sw_ip, sw_port = read_member(a.config, a.rank, a.job)
-    data = make_input(a.seed, a.rank, a.elements, a.dtype)
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -266,14 +367,38 @@ def main(argv=None) -> int:
     sock.bind((ip, port))
     sock.connect((sw_ip, sw_port))   # RESULTs and NACKs come from the switch's port address
     sock.setblocking(False)
-    line = {'rank': a.rank, 'job': job, 'op': a.op, 'group': group, 'dtype': a.dtype, 'out_dtype': a.out_dtype,
-            'policy': a.policy, 'elements': a.elements, 'chunk': chunk, 'chunks': -(-a.elements // chunk)}
+    line = {'rank': a.rank, 'job': job, 'op': a.op or 0, 'ops': a.ops, 'group': group, 'dtype': a.dtype,
+            'out_dtype': a.out_dtype, 'policy': a.policy, 'elements': a.elements, 'chunk': chunk,
+            'chunks': -(-a.elements // chunk), 'first_op': None}
     t0 = time.monotonic()
+    rto, rto_max = a.timeout_ms / 1000, a.max_timeout_ms / 1000
+    stats: dict = {}
+    digests = []
     try:
-        out, stats = allreduce(sock, job=job, op=a.op, rank=a.rank, group=group, data=data, dtype=a.dtype,
-                               out_dtype=a.out_dtype, policy=a.policy, chunk=chunk, window=a.window,
-                               rto=a.timeout_ms / 1000, rto_max=a.max_timeout_ms / 1000, deadline=a.deadline,
-                               log=lambda m: print(m, file=sys.stderr))
+        if a.join:
+            first, info = join(sock, job=job, rank=a.rank, group=group, nonce=new_nonce(), rto=rto,
+                               rto_max=max(rto, min(rto_max, 1.0)), deadline=a.join_timeout)
+            line.update(info, first_op=first, op=first)
+        for k in range(a.ops):
+            op = (line['op'] + k) & 0xFFFFFFFF      # op numbers wrap after 2^32
+            data = make_input(a.seed + k, a.rank, a.elements, a.dtype)
+            try:
+                out, st = allreduce(sock, job=job, op=op, rank=a.rank, group=group, data=data, dtype=a.dtype,
+                                    out_dtype=a.out_dtype, policy=a.policy, chunk=chunk, window=a.window,
+                                    rto=rto, rto_max=rto_max, deadline=a.deadline,
+                                    log=lambda m: print(m, file=sys.stderr))
+            except Failure as e:
+                e.info['failed_op'] = op
+                raise
+            for key, v in st.items():   # summed over the ops
+                if key == 'nacks':
+                    for n, c in v.items():
+                        stats.setdefault('nacks', {})[n] = stats.get('nacks', {}).get(n, 0) + c
+                elif key == 'status':
+                    stats['status'] = stats.get('status', 0) | v
+                else:
+                    stats[key] = stats.get(key, 0) + v
+            digests.append(hashlib.sha256(out).hexdigest())
     except Failure as e:
         line.update(e.info)
         line.update(error=str(e), seconds=round(time.monotonic() - t0, 3))
@@ -283,7 +408,9 @@ def main(argv=None) -> int:
     finally:
         sock.close()
     line.update(stats)
-    line.update(digest=hashlib.sha256(out).hexdigest(), seconds=round(time.monotonic() - t0, 3))
+    # digest: the last op's result (the only one's, without --ops); digests: every op's, in order
+    line.update(digest=digests[-1], digests=digests, last_op=(line['op'] + a.ops - 1) & 0xFFFFFFFF,
+                seconds=round(time.monotonic() - t0, 3))
     print(json.dumps(line), flush=True)
     return 0
 

@@ -10,7 +10,10 @@ inputs rounded once (KULISCH_FIXED), computed here by the reference model
 to fp32 by hand. Then the same under 5% loss in both directions, under
 duplication and under reordering (shown to happen by captures), on one Linux
 bridge, and across a leaf and a root switch; the switch's summary must show
-every element-contribution reduced exactly once. Needs root; skips without it.
+every element-contribution reduced exactly once. Sessions too: the clients join
+the job's session (JOIN, JOINED, from PROTOCOL.md alone) and number their ops
+from its first op number, run after run against one switch; a rank that never
+joins is named. Needs root; skips without it.
 """
 from __future__ import annotations
 
@@ -55,13 +58,13 @@ def fp32_bits(x: Fraction) -> int:
     return sign << 31 | bits
 
 
-def expected(n: int, dtype: str, out_dtype: str, R: int) -> str:
+def expected(n: int, dtype: str, out_dtype: str, R: int, seed: int = SEED) -> str:
     """sha256 of the reference model's KULISCH_FIXED result over the ranks' inputs."""
-    ins = [make_input(SEED, r, n, dtype).tobytes() for r in range(R)]
+    ins = [make_input(seed, r, n, dtype).tobytes() for r in range(R)]
     out, flags = ref.reduce(dtype, 'kulisch', out_dtype, 'ieee', ins)
     assert flags == {'overflow': 0, 'invalid': 0, 'nan_input': 0}, flags
     if dtype == 'fp32' and out_dtype == 'fp32' and n <= 1000:   # a second, separate computation
-        cols = [make_input(SEED, r, n, dtype) for r in range(R)]
+        cols = [make_input(seed, r, n, dtype) for r in range(R)]
         exact = [sum((Fraction(float(c[i])) for c in cols), Fraction(0)) for i in range(n)]
         assert np.frombuffer(out, '<u4').tolist() == [fp32_bits(x) for x in exact]
     return hashlib.sha256(out).hexdigest()
@@ -299,3 +302,82 @@ def test_the_command_line_refuses_clearly(tmp_path):
     assert r.returncode == 2 and 'needs root' in r.stderr, r.stderr
     r = subprocess.run([sh, '--loss', '150', '--', 'true'], capture_output=True, text=True)
     assert r.returncode == 2 and '--loss 150' in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ sessions (JOIN, JOINED)
+SESSION_N = 3000    # fp32: 11 chunks an op
+
+
+def joined_lines(runs, ops: int) -> list[dict]:
+    bad = [r for r in runs if r.rc != 0]
+    assert not bad, '\n'.join(f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}' for r in bad)
+    lines = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    for ln in lines:
+        assert ln['ops'] == ops and len(ln['digests']) == ops and ln['results'] == ops * ln['chunks'], ln
+        assert ln['join_sends'] >= 1 and ln['joined_received'] >= 1, ln
+    return lines
+
+
+def check_session_run(lines: list[dict], R: int, ops: int, seed: int, first_op: int):
+    """Every rank joined the same session, numbered its ops from its first op number, and got the
+    exact sum of each op."""
+    assert sorted(ln['rank'] for ln in lines) == list(range(R))
+    assert {ln['first_op'] for ln in lines} == {first_op}, [(ln['rank'], ln['first_op']) for ln in lines]
+    for ln in lines:
+        assert (ln['op'], ln['last_op']) == (first_op, first_op + ops - 1), ln
+        assert ln['joined_ranks'] == list(range(R)) and ln['joined_count'] == R, ln
+    for k in range(ops):
+        want = expected(SESSION_N, 'fp32', 'fp32', R, seed + k)
+        got = {ln['rank']: ln['digests'][k] for ln in lines}
+        assert set(got.values()) == {want}, f'op {first_op + k}: expected {want}, got {got}'
+
+
+def test_clients_join_a_session_and_a_rerun_starts_past_it(make_testbed):
+    """PROTOCOL.md's sessions, used by a client written from the document alone. A client that never
+    joins numbers its ops as it likes (op 41 here); then 4 clients join (a random nonce each) and
+    get the session's first op number, one past the highest op the switch opened (42), run three
+    allreduces as ops 42-44, exact. The same clients run again (new processes, new nonces, rank 3
+    a second late): a new session, whose first op (45) lies past the previous run's ops; the ranks
+    that came first re-sent their JOIN until rank 3's made the session COMPLETE. Exact again."""
+    tb = make_testbed(ranks=4)
+    R, ops = 4, 3
+    allreduces(tb, [(SESSION_N, 'fp32', 'fp32')], op0=41)     # no session: op 41 as the client likes
+    base = [PY, CLIENT, '--config', '{config}', '--rank', '{rank}', '--elements', str(SESSION_N),
+            '--join', '--ops', str(ops), '--deadline', '30', '--join-timeout', '30']
+    first = joined_lines(tb.run(base + ['--seed', '100'], timeout=60), ops)
+    check_session_run(first, R, ops, 100, first_op=42)
+    # Run again: new processes, rank 3 one second after the others.
+    late = ['sh', '-c', 'if [ {rank} = 3 ]; then sleep 1; fi; exec "$0" "$@"'] + base + ['--seed', '200']
+    again = joined_lines(tb.run(late, timeout=60), ops)
+    check_session_run(again, R, ops, 200, first_op=42 + ops)
+    nonces = [ln['nonce'] for ln in first + again]
+    assert len(set(nonces)) == len(nonces) and 0 not in nonces, nonces
+    for ln in again:
+        if ln['rank'] != 3:    # they waited for rank 3, sending their JOIN again
+            assert ln['join_seconds'] >= 0.7 and ln['join_sends'] >= 3, ln
+    s = stop(tb)['switch']
+    chunks = first[0]['chunks'] * (1 + 2 * ops)
+    check_once(s, R, SESSION_N * (1 + 2 * ops), chunks, text=str(s.jobs))
+    # every JOIN the clients sent reached the switch (no loss here), and no op was refused
+    assert s.shard_total('session_packets') == sum(ln['join_sends'] for ln in first + again), s.shards
+
+
+def test_a_rank_that_never_joins_is_named(make_testbed):
+    """Ranks 0-2 of 4 join, rank 3 never does: the session never completes, no op starts (joining is
+    the job's first step), and each of the three gives up after its --join-timeout with an error
+    that names rank 3, from the JOINED bitmap of the ranks that had joined (exit status 4)."""
+    tb = make_testbed(ranks=4)
+    runs = tb.run([PY, CLIENT, '--config', '{config}', '--rank', '{rank}', '--elements', str(SESSION_N),
+                   '--join', '--join-timeout', '3'], ranks=[0, 1, 2], timeout=30)
+    for r in runs:
+        assert r.rc == 4, (r.rc, r.stdout, r.stderr)
+        line = json.loads(r.stdout.strip().splitlines()[-1])
+        assert line['missing_ranks'] == [3] and line['joined_ranks'] == [0, 1, 2], line
+        assert line['joined_count'] == 3 and line['first_op'] is None, line
+        assert 'timeout joining job 7\'s session after 3.0 s: 3 of 4 ranks joined; not joined: rank 3' \
+            in line['error'], line['error']
+        assert 'not joined: rank 3' in r.stderr, r.stderr
+        assert 3 <= r.seconds < 10, r.seconds
+    s = stop(tb)['switch']
+    assert s.jobs.get(7, {}).get('opened', 0) == 0, s.jobs
+    assert s.shard_total('session_packets') >= 3 and s.nacks == 0
