@@ -228,6 +228,7 @@ void Communicator::Impl::send_due(uint64_t t) {
       ++stats.retransmits;
       ++b.op->report.retransmits;
     } else {
+      if (b.chunk == 0) b.op->t_progress = t;  // its timeout counts from its first send, not its call
       ++stats.chunks;
       ++b.op->report.chunks;
       ch.at = uint32_t(inflight.size());

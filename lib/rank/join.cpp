@@ -71,7 +71,8 @@ void Communicator::Impl::join() {
       next_send = t + interval;
       interval = std::min<uint64_t>(interval * 2, 500);  // the others may take a while to start
     }
-    const size_t n = link.receive(int(std::min(next_send, deadline) - t) + 1);
+    const uint64_t until = std::min(next_send, deadline);
+    const size_t n = link.receive(until > t ? int(until - t) + 1 : 1);
     for (size_t i = 0; i < n; ++i) {
       wire::Parsed p;
       const size_t len = link.length(i);
