@@ -53,19 +53,4 @@ void KeyTable::erase_at(size_t i) {
   table_[i].value = 0;
 }
 
-RecentKeys::RecentKeys(size_t capacity) : table_(capacity), fifo_(capacity) {}
-
-void RecentKeys::insert(const SlotKey& k, uint32_t value) {
-  if (fifo_.empty() || contains(k)) return;
-  if (count_ == fifo_.size()) {  // full: forget the oldest
-    table_.erase(fifo_[head_]);
-    head_ = fifo_at(head_ + 1);
-    --count_;
-    prefetch(fifo_[head_]);  // the next insert forgets this one
-  }
-  table_.put(k, value);
-  fifo_[fifo_at(head_ + count_)] = k;
-  ++count_;
-}
-
 }  // namespace prism::sw

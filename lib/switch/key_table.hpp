@@ -1,12 +1,11 @@
-// Op-chunk keys and the flat tables a reducer shard remembers them in.
+// Op-chunk keys and the flat table a reducer shard remembers them in.
 //
 // KeyTable maps a key (job, op, chunk) to a 32-bit value in one flat
 // open-addressed table: linear probing from a multiplicative hash,
 // backward-shift deletion, at most half full, so a lookup reads one cache
 // line (two when its run crosses one) and nothing allocates after
-// construction. RecentKeys is a KeyTable with a FIFO of its keys, the
-// oldest forgotten first: the shard's tombstones. The result log
-// (result_log.hpp) is another KeyTable over a byte ring.
+// construction. The result log (result_log.hpp) keeps what a shard
+// remembers of its chunks in one.
 #pragma once
 
 #include <cstddef>
@@ -55,28 +54,6 @@ class KeyTable {
   void erase_at(size_t i);
   std::vector<Entry> table_;
   size_t mask_, shift_, count_ = 0;
-};
-
-// The keys of the last `capacity` op chunks inserted, each with a small
-// non-zero value (a tombstone's kind), the oldest forgotten first: an exact
-// map in a KeyTable and a FIFO ring, so an insert costs no allocation and no
-// division.
-class RecentKeys {
- public:
-  explicit RecentKeys(size_t capacity);
-  uint32_t get(const SlotKey& k) const { return table_.get(k); }
-  bool contains(const SlotKey& k) const { return get(k) != 0; }
-  // Remembers `k` with `value` (not 0), forgetting the oldest key when full;
-  // a key already remembered keeps its place and value.
-  void insert(const SlotKey& k, uint32_t value = 1);
-  size_t size() const { return count_; }
-  void prefetch(const SlotKey& k) const { table_.prefetch(k); }
-
- private:
-  size_t fifo_at(size_t i) const { return i < fifo_.size() ? i : i - fifo_.size(); }  // i < 2 * capacity
-  KeyTable table_;
-  std::vector<SlotKey> fifo_;
-  size_t head_ = 0, count_ = 0;
 };
 
 }  // namespace prism::sw

@@ -93,9 +93,8 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
 Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
     : dir_(dir),
       index_(std::move(index)),
-      log_(size_t(dir.config().retention_mib) << 20),
+      log_(size_t(dir.config().retention_mib) << 20, kTombstones),
       sessions_(dir),
-      tombstones_(kTombstones),
       mtu_(mtu) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
@@ -133,9 +132,7 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
     Slot* s = slots_[size_t(hint)].get();
     if (s->state != State::FREE && s->key == k) return s;
   }
-  // A key without a live slot is looked up in the log and the tombstones next.
-  log_.prefetch(k);
-  tombstones_.prefetch(k);
+  log_.prefetch(k);  // a key without a live slot is looked up in the log next
   const int32_t i = index_->find(k);
   if (i < 0) return nullptr;
   hint = i;
@@ -150,7 +147,8 @@ void Reducer::refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& ou
   }
 }
 
-Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog::Known known, uint64_t now_ns,
+                             Sink& out) {
   const wire::Header& h = p.h;
   const Job& job = *v.job;
   const Member& from = *v.member;
@@ -159,11 +157,12 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, uint64_t n
     refuse(d, p, from, out);
     return nullptr;
   };
-  switch (tombstones_.get(key)) {
-    case 0: break;
-    case EXPIRED:  // the op completed and its result is no longer retained
+  switch (known) {
+    case ResultLog::Known::NOTHING:
+    case ResultLog::Known::RETAINED: break;  // (a retained result is answered before)
+    case ResultLog::Known::EXPIRED:          // the op completed and its result is no longer retained
       return refused((h.flags & wire::hflag::RETRANSMIT) ? Drop::RESULT_EXPIRED : Drop::LATE);
-    case ABANDONED: return refused(Drop::ABANDONED);
+    case ResultLog::Known::ABANDONED: return refused(Drop::ABANDONED);
   }
   if (h.group != job.cfg->group) return refused(Drop::DESCRIPTOR_MISMATCH);
   if (!job.allows(h.dtype) || !job.allows(h.policy)) return refused(Drop::NOT_ALLOWED);
@@ -212,15 +211,16 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
   if (v.from_parent) {
     ++stats_.parent_results;
     if (s && s->state == State::WAIT_PARENT) return forward_parent_result(*s, p, now_ns, out);
-    return drop(!s && log_.find(key) ? Drop::DUPLICATE : Drop::STALE_RESULT);
+    return drop(!s && log_.recall(key).record ? Drop::DUPLICATE : Drop::STALE_RESULT);
   }
   if (p.h.kind == wire::Kind::CONTRIB)
     ++stats_.contribs;
   else
     ++stats_.partials;
   if (!s) {
-    if (const ResultLog::Record* r = log_.find(key)) return repeat(*r, p, v, out);
-    s = open(p, v, now_ns, out);
+    const ResultLog::Memory m = log_.recall(key);
+    if (m.record) return repeat(*m.record, p, v, out);
+    s = open(p, v, m.known, now_ns, out);
     if (!s) return;
   }
   if (p.h.kind == wire::Kind::CONTRIB)
@@ -346,12 +346,12 @@ void Reducer::finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t
 }
 
 // Cost per op: one copy of the body (the RESULT's size) into the log, and
-// when the log is full, one eviction (a table erase and a tombstone).
+// when the log is full, one eviction (a table entry rewritten, a tombstone).
 void Reducer::retain(const Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns) {
   if (!log_.fits(len)) {  // no room at all (retention_mib 0): let go at once
     ++stats_of_[s.job->index]->expired;
     ++stats_.evicted_for_room;
-    tombstones_.insert(s.key, EXPIRED);
+    log_.tombstone(s.key, ResultLog::Known::EXPIRED);
     return;
   }
   while (!log_.has_room(len)) let_go_oldest(true);
@@ -365,8 +365,7 @@ void Reducer::let_go_oldest(bool for_room) {
   const ResultLog::Record& r = *log_.oldest();
   ++stats_of_[r.job_index]->expired;
   if (for_room) ++stats_.evicted_for_room;
-  tombstones_.insert(r.key, EXPIRED);
-  log_.pop_oldest();
+  log_.pop_oldest();  // tombstones its key
   --stats_.results_retained;
 }
 
@@ -459,7 +458,7 @@ void Reducer::abandon(Slot& s, Sink& out) {
     out.send(std::move(o));
     ++stats_.nacks_sent;
   }
-  tombstones_.insert(s.key, ABANDONED);
+  log_.tombstone(s.key, ResultLog::Known::ABANDONED);
   release(s);
 }
 

@@ -27,8 +27,8 @@
 #include "switch/directory.hpp"
 #include "switch/ingress.hpp"
 #include "switch/key_table.hpp"
-#include "switch/session.hpp"
 #include "switch/result_log.hpp"
+#include "switch/session.hpp"
 #include "switch/sink.hpp"
 
 namespace prism::sw {
@@ -132,11 +132,9 @@ class Reducer {
  private:
   struct Slot;
   enum class State : uint8_t { FREE, OPEN, WAIT_PARENT };
-  // What the tombstones say of a key that holds no slot and no retained result.
-  enum Tomb : uint32_t { EXPIRED = 1, ABANDONED = 2 };
 
   Slot* find(const SlotKey& k);
-  Slot* open(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  Slot* open(const wire::Parsed& p, const Verdict& v, ResultLog::Known known, uint64_t now_ns, Sink& out);
   void on_session(const wire::Parsed& p, const Verdict& v, Sink& out);
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
@@ -161,9 +159,8 @@ class Reducer {
   // slots): the oldest is the first to time out, so a tick looks at one.
   int32_t oldest_open_ = -1, newest_open_ = -1;
   std::vector<std::pair<int32_t, uint32_t>> waiting_;  // (slot, its generation): leaves waiting for the parent
-  ResultLog log_;
+  ResultLog log_;                                      // completed results, and tombstones of the chunks let go
   Sessions sessions_;
-  RecentKeys tombstones_;
   std::unordered_map<uint32_t, JobStats> jobs_;
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;

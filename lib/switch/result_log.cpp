@@ -31,11 +31,12 @@ void stream_copy(uint8_t* dst, const uint8_t* src, size_t len) {
 }
 }  // namespace
 
-ResultLog::ResultLog(size_t bytes)
+ResultLog::ResultLog(size_t bytes, size_t tombstones)
     : cap_(bytes / kLine),
       max_records_(bytes / kBytesPerRecord),
       ring_(cap_ ? new Line[cap_] : nullptr),
-      table_(max_records_) {}
+      tomb_(tombstones),
+      table_(max_records_ + tombstones) {}
 
 bool ResultLog::has_room(size_t len) const {
   if (records_ >= max_records_) return false;
@@ -55,7 +56,7 @@ void ResultLog::push(const SlotKey& k, uint32_t job_index, const wire::Header& h
   const size_t line = tail_;
   put_record(line, Record{k, uint32_t(len), now_ns, uint32_t(need), job_index, h});
   stream_copy(reinterpret_cast<uint8_t*>(&ring_[line + 1]), body, len);
-  table_.put(k, uint32_t(line + 1));
+  table_.put(k, uint32_t(line + kLineBase));
   tail_ += need;
   if (tail_ == cap_) tail_ = 0;
   used_ += need;
@@ -68,15 +69,41 @@ void ResultLog::put_record(size_t line, const Record& r) {
   stream_copy(ring_[line].b, reinterpret_cast<const uint8_t*>(&r), sizeof r);
 }
 
+// Cost: the key's table line (fetched one pop earlier) rewritten in place,
+// and a tombstone.
 void ResultLog::pop_oldest() {
   const Record& r = at(head_);
-  table_.erase(r.key);
+  const SlotKey key = r.key;
   used_ -= r.lines;
   head_ += r.lines;
   if (head_ == cap_) head_ = 0;
   --records_;
   skip_padding();
-  if (records_) __builtin_prefetch(&ring_[head_]);  // the next eviction reads it
+  tombstone(key, Known::EXPIRED);  // its table entry changes in place
+  // The next pop reads the next record (fetched one pop ago, so its key is
+  // at hand now) and that key's table line: start both on their way.
+  if (records_) {
+    const Record& next = at(head_);
+    table_.prefetch(next.key);
+    size_t after = head_ + next.lines;
+    __builtin_prefetch(&ring_[after < cap_ ? after : 0]);
+  }
+}
+
+void ResultLog::tombstone(const SlotKey& k, Known why) {
+  if (tomb_.empty()) {  // no tombstones kept: forgotten at once
+    table_.erase(k);
+    return;
+  }
+  if (tomb_count_ == tomb_.size()) {  // full: forget the oldest
+    table_.erase(tomb_[tomb_head_]);
+    tomb_head_ = tomb_at(tomb_head_ + 1);
+    --tomb_count_;
+    table_.prefetch(tomb_[tomb_head_]);  // the next tombstone forgets this one
+  }
+  table_.put(k, uint32_t(why));
+  tomb_[tomb_at(tomb_head_ + tomb_count_)] = k;
+  ++tomb_count_;
 }
 
 // Padding at the head is nobody's record: it goes with the record before it.

@@ -1,27 +1,31 @@
-// The results a reducer shard completed, kept for retransmissions after
-// their slots are freed: "retain the result, not the slot". A slot holds an
-// accumulator (kilobytes for a Kulisch chunk); a retained result is only the
-// bytes that were sent, so a shard's slot table bounds the ops in flight,
-// not the ops completed in the last retention_ms.
+// What a reducer shard remembers of op chunks that no longer hold a slot:
+// the results it completed, kept for retransmissions ("retain the result,
+// not the slot"), and tombstones of the chunks it let go (a result expired,
+// a chunk abandoned), so a late packet for one is told and never reopens
+// it. A slot holds an accumulator (kilobytes for a Kulisch chunk); a
+// retained result is only the bytes that were sent, so a shard's slot table
+// bounds the ops in flight, not the ops completed in the last retention_ms.
 //
 // Representation: one preallocated ring of 64-byte lines, records in
 // completion order (a FIFO), each a one-line Record (the key, the RESULT's
 // header as sent, its completion time) followed by the body's lines. A
 // record never wraps: when it does not fit before the ring's end, the rest
-// of the ring becomes a padding record and it starts at line 0. A KeyTable
-// maps each retained key to its record's line. Nothing allocates after
-// construction; the ring's pages are touched only as it fills.
+// of the ring becomes a padding record and it starts at line 0. The
+// tombstones are a FIFO of keys, the oldest forgotten first. One KeyTable
+// maps every key the log knows to what it knows (a record's line, or a
+// tombstone's kind), so a packet that finds no slot costs one probe. Nothing
+// allocates after construction; the ring's pages are touched as it fills.
 //
-// The log never decides to evict: the reducer pops the oldest record when
-// it needs room (has_room() false) or when the record is older than
-// retention_ms, and counts why (it tombstones the key, so a later
-// retransmission is told RESULT_EXPIRED).
+// The log never decides to let a result go: the reducer pops the oldest
+// when it needs room (has_room() false) or when it is older than
+// retention_ms, and counts why; popping tombstones its key (EXPIRED).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "proto/wire.hpp"
 #include "switch/key_table.hpp"
@@ -43,38 +47,59 @@ class ResultLog {
   };
   static_assert(sizeof(Record) == kLine, "a record's header is one line");
 
-  // `bytes` of ring (rounded down to whole lines); 0 retains nothing. The
-  // key table holds one record per 512 bytes of ring: a log of smaller
-  // results is bounded by that count instead (has_room() says so too).
-  explicit ResultLog(size_t bytes);
+  // What the log knows of a key.
+  enum class Known : uint32_t {
+    NOTHING = 0,
+    EXPIRED = 1,    // completed; its result let go
+    ABANDONED = 2,  // given up after op_timeout_ms
+    RETAINED = 3,   // completed; its result is `record`
+  };
+  struct Memory {
+    Known known;
+    const Record* record;  // RETAINED only
+  };
 
-  // The record retained for `k`, or null.
-  const Record* find(const SlotKey& k) const {
+  // `bytes` of ring (rounded down to whole lines; 0 retains nothing) and
+  // room for the last `tombstones` keys let go. The table holds one record
+  // per 512 bytes of ring: a log of smaller results is bounded by that count
+  // instead (has_room() says so too).
+  ResultLog(size_t bytes, size_t tombstones);
+
+  Memory recall(const SlotKey& k) const {
     const uint32_t v = table_.get(k);
-    return v ? &at(v - 1) : nullptr;
+    return v < kLineBase ? Memory{Known(v), nullptr} : Memory{Known::RETAINED, &at(v - kLineBase)};
   }
+  // Starts fetching the line recall(k) reads first.
   void prefetch(const SlotKey& k) const { table_.prefetch(k); }
+
   // A body of `len` bytes fits an empty log (false: it is never retained).
   bool fits(size_t len) const { return lines_for(len) <= cap_ && max_records_ > 0; }
-  // A body of `len` bytes fits now, without evicting anything.
+  // A body of `len` bytes fits now, without letting anything go.
   bool has_room(size_t len) const;
-  // Appends a record for `k` with the `len` bytes at `body` (has_room(len)
-  // must hold; `k` not retained). Cost: the record's lines written once,
+  // Appends a record for `k` (unknown to the log) with the `len` bytes at
+  // `body`; has_room(len) must hold. Cost: the record's lines written once,
   // with streaming stores where the CPU has them: the ring is far larger
   // than the caches and read back only for a retransmission, so its lines
   // are neither fetched first nor left to crowd the cache.
   void push(const SlotKey& k, uint32_t job_index, const wire::Header& h, const uint8_t* body, size_t len,
             uint64_t now_ns);
-  // The oldest record, or null when the log is empty.
+  // The oldest record, or null when none is retained.
   const Record* oldest() const { return records_ ? &at(head_) : nullptr; }
-  // Forgets the oldest record (the log must not be empty).
+  // Lets the oldest record go (there must be one): its key becomes EXPIRED.
   void pop_oldest();
+  // Remembers `k` (unknown to the log, or the record just popped) as EXPIRED
+  // or ABANDONED, forgetting the oldest tombstone when there are
+  // `tombstones` already.
+  void tombstone(const SlotKey& k, Known why);
+
   size_t size() const { return records_; }
+  size_t tombstones() const { return tomb_count_; }
   size_t lines_used() const { return used_; }
   size_t capacity_lines() const { return cap_; }
 
  private:
   static constexpr uint32_t kPad = ~uint32_t(0);
+  static constexpr uint32_t kLineBase = 3;  // table value: line + kLineBase for a record
   struct alignas(kLine) Line {
     unsigned char b[kLine];
   };
@@ -82,12 +107,15 @@ class ResultLog {
   Record& at(size_t line) const { return *std::launder(reinterpret_cast<Record*>(&ring_[line])); }
   void skip_padding();
   void put_record(size_t line, const Record& r);
+  size_t tomb_at(size_t i) const { return i < tomb_.size() ? i : i - tomb_.size(); }  // i < 2 * capacity
   size_t cap_, max_records_;
   std::unique_ptr<Line[]> ring_;  // default-initialised: pages are touched as the log fills
-  KeyTable table_;                // key -> its record's line + 1
+  std::vector<SlotKey> tomb_;     // the tombstones' FIFO ring
+  KeyTable table_;                // key -> Known, or its record's line + kLineBase
   size_t head_ = 0, tail_ = 0;    // oldest record's line; where the next one goes (< cap_)
   size_t used_ = 0;               // lines from head_ to tail_, padding included
   size_t records_ = 0;
+  size_t tomb_head_ = 0, tomb_count_ = 0;
 };
 
 }  // namespace prism::sw

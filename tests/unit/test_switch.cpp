@@ -863,37 +863,41 @@ partial_retry_ms: 0
   EXPECT_EQ(leaf.red.stats().slots_in_use, 0u);
 }
 
-// The reducer's set of expired keys is exact and forgets the oldest first:
-// checked against std::set and a std::deque over random keys, with many
-// collisions in a small table and many evictions.
-TEST(RecentKeys, MatchesASetWithFifoEviction) {
-  for (size_t cap : {1, 2, 3, 16, 100, 1000}) {
-    prism::sw::RecentKeys rk(cap);
-    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> ref;
+// The log's tombstones are exact and forget the oldest first: checked
+// against std::map and a std::deque over random keys (with many collisions
+// in a small table and many evictions), with no retained results.
+TEST(ResultLog, TombstonesMatchAMapWithFifoEviction) {
+  using Known = prism::sw::ResultLog::Known;
+  for (size_t cap : {0, 1, 2, 3, 16, 100, 1000}) {
+    prism::sw::ResultLog log(0, cap);
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Known> ref;
     std::deque<std::tuple<uint32_t, uint32_t, uint32_t>> order;
     std::mt19937_64 rng(cap);
     for (int it = 0; it < 20000; ++it) {
       const prism::sw::SlotKey k{uint32_t(rng() % 3), uint32_t(rng() % (4 * cap + 7)), uint32_t(rng() % 2)};
       const auto t = std::make_tuple(k.job, k.op, k.chunk);
-      if (rng() % 3) {
-        if (!ref.count(t)) {
+      if (rng() % 3 && !ref.count(t)) {  // the reducer tombstones a key only when the log knows nothing of it
+        const Known why = rng() % 2 ? Known::EXPIRED : Known::ABANDONED;
+        if (cap) {
           if (order.size() == cap) {
             ref.erase(order.front());
             order.pop_front();
           }
-          ref.insert(t);
+          ref[t] = why;
           order.push_back(t);
         }
-        rk.insert(k);
+        log.tombstone(k, why);
       }
-      ASSERT_EQ(rk.contains(k), ref.count(t) == 1) << "capacity " << cap << " step " << it;
-      ASSERT_EQ(rk.size(), ref.size());
+      const auto m = log.recall(k);
+      ASSERT_EQ(m.known, ref.count(t) ? ref[t] : Known::NOTHING) << "capacity " << cap << " step " << it;
+      ASSERT_EQ(m.record, nullptr);
+      ASSERT_EQ(log.tombstones(), ref.size());
     }
-    for (const auto& [j, o, c] : ref) ASSERT_TRUE(rk.contains({j, o, c}));
+    for (const auto& [t, why] : ref) ASSERT_EQ(log.recall({std::get<0>(t), std::get<1>(t), std::get<2>(t)}).known, why);
   }
 }
 
-// The flat table under the tombstones and the result log: an exact map,
+// The flat table under the result log: an exact map,
 // checked against std::map over random puts (new keys and replacements) and
 // erases in a small table with many collisions.
 TEST(KeyTable, MatchesAMap) {
@@ -924,11 +928,12 @@ TEST(KeyTable, MatchesAMap) {
 // evicting the oldest until has_room() holds, over bodies of random sizes
 // (1 byte to 9 KiB) in rings of a few pages, so records wrap and leave
 // padding thousands of times. Every retained record is found by its key,
-// with its header and every byte of its body intact; nothing else is found;
-// the ring never holds more lines than it has.
+// with its header and every byte of its body intact; nothing else is found,
+// and the last 300 let go are tombstones (EXPIRED); the ring never holds
+// more lines than it has.
 TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
   for (size_t bytes : {size_t(0), size_t(600), size_t(20000), size_t(1) << 16, size_t(1) << 20}) {
-    prism::sw::ResultLog log(bytes);
+    prism::sw::ResultLog log(bytes, 300);
     std::deque<std::pair<prism::sw::SlotKey, std::vector<uint8_t>>> model;
     std::mt19937_64 rng(bytes + 7);
     const auto body_of = [&](uint32_t op, size_t len) {
@@ -937,6 +942,7 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
       return b;
     };
     uint64_t refused = 0;
+    std::deque<uint32_t> gone;  // the last 300 ops let go: the log's tombstones
     for (uint32_t op = 0; op < 5000; ++op) {
       const size_t len = rng() % 4 ? 1 + rng() % 1500 : 1 + rng() % 9216;
       const prism::sw::SlotKey k{3, op, op % 5};
@@ -949,6 +955,8 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
         ASSERT_FALSE(model.empty());
         ASSERT_EQ(log.oldest()->key, model.front().first);
         log.pop_oldest();
+        gone.push_back(model.front().first.op);
+        if (gone.size() > 300) gone.pop_front();
         model.pop_front();
       }
       wire::Header h;
@@ -961,7 +969,7 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
       ASSERT_LE(log.lines_used(), log.capacity_lines());
       if (op % 97 == 0 || op > 4900)
         for (const auto& [mk, mb] : model) {
-          const auto* r = log.find(mk);
+          const auto* r = log.recall(mk).record;
           ASSERT_NE(r, nullptr) << "op " << mk.op << " lost at step " << op;
           ASSERT_EQ(r->h.op, mk.op);
           ASSERT_EQ(r->len, mb.size());
@@ -970,11 +978,18 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
           ASSERT_EQ(std::memcmp(r->body(), mb.data(), mb.size()), 0) << "op " << mk.op << " overwritten";
         }
     }
-    // What was let go is not found.
+    // What was let go is not found; the last 300 let go are tombstones, older ones forgotten.
     for (uint32_t op = 0; op < 5000; ++op) {
       const bool kept = std::any_of(model.begin(), model.end(), [&](const auto& m) { return m.first.op == op; });
-      ASSERT_EQ(log.find({3, op, op % 5}) != nullptr, kept) << op;
+      const bool tomb = std::find(gone.begin(), gone.end(), op) != gone.end();
+      const auto m = log.recall({3, op, op % 5});
+      ASSERT_EQ(m.record != nullptr, kept) << op;
+      ASSERT_EQ(m.known, kept   ? prism::sw::ResultLog::Known::RETAINED
+                         : tomb ? prism::sw::ResultLog::Known::EXPIRED
+                                : prism::sw::ResultLog::Known::NOTHING)
+          << op;
     }
+    EXPECT_EQ(log.tombstones(), gone.size());
     if (bytes == 0) {
       EXPECT_EQ(refused, 5000u);
     } else if (bytes >= 20000) {
