@@ -11,6 +11,9 @@ tests/py/testbed.py) is the Testbed class:
     with Testbed(ranks=4, loss=5) as tb:              # builds it, starts the switch
         runs = tb.run(['python3', 'client.py', '--rank', '{rank}', '--config', '{config}'])
         exits = tb.stop_switches()                    # SIGINT; stdout holds the summary
+
+    Testbed(ranks=4, jobs=2)   # job 7 (UDP port 20562) and job 8 (20563) over the same ranks;
+                               # tb.run(..., label='job8') keeps two concurrent runs' outputs apart
     # everything it made is gone here, even after an exception
 
 Needs root (namespaces, veths, nftables, tc). Only Debian packages: iproute2,
@@ -58,9 +61,11 @@ namespace prism-tb<ID>-r<k> with one interface, {NS_IF}, a veth whose other end
 of its own) drives it with net_af_packet. Nothing is added to the root
 namespace. The switch configuration is written to DIR/<switch>.yaml: a job
 (--job) with members {{rank, port, mac, ip, udp_port}}, a rank's MAC being its
-{NS_IF}'s. The testbed waits until the switch's telemetry socket answers
-/prism/ports, then each rank pings its switch port: no static neighbour entry
-anywhere, the kernel resolves the switch by ARP and the switch answers.
+{NS_IF}'s and its udp_port {PRISM_UDP}; with --jobs N, N jobs over the same
+ranks (job ID+i registers each rank at UDP port {PRISM_UDP}+i). The testbed
+waits until the switch's telemetry socket answers /prism/ports, then each rank
+pings its switch port: no static neighbour entry anywhere, the kernel resolves
+the switch by ARP and the switch answers.
 
 Layouts:
   (default)     one switch port per rank: port k = net_af_packet<k>,iface=r<k>;
@@ -111,6 +116,12 @@ Options:
                       switch's net_af_packet ports get blocksz=36864,framesz=9216
                       (the driver's default 2048-byte frames hold no more than 1500)
   --job ID            the job id (default 7)
+  --jobs N            N jobs over the same ranks (default 1; 1..16): job ID+i has every
+                      rank as a member at UDP port {PRISM_UDP}+i, with the same MAC and IP
+                      (members of two jobs may share an IP when their UDP ports differ,
+                      docs/CONFIG.md). A rank's command picks its job: prism-rank --job 8
+                      binds job 8's udp_port from {{config}}; the switch still listens on
+                      {PRISM_UDP} for every job
   --set KEY=VALUE     a top-level key of the switch YAML (repeatable), e.g.
                       --set retention_ms=2000 --set 'reducers={{shards: 2}}'
                       (the testbed's default: retention_ms=5000)
@@ -294,7 +305,8 @@ class SwitchExit:
 class Testbed:
     def __init__(self, ranks: int = 4, layout: str = 'direct', *, bridge: bool | None = None,
                  loss: float = 0, dup: float = 0, reorder: float = 0, reorder_rate: str = '20mbit',
-                 mtu: int = 1500, job: int = 7, settings: dict | None = None, tb_id: str | None = None,
+                 mtu: int = 1500, job: int = 7, jobs: int = 1, settings: dict | None = None,
+                 tb_id: str | None = None,
                  dir: Path | str | None = None, build: Path | str | None = None, lcore: int = 0,
                  ping: bool = True):
         if layout not in LAYOUTS:
@@ -312,7 +324,13 @@ class Testbed:
         if not 576 <= mtu <= 9000:
             raise TestbedError(f'--mtu {mtu}: 576..9000')
         self.mtu = mtu
+        if not 1 <= jobs <= 16:
+            raise TestbedError(f'--jobs {jobs}: 1..16')
+        if not 0 <= job <= 0xFFFFFFFF - (jobs - 1):
+            raise TestbedError(f'--job {job}: 0..2^32-1 (with --jobs {jobs}: up to {0xFFFFFFFF - (jobs - 1)})')
         self.job = job
+        # (job id, the members' UDP port in it): job ID+i at port 20562+i, over the same ranks
+        self.jobs = [(job + i, PRISM_UDP + i) for i in range(jobs)]
         self.settings = {'retention_ms': '5000'}
         self.settings.update(settings or {})
         if tb_id is not None and not re.fullmatch(r'[a-z0-9]{1,12}', tb_id):
@@ -357,7 +375,7 @@ class Testbed:
         if not self.dir.is_dir():
             return
         state = {'id': self.id, 'dir': str(self.dir), 'layout': self.layout, 'bridge': self.bridge,
-                 'made': self.made,
+                 'jobs': [{'id': j, 'udp_port': u} for j, u in self.jobs], 'made': self.made,
                  'switches': [{'name': s.name, 'pid': s.pid, 'prefix': s.prefix, 'config': str(s.config),
                                'ns': s.ns} for s in self.switches],
                  'ranks': [r.__dict__ for r in self.ranks]}
@@ -526,17 +544,19 @@ class Testbed:
             lines.append('ports:')
             for i, p in enumerate(sw.ports):
                 lines.append(f'  - {{id: {p["id"]}, device: "{self._device(p, i)}", mac: "{p["mac"]}", ip: {p["ip"]}}}')
-            lines += ['jobs:', f'  - id: {self.job}', f'    group: {self.R}', '    members:']
-            for r in self.ranks:
-                if r.switch == sw.name:
-                    lines.append(f'      - {{rank: {r.rank}, port: {r.port}, mac: "{r.mac}", ip: {r.ip}, '
-                                 f'udp_port: {PRISM_UDP}}}')
-            if self.tree and sw.role == 'root':
-                up = next(p for p in by_name['leaf'].ports if p.get('uplink'))
-                down = next(p for p in sw.ports if p.get('downlink'))
-                n = sum(1 for r in self.ranks if r.switch == 'leaf')
-                lines += ['    children:', f'      - {{id: {by_name["leaf"].id}, port: {down["id"]}, '
-                          f'mac: "{up["mac"]}", ip: {up["ip"]}, ranks: {n}}}']
+            lines.append('jobs:')
+            for job, udp_port in self.jobs:
+                lines += [f'  - id: {job}', f'    group: {self.R}', '    members:']
+                for r in self.ranks:
+                    if r.switch == sw.name:
+                        lines.append(f'      - {{rank: {r.rank}, port: {r.port}, mac: "{r.mac}", ip: {r.ip}, '
+                                     f'udp_port: {udp_port}}}')
+                if self.tree and sw.role == 'root':
+                    up = next(p for p in by_name['leaf'].ports if p.get('uplink'))
+                    down = next(p for p in sw.ports if p.get('downlink'))
+                    n = sum(1 for r in self.ranks if r.switch == 'leaf')
+                    lines += ['    children:', f'      - {{id: {by_name["leaf"].id}, port: {down["id"]}, '
+                              f'mac: "{up["mac"]}", ip: {up["ip"]}, ranks: {n}}}']
             for k, v in self.settings.items():
                 lines.append(f'{k}: {v}')
             sw.config.write_text('# written by scripts/testbed.py\n' + '\n'.join(lines) + '\n')
@@ -609,9 +629,16 @@ class Testbed:
             arg = arg.replace(k, str(v))
         return arg
 
-    def run(self, command: list[str], timeout: float = 300, ranks: list[int] | None = None) -> list[RankRun]:
+    def run(self, command: list[str], timeout: float = 300, ranks: list[int] | None = None,
+            label: str = '') -> list[RankRun]:
         """Runs command (placeholders substituted) in every rank's namespace at once; returns
-        each rank's exit status and output once all have finished (or were killed at timeout)."""
+        each rank's exit status and output once all have finished (or were killed at timeout).
+        Outputs go to DIR/rank<k>.out and .err, or DIR/rank<k>-<label>.out and .err: runs at the
+        same time (e.g. two jobs on the same ranks, from two threads) need labels of their own."""
+        if label and not re.fullmatch(r'[A-Za-z0-9_.]+', label):
+            raise TestbedError(f'label {label!r}: letters, digits, _ and . only')
+        suffix = f'-{label}' if label else ''
+
         if not self._up:
             raise TestbedError('the testbed is not up')
         chosen = [r for r in self.ranks if ranks is None or r.rank in ranks]
@@ -619,8 +646,8 @@ class Testbed:
         t0 = time.monotonic()
         for r in chosen:
             argv = ['ip', 'netns', 'exec', r.ns] + [self.substitute(a, r) for a in command]
-            out = open(self.dir / f'rank{r.rank}.out', 'w')
-            err = open(self.dir / f'rank{r.rank}.err', 'w')
+            out = open(self.dir / f'rank{r.rank}{suffix}.out', 'w')
+            err = open(self.dir / f'rank{r.rank}{suffix}.err', 'w')
             procs.append((r, subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                               start_new_session=True)))
             out.close()
@@ -645,8 +672,8 @@ class Testbed:
                 if p.poll() is None:
                     self._kill_group(p)
         return [RankRun(r.rank, r.ns, 124 if r.rank in timed_out else p.returncode,
-                        (self.dir / f'rank{r.rank}.out').read_text(errors='replace'),
-                        (self.dir / f'rank{r.rank}.err').read_text(errors='replace'),
+                        (self.dir / f'rank{r.rank}{suffix}.out').read_text(errors='replace'),
+                        (self.dir / f'rank{r.rank}{suffix}.err').read_text(errors='replace'),
                         ended[r.rank], r.rank in timed_out) for r, p in procs]
 
     @staticmethod
@@ -922,6 +949,7 @@ def parse_args(argv: list[str]):
     p.add_argument('--reorder-rate', default='20mbit')
     p.add_argument('--mtu', type=int, default=1500)
     p.add_argument('--job', type=int, default=7)
+    p.add_argument('--jobs', type=int, default=1)
     p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE')
     p.add_argument('--id')
     p.add_argument('--dir')
@@ -997,12 +1025,13 @@ def main(argv: list[str]) -> int:
     failed = True
     try:
         tb = Testbed(args.ranks, layout, bridge=args.bridge, loss=args.loss, dup=args.dup, reorder=args.reorder,
-                     reorder_rate=args.reorder_rate, mtu=args.mtu, job=args.job, settings=settings, tb_id=args.id,
+                     reorder_rate=args.reorder_rate, mtu=args.mtu, job=args.job, jobs=args.jobs, settings=settings, tb_id=args.id,
                      dir=args.dir, build=args.build, lcore=args.lcore, ping=not args.no_ping)
         t0 = time.monotonic()
         tb.up()
         if not args.quiet:
-            log(f'up in {time.monotonic() - t0:.1f} s: id {tb.id}, {tb.R} ranks, layout {layout}'
+            log(f'up in {time.monotonic() - t0:.1f} s: id {tb.id}, {tb.R} ranks, '
+                f'job{"s" if len(tb.jobs) > 1 else ""} {", ".join(str(j) for j, _ in tb.jobs)}, layout {layout}'
                 f'{" with bridges" if tb.tree and tb.bridge else ""}, impairments {tb.imp.describe()}, '
                 f'MTU {tb.mtu}, dir {tb.dir}')
         if args.action == 'up':
@@ -1012,6 +1041,8 @@ def main(argv: list[str]) -> int:
             for sw in tb.switches:
                 print(f'switch {sw.name}: pid {sw.pid}, config {sw.config}, file prefix {sw.prefix}, '
                       f'output {tb.dir / (sw.name + ".out")}')
+            for j, u in tb.jobs:
+                print(f'job {j}: ranks 0..{tb.R - 1}, each at UDP port {u}')
             print(f'down: scripts/testbed.sh down --id {tb.id}' +
                   (f' (or --dir {tb.dir})' if args.dir else ''))
             failed = False

@@ -336,3 +336,78 @@ def test_a_switch_restart_mid_op_recovers_or_fails_clearly(make_testbed):
     # The restart fell in the middle: both switches reduced part of the run.
     assert su.parse_summary(first.stdout).jobs[7]['completed'] > 0, first.stdout
     assert stop(tb)['switch'].jobs[7]['completed'] > 0
+
+
+def test_a_rank_of_one_job_killed_the_switch_keeps_serving_another(make_testbed):
+    """Two jobs over the same four ranks (testbed jobs=2: job 7 at UDP port 20562, job 8 at 20563).
+    Job 8 runs a long series of checked allreduces while job 7 runs too and its rank 3 is killed
+    mid-op: job 7's ranks 0-2 fail with OP_ABANDONED naming rank 3 (after the switch's
+    op_timeout_ms), the switch frees job 7's timed-out chunks, and job 8 goes on throughout,
+    completing every chunk it opened, exactly on every rank."""
+    import re
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, jobs=2)
+    assert [j for j, _ in tb.jobs] == [7, 8]
+    job8 = [str(RANK), '--config', '{config}', '--job', '8', '--rank', '{rank}', '--size', '256KiB', '--check',
+            '--timeout-ms', '10000']
+    job7 = [str(RANK), '--config', '{config}', '--job', '7', '--rank', '{rank}', '--size', '256KiB', '--repeat',
+            '100000', '--timeout-ms', '10000']
+    chunks_per_op = -(-256 * 1024 // 4 // 288)    # 228 fp32 chunks of 288 elements (MTU 1500)
+
+    def jobs() -> dict:
+        return tb.telemetry(tb.switches[0], ['/prism/jobs'])['/prism/jobs']
+
+    def check_lines(runs, n: int) -> list[str]:
+        for r in runs:
+            assert r.rc == 0 and not r.timed_out, f'job 8 rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+            assert f'check: identical to the reference model ({n} collectives)' in r.stdout, r.stdout
+            assert f'chunks {n * chunks_per_op} ' in r.stdout and 'nacks 0 ' in r.stdout, r.stdout
+        return [r.stdout for r in runs]
+
+    # How fast job 8 runs here and now, alone: its run must outlast job 7's failure (some 6.5 s after
+    # job 8 starts): planned for 9 s alone, it takes 10-20 s beside job 7 on 2 vCPUs.
+    calib = 200
+    check_lines(tb.run(job8 + ['--repeat', str(calib)], timeout=60, label='job8'), calib)
+    medians = [float(m) for r in (tb.dir / f'rank{k}-job8.out' for k in range(4))
+               for m in re.findall(r'median ([0-9.e-]+) s', r.read_text())]
+    assert len(medians) == 4, medians
+    n = int(min(20000, max(2000, 9.0 / max(medians))))
+    runs8, box8 = run_async_labelled(tb, job8 + ['--repeat', str(n)], None, 90, 'job8')
+    assert su.wait_for(lambda: jobs()['job8_chunks_completed'] > calib * chunks_per_op + 20 * chunks_per_op, 30)
+
+    # Job 7 on the same ranks; its rank 3 killed (SIGTERM) 2.5 s in, mid-op.
+    survivors, box7 = run_async_labelled(tb, job7, [0, 1, 2], 60, 'job7')
+    killed = tb.run(job7, ranks=[3], timeout=2.5, label='job7')
+    survivors.join()
+    mid = jobs()
+    assert killed[0].timed_out, killed[0].stdout + killed[0].stderr
+    for r in box7[0]:
+        assert not r.timed_out and r.rc == 1, f'job 7 rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'the switch abandoned the op' in r.stderr and 'missing rank 3' in r.stderr, r.stderr
+        assert r.seconds < 2.5 + 3 + 8, r.seconds    # the switch's op_timeout, not the rank's own timeout
+    assert mid['job7_chunks_timed_out'] > 0 and mid['job7_chunks_in_flight'] == 0, mid
+    assert runs8.is_alive(), f'job 8 ({n} allreduces) finished before job 7 failed: make its run longer ({mid})'
+
+    # Job 8 went on: it completes, exactly, on every rank, and the switch completed more of its
+    # chunks after it had abandoned job 7's.
+    runs8.join()
+    check_lines(box8[0], n)
+    after = jobs()
+    assert after['job8_chunks_completed'] > mid['job8_chunks_completed'], (mid, after)
+    total8 = (calib + n) * chunks_per_op
+    assert after['job8_chunks_opened'] == after['job8_chunks_completed'] == total8, after
+    assert after['job8_chunks_in_flight'] == 0 and after['job8_chunks_timed_out'] == 0, after
+    assert after['job7_chunks_in_flight'] == 0, after
+    assert after['job7_chunks_timed_out'] == mid['job7_chunks_timed_out'] > 0, (mid, after)
+    assert after['job7_chunks_opened'] == after['job7_chunks_completed'] + after['job7_chunks_timed_out'], after
+    s = stop(tb)['switch']
+    assert s.jobs[8]['completed'] == s.jobs[8]['opened'] == total8 and s.jobs[8]['timed_out'] == 0, s.jobs
+    assert s.jobs[7]['in_flight'] == 0 and s.jobs[7]['timed_out'] > 0 and 8 not in s.abandoned, s.jobs
+
+
+def run_async_labelled(tb, command, ranks, timeout, label):
+    """tb.run in a thread with its outputs under `label` (two jobs run on the same ranks at once)."""
+    box = []
+    t = threading.Thread(target=lambda: box.append(tb.run(command, timeout=timeout, ranks=ranks, label=label)))
+    t.start()
+    return t, box

@@ -16,7 +16,10 @@ by hand and fails under meson (PRISM_BUILD set), as switch_util does.
 
 Layouts: layout='direct' (a switch port per rank), 'bridge', 'tree' (bridge=True
 puts a bridge in front of each switch of the tree). Each rank's command gets
-{rank} {ranks} {config} {ns} {ip} {switch_ip} {dir} substituted.
+{rank} {ranks} {config} {ns} {ip} {switch_ip} {dir} substituted. jobs=2 adds
+job 8 over the same ranks (each at UDP port 20563; tb.jobs lists (id, port));
+two runs at once on the same ranks (from threads) each need their own
+tb.run(..., label=...), which names their output files.
 """
 from __future__ import annotations
 
