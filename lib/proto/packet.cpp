@@ -187,6 +187,20 @@ void put_header(const Header& h, uint8_t* p) {
 }
 
 namespace {
+// Every field parse() fills, emptied: in place, field by field (a temporary's
+// rep-stos and copy cost more than the rest of parse).
+inline void clear(Parsed& r) {
+  r.src = Endpoint{};
+  r.dst = Endpoint{};
+  r.vlan = 0;
+  r.partial_checksum = false;
+  r.h = Header{};
+  r.payload = nullptr;
+  r.payload_len = 0;
+  r.sideband = nullptr;
+  r.first_lane = r.chunk_lanes = 0;
+}
+
 // The PRISM header and body, from the UDP payload on: shared by parse() (a
 // whole frame) and parse_message() (a datagram a socket received).
 inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_partial) {
@@ -336,17 +350,8 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   const size_t n = frame.size();
   // Fields are filled in as they are validated, so a refused packet still says
   // how far it got (its source, once IPv4 and UDP checked out: for a NACK).
-  // Built in place, field by field (a temporary's rep-stos and copy cost more than the rest of parse).
   Parsed& r = *out;
-  r.src = Endpoint{};
-  r.dst = Endpoint{};
-  r.vlan = 0;
-  r.partial_checksum = false;
-  r.h = Header{};
-  r.payload = nullptr;
-  r.payload_len = 0;
-  r.sideband = nullptr;
-  r.first_lane = r.chunk_lanes = 0;
+  clear(r);
   if (n < kEthSize + kIpv4MinSize + kUdpSize) return Refusal::SHORT_FRAME;
   std::memcpy(r.dst.mac.data(), f, 6);
   std::memcpy(r.src.mac.data(), f + 6, 6);
@@ -386,17 +391,24 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   return parse_prism(udp + kUdpSize, udp_len - kUdpSize, r, check_partial);
 }
 
+Header session_header(Kind kind, uint32_t job, uint16_t group) {
+  Header h;
+  h.kind = kind;
+  h.job = job;
+  h.group = group;
+  h.terms = 0;
+  h.count = 0;
+  h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
+  h.policy = Policy(0);
+  h.encoding = Encoding(0);
+  h.transport = Transport(0);
+  h.exceptions = Exceptions(0);
+  return h;
+}
+
 Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_partial) {
   Parsed& r = *out;
-  r.src = Endpoint{};
-  r.dst = Endpoint{};
-  r.vlan = 0;
-  r.partial_checksum = false;
-  r.h = Header{};
-  r.payload = nullptr;
-  r.payload_len = 0;
-  r.sideband = nullptr;
-  r.first_lane = r.chunk_lanes = 0;
+  clear(r);
   return parse_prism(message.data(), message.size(), r, check_partial);
 }
 

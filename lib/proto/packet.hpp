@@ -144,6 +144,11 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
 // zero. SHORT_HEADER when it is shorter than the header.
 Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_partial = true);
 
+// A JOIN's or JOINED's header (PROTOCOL.md, Sessions) for `job` of `group`
+// ranks: no descriptor (every code 0), terms and count 0; the caller sets op
+// (the nonce), chunk, sender and status.
+Header session_header(Kind kind, uint32_t job, uint16_t group);
+
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 inline size_t element_bytes(const Header& h) {
   return size_t(h.count) * info(h.encoding == Encoding::DTYPE ? h.dtype : h.out_dtype).bytes;

@@ -320,6 +320,11 @@ void Communicator::Impl::receive(int wait_ms, uint64_t t) {
     }
     auto it = ops.find(p.h.op);
     if (p.h.kind == wire::Kind::NACK) {
+      // A NACK with no descriptor answers a JOIN (its op is a nonce, not an op number).
+      if (uint8_t(p.h.dtype) == 0) {
+        ++stats.stray;
+        continue;
+      }
       ++stats.nacks;
       ++stats.nack_by_reason[p.h.status & 15];
       if (it != ops.end() && !it->second->finished)

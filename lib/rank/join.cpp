@@ -41,20 +41,10 @@ std::string ranks_in(const std::vector<uint8_t>& bitmap, uint16_t group, bool se
 
 void Communicator::Impl::join() {
   nonce = fresh_nonce();
-  wire::Header h;
-  h.kind = wire::Kind::JOIN;
-  h.job = ep.job;
+  wire::Header h = wire::session_header(wire::Kind::JOIN, ep.job, ep.group);
   h.op = nonce;
   h.chunk = 0;
   h.sender = ep.rank;
-  h.group = ep.group;
-  h.terms = 0;
-  h.count = 0;
-  h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
-  h.policy = Policy(0);
-  h.encoding = wire::Encoding(0);
-  h.transport = Transport(0);
-  h.exceptions = Exceptions(0);
   std::array<uint8_t, wire::kHeaderSize> msg;
   wire::put_header(h, msg.data());
   const uint64_t t0 = now_ms(), deadline = t0 + tune.join_timeout_ms;
@@ -80,7 +70,7 @@ void Communicator::Impl::join() {
         ++stats.stray;
         continue;
       }
-      if (p.h.kind == wire::Kind::NACK && p.h.op == nonce) {
+      if (p.h.kind == wire::Kind::NACK && p.h.op == nonce && uint8_t(p.h.dtype) == 0) {
         const auto r = wire::NackReason(p.h.status);
         throw Error(Errc::REFUSED,
                     "joining job " + std::to_string(ep.job) + " as rank " + std::to_string(ep.rank) +

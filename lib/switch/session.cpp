@@ -7,21 +7,6 @@ namespace {
 
 bool serial_after(uint32_t a, uint32_t b) { return int32_t(a - b) > 0; }
 
-wire::Header session_header(wire::Kind kind, uint32_t job, uint16_t group) {
-  wire::Header h;
-  h.kind = kind;
-  h.job = job;
-  h.group = group;
-  h.terms = 0;
-  h.count = 0;
-  h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
-  h.policy = Policy(0);
-  h.encoding = wire::Encoding(0);
-  h.transport = Transport(0);
-  h.exceptions = Exceptions(0);
-  return h;
-}
-
 }  // namespace
 
 Sessions::Sessions(const Directory& dir) : dir_(dir), state_(dir.jobs()) {
@@ -42,7 +27,7 @@ void Sessions::answer(const Job& j, const State& st, uint16_t rank, Sink& out) c
   o.port = to->port;
   o.src = dir_.self(to->port);
   o.dst = to->addr;
-  o.h = session_header(wire::Kind::JOINED, j.cfg->id, j.cfg->group);
+  o.h = wire::session_header(wire::Kind::JOINED, j.cfg->id, j.cfg->group);
   o.h.op = st.nonce[rank];
   o.h.chunk = st.complete ? st.first_op : 0;
   o.h.sender = rank;
