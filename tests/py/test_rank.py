@@ -411,3 +411,20 @@ def run_async_labelled(tb, command, ranks, timeout, label):
     t = threading.Thread(target=lambda: box.append(tb.run(command, timeout=timeout, ranks=ranks, label=label)))
     t.start()
     return t, box
+
+
+def test_retention_does_not_cap_throughput(make_testbed):
+    """Back-to-back 4 MiB allreduces through a switch with only 512 slots and results retained
+    for 5 s: a completed chunk frees its slot at once (its RESULT goes to the result log), so
+    ten thousand chunks a few seconds apart find slots: no NO_FREE_SLOT, no retries."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=2, settings={'reducers': '{slots: 512}', 'retention_ms': '5000'})
+    lines = ok_lines(run_ranks(tb, str(1 << 20), 'fp32', 'kulisch', 'fp32', '--repeat', '3', '--check'))
+    for ln in lines:
+        assert ln['nacks'] == 0 and ln['no_slot_retries'] == 0, ln
+        assert ln['check_differ'] == 0, ln
+    s = stop(tb)['switch']
+    chunks = lines[0]['chunks']
+    assert chunks == 3 * (((1 << 20) + 287) // 288) and chunks > 512 * 20
+    assert s.jobs[7]['completed'] == chunks and s.jobs[7]['slot_refusals'] == 0, str(s.jobs)
+    assert s.shard_total('slots_high') <= 512
