@@ -1,0 +1,634 @@
+#!/usr/bin/env python3
+"""prism-rank's allreduce through the switch against Open MPI's MPI_Allreduce, in one run.
+
+    tools/bench_rank.py [--ranks 2,4,8] [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB] [--repeat N]
+                        [--policies kulisch,fp32_arrival] [--json FILE] [--plot FILE.png]
+                        [--window W] [--mtu BYTES] [--set KEY=VALUE] [--no-mpi]
+                        [--markdown] [--from-json FILE]
+                        [--quick] [--build DIR] [--id ID] [--keep]
+
+For each R, a network-namespace testbed in the `bridge` layout (scripts/testbed.py): every rank
+in a namespace of its own, all on one Linux bridge behind one port of prism-switch
+(net_af_packet), so the ranks also reach each other over TCP.
+
+- PRISM: for each size (and policy), `prism-rank --config {config} --rank {rank} --size S
+  --repeat N --warmup 1 --json --first-op F` on every rank at once; F is distinct per invocation
+  (a switch remembers completed op chunks and drops a reused op's contributions as late). The
+  collective's time is the slowest rank's: max over ranks of each rank's min (and of each rank's
+  median). Algorithm bandwidth: input bytes per rank / time. The switch's /prism/reducers,
+  /prism/ports and /prism/drops counters are read before and after each invocation: the
+  element-contributions it reduced (must be R x elements x (warmup + repeat): each once) and the
+  Gbit/s of contributions it sustained over the ranks' timed interval, i.e. the contributions of
+  the timed collectives (R x bytes x repeat, as counted by the switch) divided by repeat x the
+  slowest rank's median time.
+- MPI: then the switch is stopped (its busy-polling lcore would take a whole vCPU from MPI) and
+  `mpirun` runs build/tools/mpi-allreduce (fp32 sum, TCP between the same namespaces, over the
+  same veths and bridge), started inside rank 0's namespace, one launch per size; the other
+  ranks are launched through an agent script that maps a rank's IP to `ip netns exec NS`.
+
+Prints a table; --json writes every measurement (and the CPU model), --plot a log-log gnuplot PNG
+of algorithm bandwidth against size, one line per implementation and R. --quick: R = 2, 4 KiB
+and 64 KiB, repeat 2, KULISCH_FIXED only (a smoke test: tests/py/test_bench_rank.py).
+Needs root (namespaces), prism-switch, prism-rank, Open MPI's mpirun and build/tools/mpi-allreduce.
+Timings on a shared 2-vCPU VM are what the machine gives; compare within one run.
+Exit status: 0 done, 1 a measurement failed (the rest is still reported), 2 a usage or setup
+error, 130 interrupted. Whatever the way out, every testbed is torn down.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SIZES = '4KiB,64KiB,1MiB,16MiB,64MiB'
+ELEM = 4   # fp32
+OP_STRIDE = 100000   # first-op of invocation k against one switch: OP_STRIDE * k
+
+
+def load_testbed():
+    name = 'prism_testbed_impl'
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / 'scripts' / 'testbed.py')
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def log(msg: str):
+    print(f'bench_rank: {msg}', file=sys.stderr, flush=True)
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r'(\d+)\s*(B|KiB|K|k|MiB|M|GiB|G)?', s.strip())
+    if not m:
+        raise ValueError(f'bad size {s!r}: bytes, e.g. 4096, 64KiB, 1MiB')
+    mul = {None: 1, 'B': 1, 'KiB': 1 << 10, 'K': 1 << 10, 'k': 1 << 10, 'MiB': 1 << 20, 'M': 1 << 20,
+           'GiB': 1 << 30, 'G': 1 << 30}[m.group(2)]
+    n = int(m.group(1)) * mul
+    if n <= 0 or n % ELEM:
+        raise ValueError(f'size {s!r}: a positive whole number of fp32 elements')
+    return n
+
+
+def size_name(n: int) -> str:
+    for unit, v in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
+        if n % v == 0:
+            return f'{n // v} {unit}'
+    return f'{n} B'
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return '-'
+    if s < 1e-3:
+        return f'{s * 1e6:.0f} us'
+    if s < 1:
+        return f'{s * 1e3:.2f} ms'
+    return f'{s:.2f} s'
+
+
+def fmt_num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return '-'
+    return f'{v:.{digits}g}' if v < 1000 else f'{v:.0f}'
+
+
+def default_repeat(nbytes: int) -> int:
+    """Collectives timed per size when --repeat is not given: fewer for the big ones."""
+    if nbytes <= 64 << 10:
+        return 20
+    if nbytes <= 1 << 20:
+        return 10
+    if nbytes <= 16 << 20:
+        return 5
+    return 3
+
+
+def machine_info() -> dict:
+    out = {'hostname': platform.node(), 'kernel': platform.release(), 'cpus': os.cpu_count()}
+    try:
+        text = subprocess.run(['lscpu'], capture_output=True, text=True, timeout=10).stdout
+        fields = dict(ln.split(':', 1) for ln in text.splitlines() if ':' in ln)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        out['cpu_model'] = fields.get('Model name', '')
+        out['hypervisor'] = fields.get('Hypervisor vendor', '')
+        out['lscpu'] = {k: v for k, v in fields.items() if k != 'Flags'}
+    except (OSError, subprocess.SubprocessError):
+        out['cpu_model'] = platform.processor()
+    try:
+        v = subprocess.run(['mpirun', '--version'], capture_output=True, text=True, timeout=10).stdout
+        out['mpi'] = v.splitlines()[0].strip() if v else ''
+    except (OSError, subprocess.SubprocessError):
+        out['mpi'] = ''
+    return out
+
+
+# ---------------------------------------------------------------- the switch's counters
+COUNTERS = ['/prism/reducers', '/prism/ports', '/prism/drops']
+
+
+def read_counters(tb) -> dict:
+    t = tb.telemetry('switch', COUNTERS)
+    flat = {}
+    for d in t.values():
+        if isinstance(d, dict):
+            flat.update({k: v for k, v in d.items() if isinstance(v, (int, float))})
+    return flat
+
+
+def summed(c: dict, suffix: str) -> int:
+    """The sum over shards (or ports) of a counter: shard0_elements + shard1_elements + ..."""
+    return sum(v for k, v in c.items() if re.fullmatch(r'(shard|port)\d+_' + suffix, k))
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+
+
+# ---------------------------------------------------------------- PRISM
+def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str, first_op: int,
+               window: int | None) -> dict:
+    R = tb.R
+    cmd = [str(rank_bin), '--config', '{config}', '--rank', '{rank}', '--size', str(nbytes), '--repeat',
+           str(repeat), '--warmup', str(warmup), '--json', '--first-op', str(first_op), '--policy', policy]
+    if window:
+        cmd += ['--window', str(window)]
+    # Generous: 60 s plus 2 MB/s of contributions (the 2-vCPU VM reduces several times that).
+    timeout = 60 + R * nbytes * (repeat + warmup) / 2e6
+    res = {'impl': 'prism', 'policy': policy, 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
+           'first_op': first_op, 'command': ' '.join(cmd)}
+    try:
+        before = read_counters(tb)
+        t0 = time.monotonic()
+        runs = tb.run(cmd, timeout=timeout)
+        res['wall_seconds'] = time.monotonic() - t0
+        after = read_counters(tb)
+    except (OSError, ValueError) as e:   # the telemetry socket: the switch died
+        res['error'] = f"the switch's telemetry did not answer: {e}"
+        return res
+    bad = [r for r in runs if r.rc != 0]
+    if bad:
+        res['error'] = '; '.join(f'rank {r.rank}: exit {r.rc}{" (timed out)" if r.timed_out else ""}: '
+                                 f'{(r.stderr or r.stdout).strip()[-400:]}' for r in bad)
+        return res
+    per_rank = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    res['per_rank'] = per_rank
+    res['seconds_min'] = max(p['seconds_min'] for p in per_rank)
+    res['seconds_median'] = max(p['seconds_median'] for p in per_rank)
+    res['gbit_s'] = nbytes * 8 / res['seconds_min'] / 1e9
+    res['gbit_s_median'] = nbytes * 8 / res['seconds_median'] / 1e9
+    res['retransmits'] = sum(p['retransmits'] for p in per_rank)
+    res['chunks'] = per_rank[0]['chunks']
+    res['chunk_elems'] = per_rank[0]['chunk_elems']
+    res['window'] = per_rank[0]['window']
+    res['digests'] = sorted({p['digest'] for p in per_rank})
+    res['digests_agree'] = len(res['digests']) == 1
+    # What the switch counted between the two reads.
+    d = delta(before, after)
+    count = nbytes // ELEM
+    elements = summed(d, 'elements')
+    sw = {'element_contributions': elements,
+          'expected_element_contributions': R * count * (repeat + warmup),
+          'contribution_packets': summed(d, 'contribs'),
+          'results_sent': summed(d, 'results_sent'),
+          'results_resent': summed(d, 'resent'),
+          'nacks_sent': summed(d, 'nacks_sent'),
+          'rx_packets': summed(d, 'rx_packets'),
+          'rx_ring_drops': summed(d, 'rx_ring_drops'),
+          'drops': {k: v for k, v in d.items() if not re.match(r'(shard|port)\d+_', k)},
+          'counters_delta': d}
+    sw['each_once'] = elements == sw['expected_element_contributions']
+    # Over the ranks' timed interval: the timed collectives' share of what the switch reduced,
+    # over repeat x the slowest rank's median collective.
+    timed = elements * repeat / (repeat + warmup)
+    interval = repeat * res['seconds_median']
+    sw['timed_interval_seconds'] = interval
+    sw['gbit_s'] = timed * ELEM * 8 / interval / 1e9 if interval > 0 else None
+    sw['element_contributions_per_s'] = timed / interval if interval > 0 else None
+    res['switch'] = sw
+    if not res['digests_agree']:
+        res['error'] = f'ranks disagree on the result: digests {res["digests"]}'
+    return res
+
+
+# ---------------------------------------------------------------- MPI
+def write_agent(tb) -> Path:
+    """mpirun's rsh agent: `agent HOST CMD...` runs CMD in the namespace whose rank has address HOST."""
+    agent = tb.dir / 'mpi-agent.sh'
+    cases = '\n'.join(f'  {r.ip}) ns={r.ns} ;;' for r in tb.ranks)
+    agent.write_text('#!/bin/sh\n# written by tools/bench_rank.py: mpirun launch agent, rank IP -> namespace\n'
+                     'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done\n'
+                     f'host=$1; shift\ncase "$host" in\n{cases}\n'
+                     '  *) echo "mpi-agent: unknown host $host" >&2; exit 1 ;;\nesac\n'
+                     'exec ip netns exec "$ns" sh -c "$*"\n')
+    agent.chmod(0o755)
+    return agent
+
+
+def link_bytes(tb) -> dict:
+    """Bytes each rank's prism0 sent and received (proof that MPI's traffic crossed the veths)."""
+    out = {}
+    for r in tb.ranks:
+        p = subprocess.run(['ip', '-n', r.ns, '-j', '-s', 'link', 'show', 'prism0'], capture_output=True, text=True)
+        try:
+            st = json.loads(p.stdout)[0]['stats64']
+            out[r.rank] = st['rx']['bytes'] + st['tx']['bytes']
+        except (ValueError, KeyError, IndexError):
+            out[r.rank] = 0
+    return out
+
+
+class Interrupted(Exception):
+    pass
+
+
+_current: list = []   # the running mpirun, killed on SIGINT/SIGTERM
+
+
+def mpi_case(tb, agent: Path, mpi_bin: Path, nbytes: int, repeat: int, warmup: int) -> dict:
+    R = tb.R
+    cmd = ['ip', 'netns', 'exec', tb.ranks[0].ns, 'mpirun', '--allow-run-as-root', '-np', str(R), '--host',
+           ','.join(r.ip for r in tb.ranks), '--mca', 'plm_rsh_agent', str(agent), '--mca', 'btl', 'tcp,self',
+           '--mca', 'btl_tcp_if_include', 'prism0', '--mca', 'oob_tcp_if_include', 'prism0',
+           '--mca', 'mpi_yield_when_idle', '1', str(mpi_bin), '--sizes', str(nbytes), '--repeat', str(repeat),
+           '--warmup', str(warmup)]
+    timeout = 60 + R * nbytes * (repeat + warmup) / 2e6
+    res = {'impl': 'mpi', 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
+           'command': ' '.join(cmd[4:])}
+    errors = []
+    for attempt in (1, 2):   # mpirun occasionally fails its first launch
+        if attempt == 2 and 'route a message' in errors[-1]:
+            # ORTE's routing tree lost a daemon: the retry has each daemon talk to mpirun directly.
+            cmd[cmd.index('mpirun') + 1:cmd.index('mpirun') + 1] = ['--mca', 'routed', 'direct']
+            res['command'] = ' '.join(cmd[4:])
+        before = link_bytes(tb)
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        _current.append(p)
+        try:
+            out, err = p.communicate(timeout=timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            out, err = p.communicate()
+            rc = 124
+        finally:
+            _current.remove(p)
+        res['wall_seconds'] = time.monotonic() - t0
+        lines = [json.loads(ln) for ln in out.splitlines() if ln.startswith('{')]
+        if rc == 0 and lines:
+            after = link_bytes(tb)
+            res.update({k: v for k, v in lines[-1].items() if k not in ('impl', 'ranks', 'bytes', 'repeat')})
+            res['gbit_s_median'] = nbytes * 8 / res['seconds_median'] / 1e9
+            res['link_bytes'] = {k: after[k] - before.get(k, 0) for k in after}
+            res['attempts'] = attempt
+            if errors:
+                res['first_attempt_error'] = errors[0]
+            return res
+        errors.append(f'attempt {attempt}: exit {rc}{" (timed out after %.0f s)" % timeout if rc == 124 else ""}: '
+                      f'{(err or out).strip()[-600:]}')
+        if rc == 124:
+            break   # too slow: a second try would be too
+        # A failed launch may leave MPI's daemons behind in the ranks' namespaces: nothing else
+        # of ours runs there now (the switch has its own namespace).
+        for r in tb.ranks:
+            pids = subprocess.run(['ip', 'netns', 'pids', r.ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        time.sleep(0.5)
+    res['error'] = ' | '.join(errors)
+    return res
+
+
+def kill_group(p: subprocess.Popen):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ---------------------------------------------------------------- output
+def table(rows: list[dict], policies: list[str]) -> str:
+    head = ['R', 'size', 'PRISM min', 'PRISM median', 'PRISM Gbit/s', 'MPI min', 'MPI median', 'MPI Gbit/s',
+            'PRISM / MPI', 'switch Gbit/s', 'retransmits']
+    extra = [p for p in policies if p != 'kulisch']
+    for p in extra:
+        head += [f'{p} min', f'{p} Gbit/s']
+    if 'kulisch' not in policies:
+        head[2:5] = [f'{policies[0]} min', f'{policies[0]} median', f'{policies[0]} Gbit/s']
+    main = 'kulisch' if 'kulisch' in policies else policies[0]
+    body = []
+    for row in rows:
+        pr = row['prism'].get(main, {})
+        mp = row.get('mpi') or {}
+        ok_p, ok_m = 'seconds_min' in pr, 'seconds_min' in mp
+        cells = [str(row['ranks']), size_name(row['bytes']),
+                 fmt_time(pr.get('seconds_min')) if ok_p else 'failed',
+                 fmt_time(pr.get('seconds_median')), fmt_num(pr.get('gbit_s')),
+                 fmt_time(mp.get('seconds_min')) if ok_m or not mp else 'failed',
+                 fmt_time(mp.get('seconds_median')), fmt_num(mp.get('gbit_s')),
+                 f'{pr["gbit_s"] / mp["gbit_s"]:.3g}' if ok_p and ok_m else '-',
+                 fmt_num((pr.get('switch') or {}).get('gbit_s')),
+                 str(pr['retransmits']) if ok_p else '-']
+        for p in extra:
+            e = row['prism'].get(p, {})
+            cells += [fmt_time(e.get('seconds_min')) if 'seconds_min' in e else 'failed' if e else '-',
+                      fmt_num(e.get('gbit_s'))]
+        body.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ['  '.join(h.rjust(w) for h, w in zip(head, widths)),
+             '  '.join('-' * w for w in widths)]
+    lines += ['  '.join(c.rjust(w) for c, w in zip(cells, widths)) for cells in body]
+    return '\n'.join(lines)
+
+
+def markdown_table(rows: list[dict], policies: list[str]) -> str:
+    """The same table in Markdown, for docs/PERFORMANCE.md."""
+    text = table(rows, policies).splitlines()
+    cols = [re.split(r'\s{2,}', ln.strip()) for ln in text]
+    head, body = cols[0], cols[2:]
+    out = ['| ' + ' | '.join(head) + ' |', '|' + '|'.join('---:' for _ in head) + '|']
+    out += ['| ' + ' | '.join(c) + ' |' for c in body]
+    return '\n'.join(out)
+
+
+def plot(rows: list[dict], png: Path, policies: list[str], machine: dict, mtu: int = 1500) -> str | None:
+    if not shutil.which('gnuplot'):
+        return 'gnuplot not found (apt-get install gnuplot-nox)'
+    series: dict[str, list[tuple[int, float]]] = {}
+    style: dict[str, tuple[int, int]] = {}
+    colours = {}
+    for row in rows:
+        R = row['ranks']
+        colours.setdefault(R, len(colours) + 1)
+        for p in policies:
+            e = row['prism'].get(p, {})
+            if e.get('gbit_s'):
+                name = f'PRISM {p} R={R}'
+                series.setdefault(name, []).append((row['bytes'], e['gbit_s']))
+                style[name] = (colours[R], 1 if p == 'kulisch' else 3 if p == 'fp32_arrival' else 4)
+        m = row.get('mpi') or {}
+        if m.get('gbit_s'):
+            name = f'Open MPI R={R}'
+            series.setdefault(name, []).append((row['bytes'], m['gbit_s']))
+            style[name] = (colours[R], 2)
+    if not series:
+        return 'nothing to plot'
+    work = Path(tempfile.mkdtemp(prefix='bench-rank-plot-'))
+    try:
+        dat = work / 'rank_vs_mpi.dat'
+        names = list(series)
+        with open(dat, 'w') as f:
+            for n in names:
+                f.write(f'# {n}\n' + ''.join(f'{x} {y}\n' for x, y in sorted(series[n])) + '\n\n')
+        palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b']
+        plots = []
+        for i, n in enumerate(names):
+            c, dt = style[n]
+            pt = 5 if n.startswith('Open MPI') else 7 if 'kulisch' in n else 6
+            plots.append(f"'{dat}' index {i} with linespoints lw 2 dt {dt} pt {pt} "
+                         f"lc rgb '{palette[(c - 1) % len(palette)]}' title '{n}'")
+        cpu = machine.get('cpu_model', '')
+        sizes = sorted({row['bytes'] for row in rows})
+        xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
+        gp = (f"set terminal TERM size 960,600 noenhanced\nset output '{png}'\n"
+              f"set title \"allreduce, fp32 sum: prism-rank through prism-switch against Open MPI (TCP)\\n"
+              f"bridge testbed, MTU {mtu}, {machine.get('cpus')} vCPUs, {cpu}\"\n"
+              "set xlabel 'bytes per rank'\nset ylabel 'algorithm bandwidth, Gbit/s (bytes per rank / time)'\n"
+              f"set logscale xy\nset xtics ({xtics})\nset xrange [{sizes[0] / 1.5}:{sizes[-1] * 1.5}]\n"
+              "set key outside right top\nset grid\n"
+              "plot " + ', '.join(plots) + '\n')
+        for term in ('pngcairo', 'png'):
+            (work / 'plot.gp').write_text(gp.replace('TERM', term))
+            r = subprocess.run(['gnuplot', str(work / 'plot.gp')], capture_output=True, text=True)
+            if r.returncode == 0:
+                return None
+        return f'gnuplot failed: {r.stderr.strip()[-400:]}'
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- main
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog='tools/bench_rank.py', description=__doc__.split('\n\n', 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                                    'Method and today\'s figures: docs/PERFORMANCE.md, '
+                                    '"Ranks through the switch against Open MPI".'))
+    p.add_argument('--ranks', default='2,4,8', help='R values, comma-separated (default 2,4,8)')
+    p.add_argument('--sizes', default=DEFAULT_SIZES, help=f'bytes per rank, comma-separated (default {DEFAULT_SIZES})')
+    p.add_argument('--repeat', type=int, help='timed collectives per size (default: 20 up to 64 KiB, 10 up to '
+                   '1 MiB, 5 up to 16 MiB, 3 above)')
+    p.add_argument('--warmup', type=int, default=1, help='untimed collectives first (default 1)')
+    p.add_argument('--policies', default='kulisch,fp32_arrival',
+                   help='PRISM policies, comma-separated: kulisch, fp32_arrival, fp32_binomial (default kulisch,fp32_arrival)')
+    p.add_argument('--window', type=int, help="prism-rank's --window (default: prism-rank's)")
+    p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                   help="a top-level key of the switch's YAML (repeatable), as scripts/testbed.sh --set")
+    p.add_argument('--mtu', type=int, default=1500, help="the testbed's links' MTU (default 1500; 576..9000)")
+    p.add_argument('--no-mpi', action='store_true', help='PRISM only')
+    p.add_argument('--quick', action='store_true', help='smoke test: R = 2, 4 KiB and 64 KiB, repeat 2, kulisch')
+    p.add_argument('--json', type=Path, help='write every measurement here')
+    p.add_argument('--plot', type=Path, help='write a gnuplot PNG here')
+    p.add_argument('--markdown', action='store_true', help='also print the table in Markdown')
+    p.add_argument('--from-json', type=Path, metavar='FILE',
+                   help="measure nothing: print the table (and --plot) of an earlier run's --json FILE")
+    p.add_argument('--build', type=Path, default=Path(os.environ.get('PRISM_BUILD') or REPO / 'build'),
+                   help='the build directory (default: $PRISM_BUILD or build/)')
+    p.add_argument('--id', help='testbed id (1-12 of [a-z0-9]; default: random), the same for every R in turn')
+    p.add_argument('--keep', action='store_true', help="keep the testbeds' folders (configs, outputs)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.ranks, a.sizes, a.repeat, a.policies = '2', '4KiB,64KiB', a.repeat or 2, 'kulisch'
+    try:
+        a.ranks = [int(x) for x in a.ranks.split(',') if x]
+        a.sizes = [parse_size(x) for x in a.sizes.split(',') if x]
+    except ValueError as e:
+        p.error(str(e))
+    a.policies = [x.strip() for x in a.policies.split(',') if x.strip()]
+    a.settings = {}
+    for kv in a.set:
+        k, sep, v = kv.partition('=')
+        if not sep or not re.fullmatch(r'[a-z_]+', k):
+            p.error(f'--set {kv!r}: write KEY=VALUE (a top-level key of the switch YAML)')
+        a.settings[k] = v
+    if not a.ranks or any(not 2 <= r <= 64 for r in a.ranks):
+        p.error('--ranks: values 2..64')
+    if not a.sizes or not a.policies:
+        p.error('give at least one size and one policy')
+    for x in a.policies:
+        if x not in ('kulisch', 'fp32_arrival', 'fp32_binomial'):
+            p.error(f'--policies: {x!r} is not kulisch, fp32_arrival or fp32_binomial')
+    if a.repeat is not None and a.repeat < 1:
+        p.error('--repeat: 1 or more')
+    return a
+
+
+def main(argv: list[str]) -> int:
+    a = parse_args(argv)
+    if a.from_json:
+        d = json.loads(a.from_json.read_text())
+        policies = d['args']['policies']
+        print(table(d['results'], policies))
+        if a.markdown:
+            print()
+            print(markdown_table(d['results'], policies))
+        if a.plot:
+            why = plot(d['results'], a.plot, policies, d['machine'], d['args'].get('mtu', 1500))
+            print(f'plot: {a.plot}' if why is None else f'plot: not written: {why}')
+        return 0
+    tbm = load_testbed()
+    rank_bin = a.build / 'app' / 'prism-rank'
+    mpi_bin = a.build / 'tools' / 'mpi-allreduce'
+    need = [rank_bin, a.build / 'app' / 'prism-switch'] + ([] if a.no_mpi else [mpi_bin])
+    for b in need:
+        if not os.access(b, os.X_OK):
+            log(f'{b} not found: build it first (ninja -C {a.build}); mpi-allreduce needs libopenmpi-dev')
+            return 2
+    if not a.no_mpi and not shutil.which('mpirun'):
+        log('mpirun not found: install Debian\'s openmpi-bin')
+        return 2
+    if os.geteuid() != 0:
+        log('needs root (network namespaces): run it as root')
+        return 2
+    for path in (a.json, a.plot):
+        if path and not path.parent.is_dir():
+            log(f'{path}: its folder does not exist')
+            return 2
+
+    def on_signal(signum, _frame):
+        raise Interrupted(f'signal {signum}')
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    machine = machine_info()
+    machine['loadavg_start'] = list(os.getloadavg())
+    log(f'{machine.get("cpus")} CPUs, {machine.get("cpu_model")}; {machine.get("mpi")}; '
+        f'load average {machine["loadavg_start"][0]:.2f}')
+    if machine['loadavg_start'][0] > 0.5 * (machine.get('cpus') or 1):
+        log('the machine is busy (load average above half its CPUs): the times will show it')
+    rows: list[dict] = []
+    failed = False
+    started = time.monotonic()
+    status = 0
+    tb = None
+    try:
+        for R in a.ranks:
+            tb_dir = Path(tempfile.mkdtemp(prefix=f'bench-rank-R{R}-'))
+            tb = tbm.Testbed(ranks=R, layout='bridge', tb_id=a.id, dir=tb_dir, build=a.build,
+                             settings=a.settings, mtu=a.mtu)
+            t0 = time.monotonic()
+            tb.up()
+            log(f'R = {R}: testbed {tb.id} up in {time.monotonic() - t0:.1f} s ({tb_dir})')
+            by_size = {n: {'ranks': R, 'bytes': n, 'prism': {}, 'mpi': None} for n in a.sizes}
+            k = 0
+            for n in a.sizes:
+                rep = a.repeat or default_repeat(n)
+                for pol in a.policies:
+                    k += 1
+                    res = prism_case(tb, rank_bin, n, rep, a.warmup, pol, OP_STRIDE * k, a.window)
+                    by_size[n]['prism'][pol] = res
+                    if 'error' in res:
+                        failed = True
+                        log(f'R = {R}, {size_name(n)}, PRISM {pol}: {res["error"]}')
+                    else:
+                        sw = res['switch']
+                        log(f'R = {R}, {size_name(n)}, PRISM {pol}: min {fmt_time(res["seconds_min"])}, '
+                            f'{res["gbit_s"]:.3g} Gbit/s, {res["retransmits"]} retransmits; switch: '
+                            f'{sw["element_contributions"]} element-contributions'
+                            f'{"" if sw["each_once"] else " (expected %d)" % sw["expected_element_contributions"]}, '
+                            f'{sw["gbit_s"]:.3g} Gbit/s')
+                        if not sw['each_once']:
+                            failed = True
+            exits = tb.stop_switches()
+            sw_exit = exits.get('switch')
+            if sw_exit and sw_exit.rc != 0:
+                failed = True
+                log(f'R = {R}: the switch exited {sw_exit.rc}: {sw_exit.stderr[-800:]}')
+            if not a.no_mpi:
+                agent = write_agent(tb)
+                for n in a.sizes:
+                    rep = a.repeat or default_repeat(n)
+                    res = mpi_case(tb, agent, mpi_bin, n, rep, a.warmup)
+                    by_size[n]['mpi'] = res
+                    if 'error' in res:
+                        failed = True
+                        log(f'R = {R}, {size_name(n)}, MPI: {res["error"]}')
+                    else:
+                        log(f'R = {R}, {size_name(n)}, MPI: min {fmt_time(res["seconds_min"])}, '
+                            f'{res["gbit_s"]:.3g} Gbit/s')
+            tb.down()
+            tb = None
+            if not a.keep:
+                shutil.rmtree(tb_dir, ignore_errors=True)
+            rows.extend(by_size.values())
+    except Interrupted as e:
+        log(f'interrupted ({e}): tearing down')
+        status = 130
+    except tbm.TestbedError as e:
+        log(str(e))
+        status = 2
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # let the teardown finish
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for p in list(_current):
+            kill_group(p)
+        if tb is not None:
+            tb.down()
+            if not a.keep:
+                shutil.rmtree(tb.dir, ignore_errors=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    elapsed = time.monotonic() - started
+    machine['loadavg_end'] = list(os.getloadavg())
+
+    if rows:
+        print(table(rows, a.policies))
+        if a.markdown:
+            print()
+            print(markdown_table(rows, a.policies))
+        print(f'\n{machine.get("cpus")} vCPUs, {machine.get("cpu_model")}; {elapsed:.0f} s in all. Latency: the '
+              'slowest rank\'s time per allreduce (min, median over the repeats); Gbit/s: bytes per rank / min '
+              'time; PRISM / MPI: the ratio of their Gbit/s; switch Gbit/s: the contributions the switch reduced '
+              'in the timed collectives / (repeat x the median time).')
+    if a.json:
+        a.json.write_text(json.dumps({
+            'benchmark': 'bench_rank', 'machine': machine, 'seconds': elapsed,
+            'args': {'ranks': a.ranks, 'sizes': a.sizes, 'repeat': a.repeat, 'warmup': a.warmup,
+                     'policies': a.policies, 'window': a.window, 'switch_settings': a.settings, 'mtu': a.mtu, 'quick': a.quick, 'no_mpi': a.no_mpi},
+            'complete': status == 0,
+            'results': rows}, indent=1) + '\n')
+        print(f'json: {a.json}')
+    if a.plot and rows:
+        why = plot(rows, a.plot, a.policies, machine, a.mtu)
+        print(f'plot: {a.plot}' if why is None else f'plot: not written: {why}')
+    if status:
+        return status
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
