@@ -12,8 +12,8 @@ in a namespace of its own, all on one Linux bridge behind one port of prism-swit
 (net_af_packet), so the ranks also reach each other over TCP.
 
 - PRISM: for each size (and policy), `prism-rank --config {config} --rank {rank} --size S
-  --repeat N --warmup 1 --json --first-op F` on every rank at once; F is distinct per invocation
-  (a switch remembers completed op chunks and drops a reused op's contributions as late). The
+  --repeat N --warmup 1 --json` on every rank at once; each invocation joins a new session of the
+  job, so its op numbers start past every one the switch remembers (PROTOCOL.md, Sessions). The
   collective's time is the slowest rank's: max over ranks of each rank's min (and of each rank's
   median). Algorithm bandwidth: input bytes per rank / time. The switch's /prism/reducers,
   /prism/ports and /prism/drops counters are read before and after each invocation: the
@@ -37,7 +37,6 @@ error, 130 interrupted. Whatever the way out, every testbed is torn down.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -53,18 +52,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = '4KiB,64KiB,1MiB,16MiB,64MiB'
 ELEM = 4   # fp32
-OP_STRIDE = 100000   # first-op of invocation k against one switch: OP_STRIDE * k
 
 
 def load_testbed():
-    name = 'prism_testbed_impl'
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / 'scripts' / 'testbed.py')
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """scripts/testbed.py, the testbed's one implementation."""
+    sys.path.insert(0, str(REPO / 'scripts'))
+    import testbed  # noqa: E402
+    return testbed
 
 
 def log(msg: str):
@@ -159,11 +153,11 @@ def delta(before: dict, after: dict) -> dict:
 
 
 # ---------------------------------------------------------------- PRISM
-def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str, first_op: int,
+def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str,
                window: int | None) -> dict:
     R = tb.R
     cmd = [str(rank_bin), '--config', '{config}', '--rank', '{rank}', '--size', str(nbytes), '--repeat',
-           str(repeat), '--warmup', str(warmup), '--json', '--first-op', str(first_op), '--policy', policy]
+           str(repeat), '--warmup', str(warmup), '--json', '--policy', policy]
     if window:
         cmd += ['--window', str(window)]
     # Generous: 60 s plus 2 MB/s of contributions (the 2-vCPU VM reduces several times that).
@@ -318,16 +312,7 @@ def mpi_case(tb, agent: Path, mpi_bin: Path, nbytes: int, repeat: int, warmup: i
 
 
 def kill_group(p: subprocess.Popen):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    load_testbed().Testbed._kill_group(p)
 
 
 # ---------------------------------------------------------------- output
@@ -544,12 +529,10 @@ def main(argv: list[str]) -> int:
             tb.up()
             log(f'R = {R}: testbed {tb.id} up in {time.monotonic() - t0:.1f} s ({tb_dir})')
             by_size = {n: {'ranks': R, 'bytes': n, 'prism': {}, 'mpi': None} for n in a.sizes}
-            k = 0
             for n in a.sizes:
                 rep = a.repeat or default_repeat(n)
                 for pol in a.policies:
-                    k += 1
-                    res = prism_case(tb, rank_bin, n, rep, a.warmup, pol, OP_STRIDE * k, a.window)
+                    res = prism_case(tb, rank_bin, n, rep, a.warmup, pol, a.window)
                     by_size[n]['prism'][pol] = res
                     if 'error' in res:
                         failed = True
