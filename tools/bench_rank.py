@@ -163,7 +163,7 @@ def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy
     # Generous: 60 s plus 2 MB/s of contributions (the 2-vCPU VM reduces several times that).
     timeout = 60 + R * nbytes * (repeat + warmup) / 2e6
     res = {'impl': 'prism', 'policy': policy, 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
-           'first_op': first_op, 'command': ' '.join(cmd)}
+           'command': ' '.join(cmd)}
     try:
         before = read_counters(tb)
         t0 = time.monotonic()
