@@ -1,0 +1,45 @@
+// Point-to-point messages between the ranks of a group, for the host
+// collectives (issue 18: binomial tree, pipelined chain, RHD, ring): reliable
+// and in order between each pair of ranks, as TCP is. An interface, so a
+// faster transport can be added; inproc.hpp runs a group as threads of one
+// process (for tests, with an observer that sees every message), tcp.hpp
+// between processes (as Gloo does).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace prism::coll {
+
+struct TransportError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sends `len` bytes to `peer` as one message. It may return before the
+  // peer receives it; it never waits for the peer to call recv() for
+  // messages it can buffer.
+  virtual void send(int peer, const void* data, size_t len) = 0;
+  // The next message from `peer`, into `data` (at most `cap` bytes); returns
+  // its length. Throws TransportError when it is longer than `cap`, or the
+  // peer is gone.
+  virtual size_t recv(int peer, void* data, size_t cap) = 0;
+  // Sends to `to` and receives from `from` at once (a ring's or RHD's
+  // exchange): never deadlocks when both sides call it with large messages.
+  virtual size_t sendrecv(int to, const void* sdata, size_t slen, int from, void* rdata, size_t rcap) = 0;
+};
+
+// What an observer of a transport sees (inproc.hpp): one message, when sent.
+struct MessageEvent {
+  int from, to;
+  size_t bytes;
+  uint64_t seq;  // the order of sends over the whole group
+};
+
+}  // namespace prism::coll
