@@ -1,0 +1,150 @@
+#include "coll/binomial.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace prism::coll {
+namespace {
+
+// The tree over relabelled ranks v = (rank - root) mod p: v's parent is
+// v - 2^k for k its lowest set bit; its children are v + 2^k for every k
+// below that bit (every k for the root) with v + 2^k < p.
+struct Tree {
+  int p, root, v;
+  Tree(const Transport& t, int root_, const char* what) : p(t.size()), root(root_), v(0) {
+    if (root < 0 || root >= p)
+      throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) +
+                                  " is not a rank of a group of " + std::to_string(p) + " (0.." +
+                                  std::to_string(p - 1) + ")");
+    v = (t.rank() - root + p) % p;
+  }
+  int rank_of(int u) const { return (u + root) % p; }
+  // The steps: 2^k < p.
+  int steps() const { return p <= 1 ? 0 : std::bit_width(unsigned(p - 1)); }
+  // The step at which v sends to its parent (its lowest set bit), or steps() for the root.
+  int send_step() const { return v == 0 ? steps() : std::countr_zero(unsigned(v)); }
+};
+
+// The accumulator a tree node folds with: FP32_BINOMIAL's order is the
+// tree's own, so a node adds its children's fp32 partials as they come
+// (FP32_ARRIVAL's lossless fp32 state), in the seed's step order.
+OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
+  OpDesc d = block_desc(op, uint32_t(p), lanes);
+  if (d.policy == Policy::FP32_BINOMIAL) d.policy = Policy::FP32_ARRIVAL;
+  return d;
+}
+
+void check_format(Format f, const char* what) {
+  if (!format_from_code(uint8_t(f)))
+    throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
+                                " is not a format");
+}
+
+// One message down the tree: the root sends its `len` bytes at `buf`; any
+// other rank receives at most `len` bytes there from its parent and passes
+// them on. Returns the message's length.
+size_t tree_broadcast(Transport& t, const Tree& tr, uint8_t* buf, size_t len) {
+  const int top = tr.send_step();
+  if (tr.v != 0) len = t.recv(tr.rank_of(tr.v - (1 << top)), buf, len);
+  for (int k = top - 1; k >= 0; --k)  // the reduce's steps backwards
+    if (tr.v + (1 << k) < tr.p) t.send(tr.rank_of(tr.v + (1 << k)), buf, len);
+  return len;
+}
+
+std::string parent_text(const Tree& tr) { return "rank " + std::to_string(tr.rank_of(tr.v - (1 << tr.send_step()))); }
+
+}  // namespace
+
+void binomial_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+                     int root) {
+  const Tree tr(t, root, "binomial reduce");
+  check_format(op.dtype, "binomial reduce");
+  check_format(op.out, "binomial reduce");
+  const uint32_t full = uint32_t(std::min<size_t>(count, kBinomialBlock));
+  const OpDesc d = node_desc(op, tr.p, std::max<uint32_t>(full, 1));  // admission, before any message
+  if (count == 0) return;
+  if (tr.v == 0 && !out) throw std::invalid_argument("binomial reduce: the root needs an output buffer");
+  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  std::unique_ptr<Accumulator> acc = make_accumulator(d);
+  std::vector<LaneExact> lanes;
+  std::vector<uint8_t> msg, rx(max_partial_bytes(full));
+  const int top = tr.send_step();
+  for (size_t off = 0; off < count; off += kBinomialBlock) {
+    const uint32_t n = uint32_t(std::min<size_t>(count - off, kBinomialBlock));
+    if (acc->desc().lanes != n) acc = make_accumulator(node_desc(op, tr.p, n));  // the last, shorter block
+    acc->reset();
+    acc->add(src + off * isz, uint32_t(tr.v));
+    for (int k = 0; k < top; ++k) {  // receive x_{v+2^k}, lowest step first
+      const int child = tr.v + (1 << k);
+      if (child >= tr.p) continue;
+      const int from = tr.rank_of(child);
+      const size_t len = t.recv(from, rx.data(), rx.size());
+      merge_partial(*acc, op, rx.data(), len, from, lanes);
+    }
+    if (tr.v != 0) {  // send x_v to v - 2^top and go idle for this block
+      encode_partial(*acc, op, lanes, msg);
+      t.send(tr.rank_of(tr.v - (1 << top)), msg.data(), msg.size());
+    } else {
+      acc->finalize(dst + off * osz, flags ? flags + off : nullptr);
+    }
+  }
+}
+
+void binomial_broadcast(Transport& t, void* data, size_t bytes, int root) {
+  const Tree tr(t, root, "binomial broadcast");
+  constexpr size_t kSegment = size_t(kBinomialBlock) * 4;
+  auto* p = static_cast<uint8_t*>(data);
+  for (size_t off = 0; off < bytes; off += kSegment) {
+    const size_t len = std::min(kSegment, bytes - off);
+    if (tree_broadcast(t, tr, p + off, len) != len)
+      throw CollectiveError("binomial broadcast: " + parent_text(tr) + " sent a shorter segment than the " +
+                            std::to_string(len) +
+                            " bytes expected: every rank must call it with the same size and root");
+  }
+}
+
+void binomial_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+                        int root) {
+  const Tree tr(t, root, "binomial allreduce");
+  if (!out && count) throw std::invalid_argument("binomial allreduce: every rank needs an output buffer");
+  std::vector<uint8_t> fl(tr.v == 0 ? count : 0);
+  binomial_reduce(t, in, count, op, out, fl.data(), root);
+  // Block by block: [1 if flags follow][the block's elements of op.out][its flags].
+  const size_t osz = info(op.out).bytes;
+  auto* dst = static_cast<uint8_t*>(out);
+  std::vector<uint8_t> buf(1 + size_t(kBinomialBlock) * (osz + 1));
+  for (size_t off = 0; off < count; off += kBinomialBlock) {
+    const size_t n = std::min<size_t>(count - off, kBinomialBlock);
+    size_t len = 1 + n * osz;
+    if (tr.v == 0) {
+      const bool any = std::any_of(fl.begin() + off, fl.begin() + off + n, [](uint8_t f) { return f != 0; });
+      buf[0] = any;
+      std::memcpy(buf.data() + 1, dst + off * osz, n * osz);
+      if (any) std::memcpy(buf.data() + len, fl.data() + off, n);
+      tree_broadcast(t, tr, buf.data(), len + (any ? n : 0));
+      continue;
+    }
+    const size_t got = tree_broadcast(t, tr, buf.data(), buf.size());
+    const bool any = got > 0 && buf[0];
+    if (got != len + (any ? n : 0))
+      throw CollectiveError("binomial allreduce: " + parent_text(tr) + " sent a result block of " +
+                            std::to_string(got) + " bytes for " + std::to_string(n) + " " + name(op.out) +
+                            " elements: every rank must call it with the same op, count and root");
+    std::memcpy(dst + off * osz, buf.data() + 1, n * osz);
+    if (flags) {
+      if (any)
+        std::memcpy(flags + off, buf.data() + len, n);
+      else
+        std::memset(flags + off, 0, n);
+    }
+  }
+  if (tr.v == 0 && flags && count) std::memcpy(flags, fl.data(), count);
+}
+
+}  // namespace prism::coll
