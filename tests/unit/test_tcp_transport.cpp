@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -516,6 +518,30 @@ TEST(TcpPeersFromConfig, RanksBehindAnotherSwitchAreAnError) {
   } catch (const TransportError& e) {
     EXPECT_NE(std::string(e.what()).find("ranks 2, 3 are not members at this switch"), std::string::npos) << e.what();
   }
+}
+
+// The driver of tests/py/test_tcp_transport.py, which runs this binary in
+// each rank's network namespace with PRISM_TCP_CONFIG (the switch's YAML)
+// and PRISM_TCP_RANK set; skipped without them. Peers from the config (TCP
+// port = udp_port), then a shift exchange with every other rank at each size.
+TEST(TcpDriver, ExchangesWithEveryRankOfTheConfig) {
+  const char* config = std::getenv("PRISM_TCP_CONFIG");
+  const char* rank_s = std::getenv("PRISM_TCP_RANK");
+  if (!config || !rank_s) GTEST_SKIP() << "run by tests/py/test_tcp_transport.py";
+  const int r = std::atoi(rank_s);
+  const TcpPeers peers = tcp_peers_from_config(config, 0);
+  auto t = connect_tcp(peers, r, quick());
+  const int n = t->size();
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    for (size_t size : kSizes) {
+      const std::vector<uint8_t> out = message(r, to, size);
+      std::vector<uint8_t> in(size);
+      ASSERT_EQ(t->sendrecv(to, out.data(), out.size(), from, in.data(), in.size()), size);
+      ASSERT_TRUE(in == message(from, r, size)) << "from rank " << from << ", " << size << " bytes";
+    }
+  }
+  std::printf("TCP-DRIVER OK rank %d of %d\n", r, n);
 }
 
 }  // namespace
