@@ -13,11 +13,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
+#include "coll/binomial.hpp"
+#include "coll/tcp.hpp"
 #include "json.hpp"
 #include "output_file.hpp"
 #include "rank/prism.hpp"
@@ -35,6 +38,14 @@ constexpr Entry<Collective> kCollectives[] = {
     {Collective::REDUCE, "reduce", "the root receives the sum"},
 };
 constexpr std::span<const Entry<Collective>> entries(Collective) { return kCollectives; }
+
+enum class Algo : uint8_t { SWITCH, BINOMIAL };
+constexpr Entry<Algo> kAlgos[] = {
+    {Algo::SWITCH, "switch", "through the PRISM switch the config describes (libprism)"},
+    {Algo::BINOMIAL, "binomial",
+     "hosts only: seed 000's binomial tree over TCP between the ranks (each at its member ip, TCP port = udp_port)"},
+};
+constexpr std::span<const Entry<Algo>> entries(Algo) { return kAlgos; }
 
 std::string usage() {
   return "usage: prism-rank --config FILE --rank K [--job J] [options]\n"
@@ -64,6 +75,10 @@ std::string usage() {
          choices<Collective>() +
          " (default allreduce)\n"
          "  --root R              reduce's root rank (default 0)\n"
+         "  --algo A              " +
+         choices<Algo>() +
+         " (default switch): binomial reduces among the hosts, over TCP,\n"
+         "                        with PRISM's arithmetic (KULISCH partials travel losslessly: the same bits)\n"
          "\n"
          "How:\n"
          "  --repeat N            collectives in a row, each timed (default 1)\n"
@@ -99,6 +114,7 @@ struct Run {
   Transport transport = Transport::KULISCH;
   Exceptions exceptions = Exceptions::IEEE;
   Collective coll = Collective::ALLREDUCE;
+  Algo algo = Algo::SWITCH;
   uint16_t root = 0;
   uint64_t repeat = 1, warmup = 0, split = 1;
   bool in_place = false, check = false, json = false;
@@ -132,9 +148,9 @@ Run parse(int argc, char** argv) {
     }
   const cli::Args a(
       argc, argv, 1,
-      {"--config",    "--rank",   "--job",         "--size",       "--count",      "--input", "--seed",   "--dtype",
-       "--out-dtype", "--policy", "--transport",   "--exceptions", "--collective", "--root",  "--repeat", "--warmup",
-       "--split",     "--window", "--chunk-elems", "--timeout-ms", "--first-op",   "--output"},
+      {"--config",    "--rank",   "--job",       "--size",        "--count",      "--input",    "--seed",  "--dtype",
+       "--out-dtype", "--policy", "--transport", "--exceptions",  "--collective", "--root",     "--algo",  "--repeat",
+       "--warmup",    "--split",  "--window",    "--chunk-elems", "--timeout-ms", "--first-op", "--output"},
       {"--check", "--json", "--in-place"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -149,6 +165,7 @@ Run parse(int argc, char** argv) {
   r.transport = cli::one_of<Transport>(a, "--transport", Transport::KULISCH);
   r.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
   r.coll = cli::one_of<Collective>(a, "--collective", Collective::ALLREDUCE);
+  r.algo = cli::one_of<Algo>(a, "--algo", Algo::SWITCH);
   r.root = uint16_t(a.num("--root", 0, 65534, 0));
   r.input = a.str("--input");
   r.output = a.str("--output");
@@ -314,9 +331,24 @@ int run_rank(const Run& run0) {
   // The input first: joining the job's session waits for every rank, and a rank still making its
   // input after that would hold the others' first collective up.
   std::vector<uint8_t> input = run.input.empty() ? generate(run, uint16_t(run.sel.rank)) : read_input(run, &run.count);
-  Communicator comm = Communicator::from_config(run.config, run.sel, run.tune);
-  const Endpoints& ep = comm.endpoints();
-  const uint32_t first_op = comm.next_op();  // the session's first op number (joined) or --first-op
+  std::optional<Communicator> comm;      // --algo switch
+  std::unique_ptr<coll::Transport> tcp;  // --algo binomial
+  Endpoints ep;
+  if (run.algo == Algo::SWITCH) {
+    comm.emplace(Communicator::from_config(run.config, run.sel, run.tune));
+    ep = comm->endpoints();
+  } else {
+    if (run.split != 1) fail("--split needs --algo switch (the host algorithms run one op at a time)");
+    const coll::TcpPeers peers = coll::tcp_peers_from_config(run.config, run.sel.job);
+    if (size_t(run.sel.rank) >= peers.ranks.size())
+      fail("--rank " + std::to_string(run.sel.rank) + " is not below the job's group of " +
+           std::to_string(peers.ranks.size()));
+    tcp = coll::connect_tcp(peers, run.sel.rank);
+    ep.job = peers.job;
+    ep.rank = uint16_t(run.sel.rank);
+    ep.group = uint16_t(peers.ranks.size());
+  }
+  const uint32_t first_op = comm ? comm->next_op() : 0;  // the session's first op number (joined) or --first-op
   if (run.coll == Collective::REDUCE && run.root >= ep.group)
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
@@ -341,16 +373,28 @@ int run_rank(const Run& run0) {
     uint8_t* out = run.in_place ? work.data() : (keep ? result.data() : nullptr);
     const uint64_t per = (run.count + run.split - 1) / run.split;
     const auto t0 = std::chrono::steady_clock::now();
+    if (tcp) {  // the hosts' binomial tree (lib/coll)
+      const coll::ReduceOp op{run.dtype, run.out, run.policy, run.exceptions};
+      std::vector<uint8_t> flags(keep ? run.count : 0);
+      if (run.coll == Collective::ALLREDUCE)
+        coll::binomial_allreduce(*tcp, in, run.count, op, out, flags.data());
+      else
+        coll::binomial_reduce(*tcp, in, run.count, op, out, keep ? flags.data() : nullptr, run.root);
+      if (it + 1 == run.warmup + run.repeat)
+        for (uint8_t f : flags)
+          overflow += (f & flag::OVERFLOW) != 0, invalid += (f & flag::INVALID) != 0,
+              nan_input += (f & flag::NAN_INPUT) != 0;
+    }
     std::vector<Request> reqs;
-    for (uint64_t s = 0; s < run.split; ++s) {
+    for (uint64_t s = 0; comm && s < run.split; ++s) {
       const uint64_t first = std::min(run.count, s * per), n = std::min(per, run.count - first);
       uint8_t* o_at = out ? out + first * ob : nullptr;
       reqs.push_back(run.coll == Collective::ALLREDUCE
-                         ? comm.iallreduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), o)
-                         : comm.ireduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), run.root, o));
+                         ? comm->iallreduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), o)
+                         : comm->ireduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), run.root, o));
     }
     for (size_t k = reqs.size(); k-- > 0;) {  // last first: completion in any order
-      const OpReport rep = comm.wait(reqs[k]);
+      const OpReport rep = comm->wait(reqs[k]);
       if (it + 1 == run.warmup + run.repeat)
         overflow += rep.overflow, invalid += rep.invalid, nan_input += rep.nan_input;
     }
@@ -376,7 +420,9 @@ int run_rank(const Run& run0) {
   std::sort(sorted.begin(), sorted.end());
   const double tmin = sorted.front(), tmed = sorted[sorted.size() / 2];
   const double bytes = double(run.count) * double(ib);
-  const Stats& st = comm.stats();
+  const Stats st = comm ? comm->stats() : Stats{};
+  const uint32_t chunk_elems = comm ? comm->chunk_elems(Dtype(uint8_t(run.dtype)), o) : 0;
+  const uint32_t window = comm ? comm->window() : 0;
   const bool failed_check = run.check && cr.beyond_bound;
   if (run.json) {
     app::JsonObject j;
@@ -385,7 +431,7 @@ int run_rank(const Run& run0) {
     j.str("collective", name(run.coll)).str("dtype", info(run.dtype).name).str("out_dtype", info(run.out).name);
     j.str("policy", name(run.policy)).num("count", run.count).num("bytes", uint64_t(bytes)).num("repeat", run.repeat);
     j.num("seconds_min", tmin).num("seconds_median", tmed).num("gbit_s", tmin > 0 ? bytes * 8 / tmin / 1e9 : 0);
-    j.num("chunk_elems", comm.chunk_elems(Dtype(uint8_t(run.dtype)), o)).num("window", comm.window());
+    j.str("algo", name(run.algo)).num("chunk_elems", chunk_elems).num("window", window);
     j.num("chunks", st.chunks).num("retransmits", st.retransmits).num("results", st.results);
     j.num("duplicate_results", st.duplicate_results).num("nacks", st.nacks).num("no_slot_retries", st.no_slot_retries);
     j.num("stray", st.stray).num("rtt_min_us", st.rtt_min_us).num("rtt_srtt_us", st.rtt_srtt_us);
@@ -402,10 +448,13 @@ int run_rank(const Run& run0) {
                 name(run.policy), run.repeat);
     std::printf("time: min %.6f s, median %.6f s; algorithm bandwidth %.3f Gbit/s (min time)\n", tmin, tmed,
                 tmin > 0 ? bytes * 8 / tmin / 1e9 : 0.0);
-    std::printf("chunks %" PRIu64 " (%u elements each, window %u), retransmits %" PRIu64 ", duplicate results %" PRIu64
-                ", nacks %" PRIu64 " (no_free_slot retries %" PRIu64 "), rtt min/srtt/max %.0f/%.0f/%.0f us\n",
-                st.chunks, comm.chunk_elems(Dtype(uint8_t(run.dtype)), o), comm.window(), st.retransmits,
-                st.duplicate_results, st.nacks, st.no_slot_retries, st.rtt_min_us, st.rtt_srtt_us, st.rtt_max_us);
+    if (!comm) std::printf("algorithm: %s (%s)\n", name(run.algo), doc(run.algo));
+    if (comm)
+      std::printf("chunks %" PRIu64 " (%u elements each, window %u), retransmits %" PRIu64
+                  ", duplicate results %" PRIu64 ", nacks %" PRIu64 " (no_free_slot retries %" PRIu64
+                  "), rtt min/srtt/max %.0f/%.0f/%.0f us\n",
+                  st.chunks, chunk_elems, window, st.retransmits, st.duplicate_results, st.nacks, st.no_slot_retries,
+                  st.rtt_min_us, st.rtt_srtt_us, st.rtt_max_us);
     if (overflow || invalid || nan_input)
       std::printf("flags: overflow=%" PRIu64 " invalid=%" PRIu64 " nan_input=%" PRIu64 "\n", overflow, invalid,
                   nan_input);
