@@ -164,9 +164,15 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
         std::string list;
         for (int j = 0; j < n; ++j) {
           if (j == rank || fds[size_t(j)] >= 0) continue;
+          std::string state = "it never called in";
+          if (j < rank) {
+            const Out& c = out[size_t(j)];
+            state = c.fd < 0       ? "last try: " + c.last_error
+                    : c.connecting ? "no answer to connecting (is the address reachable?)"
+                                   : "connected, but it sent no hello";
+          }
           list += (list.empty() ? "" : ", ") + std::string("rank ") + to_string(j) + " (at " +
-                  addr_str(peers.ranks[size_t(j)]) + ": " +
-                  (j < rank ? "last try: " + out[size_t(j)].last_error : std::string("it never called in")) + ")";
+                  addr_str(peers.ranks[size_t(j)]) + ": " + state + ")";
         }
         throw TransportError(me + ": TCP setup timed out after " + to_string(o.connect_timeout.count()) +
                              " ms; never connected: " + list + ". Is every rank started, with the same peers?");
