@@ -24,13 +24,13 @@ def count(build: Path, tag: str) -> None:
         except ET.ParseError:
             print(f"FAILED {f.stem}{tag}: unreadable XML")
             failed += 1
-            xml_failed.add(f.stem)
+            xml_failed.add(f.stem.removeprefix("py_"))
             continue
         for case in root.iter("testcase"):
             tags = {child.tag for child in case}
             if "failure" in tags or "error" in tags:
                 failed += 1
-                xml_failed.add(f.stem)
+                xml_failed.add(f.stem.removeprefix("py_"))
                 print(f"FAILED {f.stem}{tag}: {case.get('classname', '')}.{case.get('name')}")
             elif "skipped" in tags or case.get("result") == "skipped" or case.get("status") == "notrun":
                 skipped += 1
