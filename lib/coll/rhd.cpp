@@ -13,19 +13,26 @@ namespace {
 // The group's shape: q = 2^floor(log2 p) ranks run the power-of-two
 // algorithm, r = p - q pairs fold first. v is this rank's number among the
 // q (-1 for an odd rank of the fold).
+// Which rank of a fold pair (2i, 2i+1) is in the block: the even one, or,
+// for a reduce or broadcast whose root is an odd rank below 2r, the odd ones
+// (the seed's broadcast: the root's parity decides).
 struct Shape {
-  int p, rank, q, r, m, v;
-  explicit Shape(const Transport& t) : p(t.size()), rank(t.rank()), q(0), r(0), m(0), v(-1) {
+  int p, rank, q, r, m, parity, v;
+  Shape(const Transport& t, int root) : p(t.size()), rank(t.rank()), q(0), r(0), m(0), parity(0), v(-1) {
     q = int(std::bit_floor(unsigned(p)));
     r = p - q;
     m = std::countr_zero(unsigned(q));
-    if (rank >= 2 * r)
-      v = rank - r;
-    else if (rank % 2 == 0)
-      v = rank / 2;
+    if (root >= 0 && root < 2 * r) parity = root % 2;
+    v = v_of(rank);
   }
-  int rank_of(int u) const { return u < r ? 2 * u : u + r; }
+  int v_of(int x) const { return x >= 2 * r ? x - r : x % 2 == parity ? x / 2 : -1; }
+  int rank_of(int u) const { return u < r ? 2 * u + parity : u + r; }
 };
+
+[[noreturn]] void bad_root(const char* what, int root, int p) {
+  throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) + " is not a rank of a group of " +
+                              std::to_string(p) + " (0.." + std::to_string(p - 1) + ")");
+}
 
 // As binomial.cpp: FP32_BINOMIAL's accumulator has no lossless state, so a
 // node adds fp32 partials as they come (FP32_ARRIVAL), in RHD's order.
@@ -37,7 +44,7 @@ OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
 
 void check_format(Format f) {
   if (!format_from_code(uint8_t(f)))
-    throw std::invalid_argument("rhd allreduce: format code " + std::to_string(unsigned(f)) + " is not a format");
+    throw std::invalid_argument("rhd: format code " + std::to_string(unsigned(f)) + " is not a format");
 }
 
 // One block: its segments' accumulators (null for an empty segment) and
@@ -107,9 +114,9 @@ struct Block {
     prism::coll::merge_partial(a, o, m, l, from, lanes);
   }
   [[noreturn]] void short_message(int from, size_t len_) const {
-    throw CollectiveError("rhd allreduce: rank " + std::to_string(from) + " sent a message of " + std::to_string(len_) +
+    throw CollectiveError("rhd: rank " + std::to_string(from) + " sent a message of " + std::to_string(len_) +
                           " bytes that is not this block's partials (" + std::to_string(n) +
-                          " elements): every rank must call it with the same op and count");
+                          " elements): every rank must call it with the same op, count and root");
   }
 };
 
@@ -120,35 +127,44 @@ size_t rhd_segment_start(size_t n, size_t q, size_t s) {
   return s * base + std::min(s, extra);
 }
 
-void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
-  const Shape sh(t);
+namespace {
+
+// Allreduce (root < 0) or reduce to `root`: fold, reduce-scatter, then
+// allgather and unfold, or gather to the root.
+void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root,
+         const char* what) {
+  const int p = t.size();
+  if (root >= p) bad_root(what, root, p);
+  const Shape sh(t, root);
   check_format(op.dtype);
   check_format(op.out);
   node_desc(op, sh.p, uint32_t(std::max<size_t>(std::min<size_t>(count, kRhdBlock), 1)));  // admission first
   if (count == 0) return;
-  if (!out) throw std::invalid_argument("rhd allreduce: every rank needs an output buffer");
+  const bool all = root < 0, mine = all || sh.rank == root;
+  if (mine && !out)
+    throw std::invalid_argument(std::string(what) + (all ? ": every rank" : ": the root") + " needs an output buffer");
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   const size_t full = std::min<size_t>(count, kRhdBlock);
   Block b(op, sh.p);
-  std::vector<uint8_t> fl(full), msg, res;
-  std::vector<uint8_t> rx;
-  const bool folded = sh.v < 0;                        // the odd rank of a fold pair
-  const bool folds = sh.v >= 0 && sh.rank < 2 * sh.r;  // the even rank of a fold pair
+  std::vector<uint8_t> fl(full), msg, res, rx, scratch(mine ? 0 : full * osz);
+  const bool folded = sh.v < 0;                        // the fold pair's rank outside the block
+  const bool folds = sh.v >= 0 && sh.rank < 2 * sh.r;  // the fold pair's rank in the block
+  const int vroot = all ? 0 : sh.v_of(root);
   for (size_t off = 0; off < count; off += kRhdBlock) {
     const size_t n = std::min<size_t>(count - off, kRhdBlock);
     const size_t q = size_t(sh.q);
     b.reset(n, q);
     b.add(src + off * isz, isz, sh.rank);
-    uint8_t* o = dst + off * osz;
+    uint8_t* o = mine ? dst + off * osz : scratch.data();
     rx.resize(std::max(b.max_bytes(0, q), n * (osz + 1)));
     auto take_result = [&](size_t got, int from, size_t lo, size_t hi) {
       const size_t e0 = b.start(lo), e = b.start(hi) - e0;
       if (got != e * (osz + 1))
-        throw CollectiveError("rhd allreduce: rank " + std::to_string(from) + " sent a result range of " +
+        throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a result range of " +
                               std::to_string(got) + " bytes for " + std::to_string(e) + " " + name(op.out) +
-                              " elements: every rank must call it with the same op and count");
+                              " elements: every rank must call it with the same op, count and root");
       std::memcpy(o + e0 * osz, rx.data(), e * osz);
       std::memcpy(fl.data() + e0, rx.data() + e * osz, e);
     };
@@ -158,12 +174,13 @@ void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& o
       std::memcpy(res.data(), o + e0 * osz, e * osz);
       std::memcpy(res.data() + e * osz, fl.data() + e0, e);
     };
-    if (folded) {  // fold: send everything to the even rank, get the result back
+    const int pair = sh.rank ^ 1;
+    if (folded) {  // fold: send everything to the pair's block rank (allreduce: get the result back)
       b.encode(0, q, msg);
-      t.send(sh.rank - 1, msg.data(), msg.size());
-      take_result(t.recv(sh.rank - 1, rx.data(), rx.size()), sh.rank - 1, 0, q);
+      t.send(pair, msg.data(), msg.size());
+      if (all) take_result(t.recv(pair, rx.data(), rx.size()), pair, 0, q);
     } else {
-      if (folds) b.merge(0, q, rx.data(), t.recv(sh.rank + 1, rx.data(), rx.size()), sh.rank + 1);
+      if (folds) b.merge(0, q, rx.data(), t.recv(pair, rx.data(), rx.size()), pair);
       size_t lo = 0, hi = q;
       for (int k = 0; k < sh.m; ++k) {  // reduce-scatter: halving, distance doubling
         const int peer = sh.rank_of(sh.v ^ (1 << k));
@@ -178,22 +195,72 @@ void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& o
         hi = khi;
       }
       if (b.acc[lo]) b.acc[lo]->finalize(o + b.start(lo) * osz, fl.data() + b.start(lo));
-      for (int k = sh.m - 1; k >= 0; --k) {  // allgather: doubling, distance halving
+      const int d = sh.v ^ vroot;
+      for (int k = sh.m - 1; k >= 0; --k) {      // allgather / gather: doubling, distance halving
+        if (!all && (d >> (k + 1)) != 0) break;  // gather: sent its range already
         const int peer = sh.rank_of(sh.v ^ (1 << k));
         const size_t w = hi - lo;
         const bool low = (sh.v >> k & 1) == 0;
         const size_t plo = low ? hi : lo - w, phi = plo + w;
         result_msg(lo, hi);
-        take_result(t.sendrecv(peer, res.data(), res.size(), peer, rx.data(), rx.size()), peer, plo, phi);
+        if (all) {
+          take_result(t.sendrecv(peer, res.data(), res.size(), peer, rx.data(), rx.size()), peer, plo, phi);
+        } else if (d >> k & 1) {
+          t.send(peer, res.data(), res.size());  // to the root's side, then idle
+          continue;
+        } else {
+          take_result(t.recv(peer, rx.data(), rx.size()), peer, plo, phi);
+        }
         lo = std::min(lo, plo);
         hi = std::max(hi, phi);
       }
-      if (folds) {  // unfold
+      if (all && folds) {  // unfold
         result_msg(0, q);
-        t.send(sh.rank + 1, res.data(), res.size());
+        t.send(pair, res.data(), res.size());
       }
     }
-    if (flags) std::memcpy(flags + off, fl.data(), n);
+    if (mine && flags) std::memcpy(flags + off, fl.data(), n);
+  }
+}
+
+}  // namespace
+
+void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+  run(t, in, count, op, out, flags, -1, "rhd allreduce");
+}
+
+void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
+  if (root < 0) bad_root("rhd reduce", root, t.size());
+  run(t, in, count, op, out, flags, root, "rhd reduce");
+}
+
+void rhd_broadcast(Transport& t, void* data, size_t bytes, int root) {
+  if (root < 0 || root >= t.size()) bad_root("rhd broadcast", root, t.size());
+  const Shape sh(t, root);
+  const int vroot = sh.v_of(root);
+  constexpr size_t kSegment = size_t(kRhdBlock) * 4;
+  auto* buf = static_cast<uint8_t*>(data);
+  for (size_t off = 0; off < bytes; off += kSegment) {
+    const size_t len = std::min(kSegment, bytes - off);
+    uint8_t* seg = buf + off;
+    auto take = [&](int from) {
+      const size_t got = t.recv(from, seg, len);
+      if (got != len)
+        throw CollectiveError("rhd broadcast: rank " + std::to_string(from) + " sent a segment of " +
+                              std::to_string(got) + " bytes, not " + std::to_string(len) +
+                              ": every rank must call it with the same size and root");
+    };
+    if (sh.v < 0) {  // outside the block: the pair's block rank sends once at the end
+      take(sh.rank ^ 1);
+      continue;
+    }
+    const int d = sh.v ^ vroot;
+    for (int k = sh.m - 1; k >= 0; --k) {  // distance halving inside the block
+      const int low = d & ((2 << k) - 1);
+      if (low == (1 << k)) take(sh.rank_of(sh.v ^ (1 << k)));
+      if (low == 0) t.send(sh.rank_of(sh.v ^ (1 << k)), seg, len);
+    }
+    if (sh.rank < 2 * sh.r) t.send(sh.rank ^ 1, seg, len);
   }
 }
 

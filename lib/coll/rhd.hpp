@@ -66,4 +66,22 @@ size_t rhd_segment_start(size_t n, size_t q, size_t s);
 // TransportError when the group fails.
 void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
 
+// Reduce to `root`, as the seed's "ReduceScatter + Gather": the fold, the
+// reduce-scatter above, then a gather to the root by vector doubling and
+// distance halving (at step k = m-1..0, a rank still holding its range whose
+// number differs from the root's in bit k sends it to v ^ 2^k and goes
+// idle). The fold's block rank of each pair is the even one, or the odd ones
+// when the root is an odd rank below 2r (so the root is always in the block).
+// There `out` and `flags` (may be null) get the result, bit-identical to
+// rhd_allreduce's; other ranks leave them untouched (they may be null).
+void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+                int root = 0);
+
+// Sends `bytes` bytes at `data` on the root to every rank, as the seed's
+// broadcast: the root's parity picks the fold ranks in the block (as
+// rhd_reduce), a binomial broadcast by distance halving inside the block
+// (q/2, ..., 1 from the root's number), then one send from each block rank
+// below 2r to its pair. Segments of kRhdBlock * 4 bytes.
+void rhd_broadcast(Transport& t, void* data, size_t bytes, int root = 0);
+
 }  // namespace prism::coll

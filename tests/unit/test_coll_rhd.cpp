@@ -152,6 +152,54 @@ TEST(CollRhd, KulischSeveralBlocks) {
                 2 * size_t(prism::coll::kRhdBlock) + 5);
 }
 
+// Reduce (the seed's ReduceScatter + Gather) to every root: the root's bits
+// are the allreduce's (and, exactly, one accumulator's); other ranks' output
+// untouched.
+TEST(CollRhd, ReduceEveryRoot) {
+  for (Format f : {Format::FP32, Format::BF16, Format::E4M3FN})
+    for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL})
+      for (int p = 1; p <= 9; ++p)
+        for (size_t c : {size_t(7), size_t(1000)})
+          for (int root = 0; root < p; ++root) {
+            const ReduceOp op{f, Format::FP32, pol, Exceptions::IEEE};
+            std::vector<Bytes> in;
+            for (int r = 0; r < p; ++r) in.push_back(make_input(f, c, uint32_t(31 * p + r + c)));
+            const auto all = run_rhd(op, p, in, c);
+            std::vector<Result> red(static_cast<size_t>(p));
+            run_group(p, [&](int r, prism::coll::Transport& t) {
+              Result& b = red[size_t(r)];
+              b = Result{Bytes(c * 4, 0xEE), Bytes(c, 0xEE)};
+              prism::coll::rhd_reduce(t, in[size_t(r)].data(), c, op, b.out.data(), b.flags.data(), root);
+            });
+            const std::string w = what(op, p, c) + " root=" + std::to_string(root);
+            EXPECT_EQ(red[size_t(root)].out, all[0].out) << w;
+            EXPECT_EQ(red[size_t(root)].flags, all[0].flags) << w;
+            if (pol == Policy::KULISCH_FIXED) {
+              EXPECT_EQ(red[size_t(root)].out, reference(op, p, in, c, Policy::KULISCH_FIXED).out) << w;
+            }
+            for (int r = 0; r < p; ++r)
+              if (r != root) {
+                EXPECT_EQ(red[size_t(r)].out, Bytes(c * 4, 0xEE)) << w << ": reduce wrote at rank " << r;
+              }
+          }
+}
+
+// Broadcast from every root, sizes across segments.
+TEST(CollRhd, BroadcastEveryRoot) {
+  for (int p = 1; p <= 9; ++p)
+    for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(prism::coll::kRhdBlock) * 4 + 3})
+      for (int root = 0; root < p; ++root) {
+        std::vector<Bytes> buf(static_cast<size_t>(p), Bytes(bytes, 0));
+        buf[size_t(root)] = make_input(Format::E4M3FN, bytes, uint32_t(root + p));
+        run_group(p, [&](int r, prism::coll::Transport& t) {
+          prism::coll::rhd_broadcast(t, buf[size_t(r)].data(), bytes, root);
+        });
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(buf[size_t(r)], buf[size_t(root)])
+              << "p=" << p << " bytes=" << bytes << " root=" << root << " rank " << r;
+      }
+}
+
 // FP32_ARRIVAL / FP32_BINOMIAL: RHD's own fp32 order, the same bits on every
 // rank, within the recursive-summation bound of the exact sum K (rounded to
 // fp32): |r - K| <= (gamma_{p-1} + u) * sum |x|, u = 2^-24.
@@ -245,6 +293,54 @@ void check_pattern(int p) {
   size_t total = 0;
   for (auto& w : want) total += w.size();
   EXPECT_EQ(ev.size(), total) << "p=" << p;
+}
+
+// Broadcast's pattern (the seed: the root's parity picks the fold ranks in
+// the block, distance halving inside it, one send to each pair's other rank
+// at the end), and reduce's (fold into the root's parity, halving exchanges,
+// then the gather: q - 1 messages at distances q/2, ..., 1 towards the root).
+void check_rooted_pattern(int p, int root) {
+  const int q = int(std::bit_floor(unsigned(p))), r = p - q, m = std::countr_zero(unsigned(q));
+  const int par = root < 2 * r ? root % 2 : 0;
+  auto rank_of = [&](int v) { return v < r ? 2 * v + par : v + r; };
+  auto v_of = [&](int x) { return x >= 2 * r ? x - r : x % 2 == par ? x / 2 : -1; };
+  const int vr = v_of(root);
+  std::vector<std::vector<int>> want_b(static_cast<size_t>(p)), want_r(static_cast<size_t>(p));
+  for (int v = 0; v < q; ++v) {
+    const int x = rank_of(v), d = v ^ vr;
+    for (int k = m - 1; k >= 0; --k)
+      if ((d & ((2 << k) - 1)) == 0) want_b[size_t(x)].push_back(rank_of(v ^ (1 << k)));
+    if (x < 2 * r) want_b[size_t(x)].push_back(x ^ 1);
+    for (int k = 0; k < m; ++k) want_r[size_t(x)].push_back(rank_of(v ^ (1 << k)));
+    for (int k = m - 1; k >= 0; --k)
+      if ((d >> k) == 1) want_r[size_t(x)].push_back(rank_of(v ^ (1 << k)));
+  }
+  for (int x = 0; x < 2 * r; ++x)
+    if (v_of(x) < 0) want_r[size_t(x)].push_back(x ^ 1);
+  for (bool bcast : {true, false}) {
+    std::vector<std::vector<int>> got(static_cast<size_t>(p));
+    run_group(
+        p,
+        [&](int x, prism::coll::Transport& t) {
+          Bytes in = make_input(Format::FP32, 100, uint32_t(x));
+          Bytes out(400);
+          if (bcast)
+            prism::coll::rhd_broadcast(t, in.data(), in.size(), root);
+          else
+            prism::coll::rhd_reduce(t, in.data(), 100,
+                                    ReduceOp{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE},
+                                    out.data(), nullptr, root);
+        },
+        [&](const prism::coll::MessageEvent& e) { got[size_t(e.from)].push_back(e.to); });
+    for (int x = 0; x < p; ++x)
+      EXPECT_EQ(got[size_t(x)], bcast ? want_b[size_t(x)] : want_r[size_t(x)])
+          << (bcast ? "broadcast" : "reduce") << " p=" << p << " root=" << root << ": rank " << x << "'s sends";
+  }
+}
+
+TEST(CollRhd, SeedPatternRooted) {
+  for (int p = 1; p <= 9; ++p)
+    for (int root = 0; root < p; ++root) check_rooted_pattern(p, root);
 }
 
 TEST(CollRhd, SeedPatternFold) {
