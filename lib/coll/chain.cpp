@@ -1,0 +1,136 @@
+#include "coll/chain.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace prism::coll {
+namespace {
+
+// As binomial.cpp: FP32_BINOMIAL's accumulator has no lossless state, so a
+// rank adds fp32 partials as they come (FP32_ARRIVAL), in the chain's order.
+OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
+  OpDesc d = block_desc(op, uint32_t(p), lanes);
+  if (d.policy == Policy::FP32_BINOMIAL) d.policy = Policy::FP32_ARRIVAL;
+  return d;
+}
+
+void check_args(const ReduceOp& op, size_t segments, const char* what) {
+  for (Format f : {op.dtype, op.out})
+    if (!format_from_code(uint8_t(f)))
+      throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
+                                  " is not a format");
+  if (segments == 0) throw std::invalid_argument(std::string(what) + ": the number of segments must be at least 1");
+}
+
+[[noreturn]] void wrong_length(const char* what, int from, size_t got, size_t want) {
+  throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a segment of " +
+                        std::to_string(got) + " bytes, expected " + std::to_string(want) +
+                        ": every rank must call it with the same op, count and segments");
+}
+
+}  // namespace
+
+size_t chain_segment_start(size_t n, size_t m, size_t s) {
+  const size_t base = n / m, extra = n % m;
+  return s * base + std::min(s, extra);
+}
+
+void chain_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+                  size_t segments) {
+  check_args(op, segments, "chain reduce");
+  const int p = t.size(), r = t.rank();
+  const size_t m = segments;
+  const size_t big = count / m + (count % m ? 1 : 0);
+  node_desc(op, p, uint32_t(std::max<size_t>(big, 1)));  // admission, before any message
+  if (count == 0) return;
+  if (r == 0 && !out) throw std::invalid_argument("chain reduce: rank 0 needs an output buffer");
+  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  std::unique_ptr<Accumulator> acc;
+  std::vector<LaneExact> lanes;
+  std::vector<uint8_t> msg, rx(r + 1 < p ? max_partial_bytes(uint32_t(big)) : 0);
+  for (size_t s = 0; s < m; ++s) {
+    const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;
+    if (n == 0) continue;
+    if (!acc || acc->desc().lanes != n) acc = make_accumulator(node_desc(op, p, uint32_t(n)));
+    acc->reset();
+    acc->add(src + lo * isz, uint32_t(r));
+    if (r + 1 < p) {  // the partial of ranks r+1..p-1
+      const size_t len = t.recv(r + 1, rx.data(), rx.size());
+      merge_partial(*acc, op, rx.data(), len, r + 1, lanes);
+    }
+    if (r > 0) {
+      encode_partial(*acc, op, lanes, msg);
+      t.send(r - 1, msg.data(), msg.size());
+    } else {
+      acc->finalize(dst + lo * osz, flags ? flags + lo : nullptr);
+    }
+  }
+}
+
+void chain_broadcast(Transport& t, void* data, size_t bytes, size_t segments) {
+  if (segments == 0) throw std::invalid_argument("chain broadcast: the number of segments must be at least 1");
+  const int p = t.size(), r = t.rank();
+  auto* d = static_cast<uint8_t*>(data);
+  for (size_t s = 0; s < segments; ++s) {
+    const size_t lo = chain_segment_start(bytes, segments, s), n = chain_segment_start(bytes, segments, s + 1) - lo;
+    if (n == 0) continue;
+    if (r > 0) {
+      const size_t got = t.recv(r - 1, d + lo, n);
+      if (got != n) wrong_length("chain broadcast", r - 1, got, n);
+    }
+    if (r + 1 < p) t.send(r + 1, d + lo, n);
+  }
+}
+
+void chain_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+                     size_t segments) {
+  check_args(op, segments, "chain allreduce");
+  if (!out && count) throw std::invalid_argument("chain allreduce: every rank needs an output buffer");
+  const int p = t.size(), r = t.rank();
+  std::vector<uint8_t> fl(r == 0 ? count : 0);
+  chain_reduce(t, in, count, op, out, fl.data(), segments);
+  // Segment by segment, up the chain: [its elements of op.out][its flags].
+  const size_t osz = info(op.out).bytes, m = segments;
+  auto* dst = static_cast<uint8_t*>(out);
+  std::vector<uint8_t> buf((count / m + 1) * (osz + 1));
+  for (size_t s = 0; s < m; ++s) {
+    const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;
+    if (n == 0) continue;
+    const size_t len = n * (osz + 1);
+    if (r == 0) {
+      std::memcpy(buf.data(), dst + lo * osz, n * osz);
+      std::memcpy(buf.data() + n * osz, fl.data() + lo, n);
+    } else {
+      const size_t got = t.recv(r - 1, buf.data(), buf.size());
+      if (got != len) wrong_length("chain allreduce", r - 1, got, len);
+      std::memcpy(dst + lo * osz, buf.data(), n * osz);
+      if (flags) std::memcpy(flags + lo, buf.data() + n * osz, n);
+    }
+    if (r + 1 < p) t.send(r + 1, buf.data(), len);
+  }
+  if (r == 0 && flags && count) std::memcpy(flags, fl.data(), count);
+}
+
+double chain_model_time(double n, int p, double m, double t_start, double t_byte) {
+  return (t_start + n / m * t_byte) * (double(p) + m - 2);
+}
+
+size_t chain_optimal_segments(size_t n, int p, double t_start, double t_byte) {
+  if (n <= 1 || p <= 2) return 1;
+  const double x = std::sqrt(double(n) * double(p - 2) * t_byte / t_start);
+  if (!(x >= 1)) return 1;  // also a NaN (t_start = t_byte = 0)
+  if (x >= double(n)) return n;
+  const size_t lo = size_t(std::floor(x)), hi = lo + 1;
+  if (hi > n) return lo;
+  const double tl = chain_model_time(double(n), p, double(lo), t_start, t_byte);
+  const double th = chain_model_time(double(n), p, double(hi), t_start, t_byte);
+  return th < tl ? hi : lo;
+}
+
+}  // namespace prism::coll

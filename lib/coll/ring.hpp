@@ -1,0 +1,45 @@
+// Ring allreduce (as Open MPI's and NCCL's ring): a reduce-scatter then an
+// allgather around the ring r -> r+1 (mod p), p-1 steps each, over a
+// Transport, in PRISM's arithmetic, for any number of ranks p.
+//
+// A block of n elements is split into p contiguous segments (n / p elements,
+// one more for the first n % p; empty ones, when n < p, are not sent).
+//  - Reduce-scatter, step k = 0..p-2: rank r sends its partial of segment
+//    (r - k) mod p to r+1 and adds the partial of segment (r - k - 1) mod p
+//    from r-1 into its own. After p-1 steps r holds segment (r + 1) mod p
+//    summed over every rank and rounds it there: the one rounding.
+//  - Allgather, step k = 0..p-2: r sends the finalized segment
+//    (r + 1 - k) mod p (with its flags) to r+1 and takes (r - k) mod p from
+//    r-1.
+//
+// What a partial is, per policy (as binomial.hpp):
+//  - KULISCH_FIXED and integer inputs: the accumulator's exact state
+//    (partial_message.hpp), so every rank's result is bit-identical to one
+//    accumulator fed every rank's input.
+//  - FP32_ARRIVAL and FP32_BINOMIAL: a rounded fp32 sum, each step an fp32
+//    addition in the ring's order (segment s is summed over ranks s, s+1,
+//    ..., s-1 mod p): the ring's own bits, the same on every rank (the
+//    allgather copies one rounding to all).
+//
+// The vector goes in blocks of kRingBlock elements, each through the whole
+// ring before the next. Cost (alpha-beta-gamma, n bytes per block):
+// 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "coll/partial_message.hpp"
+#include "coll/transport.hpp"
+
+namespace prism::coll {
+
+inline constexpr uint32_t kRingBlock = 65536;
+
+// Every rank gets the sum of every rank's `count` elements of op.dtype (at
+// `in`): `out` gets count elements of op.out and `flags` (may be null) one
+// status byte per element. Throws std::invalid_argument for an inadmissible
+// op, CollectiveError or TransportError when the group fails.
+void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+
+}  // namespace prism::coll
