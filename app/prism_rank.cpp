@@ -20,6 +20,9 @@
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
 #include "coll/binomial.hpp"
+#include "coll/chain.hpp"
+#include "coll/rhd.hpp"
+#include "coll/ring.hpp"
 #include "coll/tcp.hpp"
 #include "json.hpp"
 #include "output_file.hpp"
@@ -39,11 +42,13 @@ constexpr Entry<Collective> kCollectives[] = {
 };
 constexpr std::span<const Entry<Collective>> entries(Collective) { return kCollectives; }
 
-enum class Algo : uint8_t { SWITCH, BINOMIAL };
+enum class Algo : uint8_t { SWITCH, BINOMIAL, CHAIN, RHD, RING };
 constexpr Entry<Algo> kAlgos[] = {
     {Algo::SWITCH, "switch", "through the PRISM switch the config describes (libprism)"},
-    {Algo::BINOMIAL, "binomial",
-     "hosts only: seed 000's binomial tree over TCP between the ranks (each at its member ip, TCP port = udp_port)"},
+    {Algo::BINOMIAL, "binomial", "hosts only: seed 000's binomial tree"},
+    {Algo::CHAIN, "chain", "hosts only: seed 000's pipelined chain in --segments M segments (reduce to rank 0)"},
+    {Algo::RHD, "rhd", "hosts only: seed 001's recursive halving-doubling, with the fold for p not a power of two"},
+    {Algo::RING, "ring", "hosts only: ring allreduce (reduce-scatter, allgather)"},
 };
 constexpr std::span<const Entry<Algo>> entries(Algo) { return kAlgos; }
 
@@ -115,6 +120,7 @@ struct Run {
   Exceptions exceptions = Exceptions::IEEE;
   Collective coll = Collective::ALLREDUCE;
   Algo algo = Algo::SWITCH;
+  uint64_t segments = 8;
   uint16_t root = 0;
   uint64_t repeat = 1, warmup = 0, split = 1;
   bool in_place = false, check = false, json = false;
@@ -166,6 +172,11 @@ Run parse(int argc, char** argv) {
   r.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
   r.coll = cli::one_of<Collective>(a, "--collective", Collective::ALLREDUCE);
   r.algo = cli::one_of<Algo>(a, "--algo", Algo::SWITCH);
+  r.segments = a.num("--segments", 1, 1 << 20, 8);
+  if (a.has("--segments") && r.algo != Algo::CHAIN) fail("--segments is the chain's: give it with --algo chain");
+  if (r.coll == Collective::REDUCE && r.algo == Algo::RING) fail("--algo ring is an allreduce: no reduce");
+  if (r.coll == Collective::REDUCE && r.algo == Algo::CHAIN && r.root != 0)
+    fail("--algo chain reduces to rank 0: give --root 0");
   r.root = uint16_t(a.num("--root", 0, 65534, 0));
   r.input = a.str("--input");
   r.output = a.str("--output");
@@ -326,6 +337,25 @@ CheckResult check(const Run& run, const Reference& ref, const std::vector<uint8_
   return cr;
 }
 
+// One collective among the hosts, by the algorithm --algo names.
+void host_collective(const Run& run, coll::Transport& t, const coll::ReduceOp& op, const uint8_t* in, uint8_t* out,
+                     uint8_t* flags) {
+  const bool all = run.coll == Collective::ALLREDUCE;
+  switch (run.algo) {
+    case Algo::SWITCH: break;
+    case Algo::BINOMIAL:
+      return all ? coll::binomial_allreduce(t, in, run.count, op, out, flags)
+                 : coll::binomial_reduce(t, in, run.count, op, out, flags, run.root);
+    case Algo::CHAIN:
+      return all ? coll::chain_allreduce(t, in, run.count, op, out, flags, run.segments)
+                 : coll::chain_reduce(t, in, run.count, op, out, flags, run.segments);
+    case Algo::RHD:
+      return all ? coll::rhd_allreduce(t, in, run.count, op, out, flags)
+                 : coll::rhd_reduce(t, in, run.count, op, out, flags, run.root);
+    case Algo::RING: return coll::ring_allreduce(t, in, run.count, op, out, flags);
+  }
+}
+
 int run_rank(const Run& run0) {
   Run run = run0;
   // The input first: joining the job's session waits for every rank, and a rank still making its
@@ -373,13 +403,10 @@ int run_rank(const Run& run0) {
     uint8_t* out = run.in_place ? work.data() : (keep ? result.data() : nullptr);
     const uint64_t per = (run.count + run.split - 1) / run.split;
     const auto t0 = std::chrono::steady_clock::now();
-    if (tcp) {  // the hosts' binomial tree (lib/coll)
+    if (tcp) {  // the hosts' algorithms (lib/coll)
       const coll::ReduceOp op{run.dtype, run.out, run.policy, run.exceptions};
       std::vector<uint8_t> flags(keep ? run.count : 0);
-      if (run.coll == Collective::ALLREDUCE)
-        coll::binomial_allreduce(*tcp, in, run.count, op, out, flags.data());
-      else
-        coll::binomial_reduce(*tcp, in, run.count, op, out, keep ? flags.data() : nullptr, run.root);
+      host_collective(run, *tcp, op, in, out, keep ? flags.data() : nullptr);
       if (it + 1 == run.warmup + run.repeat)
         for (uint8_t f : flags)
           overflow += (f & flag::OVERFLOW) != 0, invalid += (f & flag::INVALID) != 0,

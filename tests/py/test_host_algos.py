@@ -1,9 +1,10 @@
-"""The host collectives (issue 18) against the switch: prism-rank --algo binomial reduces among
-the ranks alone, over TCP between their namespaces (seed 000's binomial tree, lib/coll), with
-PRISM's arithmetic. Under KULISCH_FIXED its partials travel losslessly and it rounds once, so its
-result has the switch's bits; under FP32_BINOMIAL the tree is the switch's binomial order over
-rank index, so those bits agree too; FP32_ARRIVAL's differ (each its own order), within the
-bound. Through the namespace testbed's bridge layout (ranks reach each other). Needs root.
+"""The host collectives (issue 18) against the switch: prism-rank --algo binomial|chain|rhd|ring
+reduces among the ranks alone, over TCP between their namespaces (lib/coll), with PRISM's
+arithmetic. Under KULISCH_FIXED the partials travel losslessly and the result is rounded once,
+so every algorithm's result has the switch's bits, for any number of ranks (RHD folds when it is
+not a power of two); under FP32_BINOMIAL the binomial tree is the switch's binomial order over
+rank index, so those bits agree too. Through the testbed's bridge layout (ranks reach each
+other). Needs root.
 """
 from __future__ import annotations
 
@@ -28,18 +29,22 @@ def digests(tb, algo: str, policy: str, size: str, collective: str = 'allreduce'
     return {ln['rank']: ln['digest'] for ln in lines}
 
 
-@pytest.mark.parametrize('R', [3, 4])
-def test_binomial_tree_over_tcp_gives_the_switchs_bits(make_testbed, R):
+@pytest.mark.parametrize('R', [3, 4, 5])
+def test_every_host_algorithm_over_tcp_gives_the_switchs_bits(make_testbed, R):
     su.require_binaries(RANK)
     tb = make_testbed(ranks=R, layout='bridge')
-    for policy in ('kulisch', 'fp32_binomial'):
-        sw = digests(tb, 'switch', policy, '200KiB')
-        host = digests(tb, 'binomial', policy, '200KiB')
-        assert len(set(sw.values())) == 1, sw
-        assert host == sw, f'{policy}, R = {R}: the binomial tree {host} against the switch {sw}'
+    sw = digests(tb, 'switch', 'kulisch', '200KiB')
+    assert len(set(sw.values())) == 1, sw
+    for algo in ('binomial', 'chain', 'rhd', 'ring'):
+        host = digests(tb, algo, 'kulisch', '200KiB')
+        assert host == sw, f'KULISCH_FIXED, R = {R}: {algo} {host} against the switch {sw}'
+    sw = digests(tb, 'switch', 'fp32_binomial', '200KiB')
+    host = digests(tb, 'binomial', 'fp32_binomial', '200KiB')
+    assert host == sw, f'FP32_BINOMIAL, R = {R}: the binomial tree {host} against the switch {sw}'
     # reduce to rank 1: only the root keeps the result, the same bits again
     sw = digests(tb, 'switch', 'kulisch', '64KiB', 'reduce')
-    host = digests(tb, 'binomial', 'kulisch', '64KiB', 'reduce')
-    assert host[1] == sw[1] != '', (host, sw)
+    for algo in ('binomial', 'rhd'):
+        host = digests(tb, algo, 'kulisch', '64KiB', 'reduce')
+        assert host[1] == sw[1] != '', (algo, host, sw)
     exits = tb.stop_switches()
     assert exits['switch'].rc == 0, exits['switch'].stderr[-2000:]
