@@ -165,12 +165,14 @@ void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* o
         throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a result range of " +
                               std::to_string(got) + " bytes for " + std::to_string(e) + " " + name(op.out) +
                               " elements: every rank must call it with the same op, count and root");
+      if (e == 0) return;
       std::memcpy(o + e0 * osz, rx.data(), e * osz);
       std::memcpy(fl.data() + e0, rx.data() + e * osz, e);
     };
     auto result_msg = [&](size_t lo, size_t hi) {
       const size_t e0 = b.start(lo), e = b.start(hi) - e0;
       res.resize(e * (osz + 1));
+      if (e == 0) return;  // an empty segment (n < q)
       std::memcpy(res.data(), o + e0 * osz, e * osz);
       std::memcpy(res.data() + e * osz, fl.data() + e0, e);
     };
