@@ -21,6 +21,7 @@
 #include "arith/accumulator.hpp"
 #include "coll/binomial.hpp"
 #include "coll/inproc.hpp"
+#include "coll_util.hpp"
 
 namespace {
 
@@ -30,49 +31,8 @@ using prism::OpDesc;
 using prism::Policy;
 using prism::coll::ReduceOp;
 using Bytes = std::vector<uint8_t>;
-
-// Runs fn(rank, transport) on p threads; rethrows the first exception.
-template <class Fn>
-void run_group(int p, Fn fn, prism::coll::Observer obs = nullptr) {
-  auto ts = prism::coll::make_inproc_group(p, std::move(obs));
-  std::vector<std::exception_ptr> err(static_cast<size_t>(p));
-  std::vector<std::thread> th;
-  for (int r = 0; r < p; ++r)
-    th.emplace_back([&, r] {
-      try {
-        fn(r, *ts[size_t(r)]);
-      } catch (...) {
-        err[size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : th) t.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
-}
-
-// Inputs: mostly finite values over a spread of exponents (fp32: a window of
-// 2^-24..2^24 so sums cancel and round; the narrow formats: any finite bit
-// pattern), and about one element in 300 any bit pattern at all (NaN, Inf).
-Bytes make_input(Format f, size_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const size_t sz = prism::info(f).bytes;
-  Bytes b(count * sz);
-  for (size_t i = 0; i < count; ++i) {
-    uint32_t bits;
-    const bool wild = rng() % 300 == 0;
-    if (f == Format::INT32) {
-      bits = wild ? uint32_t(rng()) : uint32_t(int32_t(rng() % 2000001) - 1000000);
-    } else if (f == Format::FP32) {
-      bits = wild ? uint32_t(rng()) : (rng() & 0x807FFFFFu) | uint32_t(103 + rng() % 49) << 23;
-    } else {
-      do {
-        bits = uint32_t(rng()) & ((1u << (8 * sz)) - 1);
-      } while (!wild && prism::is_special(f, bits));
-    }
-    prism::store_bits(f, b.data() + i * sz, bits);
-  }
-  return b;
-}
+using prism::coll::test::make_input;
+using prism::coll::test::run_group;
 
 struct Result {
   Bytes out, flags;
