@@ -18,6 +18,22 @@ namespace prism {
 
 using rank::Op;
 
+// prism.hpp mirrors the wire codes so that it needs no internal header: the
+// two must agree (the library casts one to the other).
+static_assert(uint8_t(Dtype::FP32) == uint8_t(Format::FP32) && uint8_t(Dtype::FP16) == uint8_t(Format::FP16) &&
+              uint8_t(Dtype::BF16) == uint8_t(Format::BF16) && uint8_t(Dtype::E4M3FN) == uint8_t(Format::E4M3FN) &&
+              uint8_t(Dtype::E4M3FNUZ) == uint8_t(Format::E4M3FNUZ) && uint8_t(Dtype::E5M2) == uint8_t(Format::E5M2) &&
+              uint8_t(Dtype::E5M2FNUZ) == uint8_t(Format::E5M2FNUZ) && uint8_t(Dtype::INT8) == uint8_t(Format::INT8) &&
+              uint8_t(Dtype::INT32) == uint8_t(Format::INT32) && kFormatCount == 9);
+static_assert(uint8_t(Reduction::FP32_ARRIVAL) == uint8_t(Policy::FP32_ARRIVAL) &&
+              uint8_t(Reduction::KULISCH_FIXED) == uint8_t(Policy::KULISCH_FIXED) &&
+              uint8_t(Reduction::FP32_BINOMIAL) == uint8_t(Policy::FP32_BINOMIAL) && kPolicyCount == 3);
+static_assert(uint8_t(PartialTransport::ROUNDED) == uint8_t(Transport::ROUNDED) &&
+              uint8_t(PartialTransport::KULISCH) == uint8_t(Transport::KULISCH) &&
+              uint8_t(PartialTransport::AUTO) == uint8_t(Transport::AUTO) && kTransportCount == 3);
+static_assert(uint8_t(OverflowMode::IEEE) == uint8_t(Exceptions::IEEE) &&
+              uint8_t(OverflowMode::SATURATE) == uint8_t(Exceptions::SATURATE) && kExceptionsCount == 2);
+
 namespace {
 
 uint64_t now_ns() {
