@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/blocks.hpp"
+
 namespace prism::coll {
 namespace {
 
@@ -27,6 +29,8 @@ struct Shape {
   }
   int v_of(int x) const { return x >= 2 * r ? x - r : x % 2 == parity ? x / 2 : -1; }
   int rank_of(int u) const { return u < r ? 2 * u + parity : u + r; }
+  bool folded() const { return v < 0; }                  // the fold pair's rank outside the block
+  bool folds() const { return v >= 0 && rank < 2 * r; }  // the fold pair's rank in the block
 };
 
 [[noreturn]] void bad_root(const char* what, int root, int p) {
@@ -42,90 +46,220 @@ OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
   return d;
 }
 
-void check_format(Format f) {
+void check_format(const char* what, Format f) {
   if (!format_from_code(uint8_t(f)))
-    throw std::invalid_argument("rhd: format code " + std::to_string(unsigned(f)) + " is not a format");
+    throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
+                                " is not a format");
 }
 
-// One block: its segments' accumulators (null for an empty segment) and
-// the scratch its messages use.
+// A round's vector: units (one accumulator each, contiguous, in order),
+// grouped into the q segments the halving steps split. Allreduce and reduce:
+// one unit per segment, the split of n over q. Reduce-scatter and allgather:
+// one unit per rank (its piece of its block), segment v the units of the
+// ranks numbered v: two for a fold pair, so every segment is whole blocks.
+struct Layout {
+  std::vector<size_t> at;   // unit u's elements: [at[u], at[u+1])
+  std::vector<size_t> seg;  // segment s's units: [seg[s], seg[s+1])
+  size_t elem(size_t s) const { return at[seg[s]]; }
+  size_t n() const { return at.back(); }
+
+  void even(size_t n_, const Shape& sh) {
+    const size_t q = size_t(sh.q);
+    at.resize(q + 1);
+    seg.resize(q + 1);
+    for (size_t s = 0; s <= q; ++s) {
+      at[s] = rhd_segment_start(n_, q, s);
+      seg[s] = s;
+    }
+  }
+  void pieces(const detail::BlockRounds& br, size_t j, const Shape& sh) {
+    br.starts(j, at);
+    seg.resize(size_t(sh.q) + 1);
+    for (int s = 0; s < sh.q; ++s) seg[size_t(s)] = size_t(sh.rank_of(s));
+    seg[size_t(sh.q)] = size_t(sh.p);
+  }
+};
+
+// A round's accumulators (null for an empty unit) and the scratch its
+// partials use.
 struct Block {
   const ReduceOp& op;
   int p;
-  size_t n = 0, q = 0;
+  const Layout* lay = nullptr;
+  std::vector<size_t> at;  // the layout the accumulators were made for
   std::vector<std::unique_ptr<Accumulator>> acc;
   std::vector<LaneExact> lanes;
   std::vector<uint8_t> part;
 
   Block(const ReduceOp& op_, int p_) : op(op_), p(p_) {}
-  size_t start(size_t s) const { return rhd_segment_start(n, q, s); }
-  size_t len(size_t s) const { return start(s + 1) - start(s); }
 
-  void reset(size_t n_, size_t q_) {
-    if (n_ != n || q_ != q) {
-      n = n_;
-      q = q_;
+  void reset(const Layout& l) {
+    lay = &l;
+    if (l.at != at) {
+      at = l.at;
       acc.clear();
-      acc.resize(q);
-      for (size_t s = 0; s < q; ++s)
-        if (len(s)) acc[s] = make_accumulator(node_desc(op, p, uint32_t(len(s))));
+      acc.resize(at.size() - 1);
+      for (size_t u = 0; u + 1 < at.size(); ++u)
+        if (at[u + 1] > at[u]) acc[u] = make_accumulator(node_desc(op, p, uint32_t(at[u + 1] - at[u])));
     }
     for (auto& a : acc)
       if (a) a->reset();
   }
-  void add(const uint8_t* src, size_t isz, int index) {
-    for (size_t s = 0; s < q; ++s)
-      if (acc[s]) acc[s]->add(src + start(s) * isz, uint32_t(index));
+  void add(size_t u, const uint8_t* src, int index) {
+    if (acc[u]) acc[u]->add(src, uint32_t(index));
   }
-  // The most bytes a range's partials take.
+  // The most bytes segments [lo, hi)'s partials take.
   size_t max_bytes(size_t lo, size_t hi) const {
     size_t b = 0;
-    for (size_t s = lo; s < hi; ++s)
-      if (len(s)) b += 4 + max_partial_bytes(uint32_t(len(s)));
+    for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u)
+      if (acc[u]) b += 4 + max_partial_bytes(uint32_t(at[u + 1] - at[u]));
     return b;
   }
-  // Segments [lo, hi)'s partials, each as [uint32 length, little-endian][partial].
+  // Segments [lo, hi)'s partials, each unit's as [uint32 length, little-endian][partial].
   void encode(size_t lo, size_t hi, std::vector<uint8_t>& msg) {
     msg.clear();
-    for (size_t s = lo; s < hi; ++s) {
-      if (!acc[s]) continue;
-      encode_partial(*acc[s], op, lanes, part);
+    for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u) {
+      if (!acc[u]) continue;
+      encode_partial(*acc[u], op, lanes, part);
       const uint32_t l = uint32_t(part.size());
       const uint8_t h[4] = {uint8_t(l), uint8_t(l >> 8), uint8_t(l >> 16), uint8_t(l >> 24)};
       msg.insert(msg.end(), h, h + 4);
       msg.insert(msg.end(), part.begin(), part.end());
     }
   }
-  void merge(size_t lo, size_t hi, const uint8_t* msg, size_t len_, int from) {
-    size_t at = 0;
-    for (size_t s = lo; s < hi; ++s) {
-      if (!acc[s]) continue;
-      if (len_ - at < 4) short_message(from, len_);
-      const uint32_t l =
-          uint32_t(msg[at]) | uint32_t(msg[at + 1]) << 8 | uint32_t(msg[at + 2]) << 16 | uint32_t(msg[at + 3]) << 24;
-      at += 4;
-      if (len_ - at < l) short_message(from, len_);
-      merge_partial(*acc[s], op, msg + at, l, from);
-      at += l;
+  void merge(size_t lo, size_t hi, const uint8_t* msg, size_t len, int from) {
+    size_t at_ = 0;
+    for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u) {
+      if (!acc[u]) continue;
+      if (len - at_ < 4) short_message(from, len);
+      const uint32_t l = uint32_t(msg[at_]) | uint32_t(msg[at_ + 1]) << 8 | uint32_t(msg[at_ + 2]) << 16 |
+                         uint32_t(msg[at_ + 3]) << 24;
+      at_ += 4;
+      if (len - at_ < l) short_message(from, len);
+      merge_partial(*acc[u], op, msg + at_, l, from, lanes);
+      at_ += l;
     }
-    if (at != len_) short_message(from, len_);
+    if (at_ != len) short_message(from, len);
   }
-  void merge_partial(Accumulator& a, const ReduceOp& o, const uint8_t* m, size_t l, int from) {
-    prism::coll::merge_partial(a, o, m, l, from, lanes);
+  // Segment s's one rounding, into the round's results.
+  void finalize(size_t s, uint8_t* o, uint8_t* fl, size_t osz) {
+    for (size_t u = lay->seg[s]; u < lay->seg[s + 1]; ++u)
+      if (acc[u]) acc[u]->finalize(o + at[u] * osz, fl + at[u]);
   }
-  [[noreturn]] void short_message(int from, size_t len_) const {
-    throw CollectiveError("rhd: rank " + std::to_string(from) + " sent a message of " + std::to_string(len_) +
-                          " bytes that is not this block's partials (" + std::to_string(n) +
+  [[noreturn]] void short_message(int from, size_t len) const {
+    throw CollectiveError("rhd: rank " + std::to_string(from) + " sent a message of " + std::to_string(len) +
+                          " bytes that is not this block's partials (" + std::to_string(at.back()) +
                           " elements): every rank must call it with the same op, count and root");
   }
 };
 
+// The steps every RHD collective is made of, over one round: the fold and
+// the halving exchanges (partials), the doubling exchanges, the unfold and
+// the scatter / gather inside fold pairs (results: esz bytes per element at
+// o, with a flag byte per element at fl unless fl is null).
+struct Steps {
+  Transport& t;
+  const Shape& sh;
+  const char* what;
+  const Layout& lay;
+  uint8_t* o = nullptr;
+  uint8_t* fl = nullptr;
+  size_t esz = 0;
+  std::vector<uint8_t> msg, res, rx;
+
+  Steps(Transport& t_, const Shape& sh_, const char* what_, const Layout& lay_)
+      : t(t_), sh(sh_), what(what_), lay(lay_) {}
+
+  void results(uint8_t* o_, uint8_t* fl_, size_t esz_, size_t partial_bytes) {
+    o = o_;
+    fl = fl_;
+    esz = esz_;
+    rx.resize(std::max(partial_bytes, lay.n() * (esz + 1)));
+  }
+
+  // Fold: an odd rank 2i+1 < 2r sends its whole partial to 2i, which adds it.
+  void fold(Block& b) {
+    const size_t q = size_t(sh.q);
+    if (sh.folded()) {
+      b.encode(0, q, msg);
+      t.send(sh.rank ^ 1, msg.data(), msg.size());
+    } else if (sh.folds()) {
+      b.merge(0, q, rx.data(), t.recv(sh.rank ^ 1, rx.data(), rx.size()), sh.rank ^ 1);
+    }
+  }
+
+  // Vector halving: exchanges with v ^ 2^k, k = 0..m-1 (distance doubling:
+  // v ends owning segment bitreverse(v)) or k = m-1..0 (distance halving: v
+  // ends owning segment v, in order). Returns the segment v owns.
+  size_t halve(Block& b, bool distance_doubling) {
+    size_t lo = 0, hi = size_t(sh.q);
+    for (int i = 0; i < sh.m; ++i) {
+      const int k = distance_doubling ? i : sh.m - 1 - i;
+      const int peer = sh.rank_of(sh.v ^ (1 << k));
+      const size_t mid = (lo + hi) / 2;
+      const bool low = (sh.v >> k & 1) == 0;
+      const size_t klo = low ? lo : mid, khi = low ? mid : hi;
+      const size_t slo = low ? mid : lo, shi = low ? hi : mid;
+      b.encode(slo, shi, msg);
+      const size_t got = t.sendrecv(peer, msg.data(), msg.size(), peer, rx.data(), rx.size());
+      b.merge(klo, khi, rx.data(), got, peer);
+      lo = klo;
+      hi = khi;
+    }
+    return lo;
+  }
+
+  void send_results(int to, size_t e0, size_t e1) {
+    detail::pack_results(o + e0 * esz, fl ? fl + e0 : nullptr, esz, e1 - e0, res);
+    t.send(to, res.data(), res.size());
+  }
+  void take_results(int from, size_t got, size_t e0, size_t e1) {
+    if (!detail::unpack_results(rx.data(), got, esz, e1 - e0, o + e0 * esz, fl ? fl + e0 : nullptr))
+      throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a result range of " +
+                            std::to_string(got) + " bytes for " + std::to_string(e1 - e0) + " elements of " +
+                            std::to_string(esz) + " bytes" + (fl ? " and their flags" : "") +
+                            ": every rank must call it with the same op (element size), count and root");
+  }
+  void recv_results(int from, size_t e0, size_t e1) { take_results(from, t.recv(from, rx.data(), rx.size()), e0, e1); }
+  // A fold pair's exchanges of results: rank u's unit, or the whole vector.
+  void send_unit(int to, int u) { send_results(to, lay.at[size_t(u)], lay.at[size_t(u) + 1]); }
+  void recv_unit(int from, int u) { recv_results(from, lay.at[size_t(u)], lay.at[size_t(u) + 1]); }
+
+  // Vector doubling from segment s: exchanges with v ^ 2^k, k = 0..m-1
+  // (distance doubling, after a distance-halving reduce-scatter) or
+  // m-1..0. vroot >= 0 (distance halving only): a gather to vroot instead,
+  // a rank sending its range towards the root once and going idle.
+  void double_up(size_t s, bool distance_doubling, int vroot) {
+    size_t lo = s, hi = s + 1;
+    const int d = vroot < 0 ? 0 : sh.v ^ vroot;
+    for (int i = 0; i < sh.m; ++i) {
+      const int k = distance_doubling ? i : sh.m - 1 - i;
+      const int peer = sh.rank_of(sh.v ^ (1 << k));
+      const size_t w = hi - lo;
+      const bool low = (sh.v >> k & 1) == 0;
+      const size_t plo = low ? hi : lo - w, phi = plo + w;
+      if (vroot < 0) {
+        detail::pack_results(o + lay.elem(lo) * esz, fl ? fl + lay.elem(lo) : nullptr, esz, lay.elem(hi) - lay.elem(lo),
+                             res);
+        take_results(peer, t.sendrecv(peer, res.data(), res.size(), peer, rx.data(), rx.size()), lay.elem(plo),
+                     lay.elem(phi));
+      } else if (d >> k & 1) {
+        send_results(peer, lay.elem(lo), lay.elem(hi));  // to the root's side, then idle
+        return;
+      } else {
+        recv_results(peer, lay.elem(plo), lay.elem(phi));
+      }
+      lo = std::min(lo, plo);
+      hi = std::max(hi, phi);
+    }
+  }
+};
+
+size_t admission_lanes(size_t n) { return std::max<size_t>(n, 1); }
+
 }  // namespace
 
-size_t rhd_segment_start(size_t n, size_t q, size_t s) {
-  const size_t base = n / q, extra = n % q;
-  return s * base + std::min(s, extra);
-}
+size_t rhd_segment_start(size_t n, size_t q, size_t s) { return coll_block_start(n, int(q), int(s)); }
 
 namespace {
 
@@ -136,9 +270,9 @@ void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* o
   const int p = t.size();
   if (root >= p) bad_root(what, root, p);
   const Shape sh(t, root);
-  check_format(op.dtype);
-  check_format(op.out);
-  node_desc(op, sh.p, uint32_t(std::max<size_t>(std::min<size_t>(count, kRhdBlock), 1)));  // admission first
+  check_format(what, op.dtype);
+  check_format(what, op.out);
+  node_desc(op, sh.p, uint32_t(admission_lanes(std::min<size_t>(count, kRhdBlock))));  // admission first
   if (count == 0) return;
   const bool all = root < 0, mine = all || sh.rank == root;
   if (mine && !out)
@@ -147,79 +281,25 @@ void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* o
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   const size_t full = std::min<size_t>(count, kRhdBlock);
+  Layout lay;
   Block b(op, sh.p);
-  std::vector<uint8_t> fl(full), msg, res, rx, scratch(mine ? 0 : full * osz);
-  const bool folded = sh.v < 0;                        // the fold pair's rank outside the block
-  const bool folds = sh.v >= 0 && sh.rank < 2 * sh.r;  // the fold pair's rank in the block
-  const int vroot = all ? 0 : sh.v_of(root);
+  Steps st(t, sh, what, lay);
+  std::vector<uint8_t> fl(full), scratch(mine ? 0 : full * osz);
+  const size_t q = size_t(sh.q);
   for (size_t off = 0; off < count; off += kRhdBlock) {
     const size_t n = std::min<size_t>(count - off, kRhdBlock);
-    const size_t q = size_t(sh.q);
-    b.reset(n, q);
-    b.add(src + off * isz, isz, sh.rank);
-    uint8_t* o = mine ? dst + off * osz : scratch.data();
-    rx.resize(std::max(b.max_bytes(0, q), n * (osz + 1)));
-    auto take_result = [&](size_t got, int from, size_t lo, size_t hi) {
-      const size_t e0 = b.start(lo), e = b.start(hi) - e0;
-      if (got != e * (osz + 1))
-        throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a result range of " +
-                              std::to_string(got) + " bytes for " + std::to_string(e) + " " + name(op.out) +
-                              " elements: every rank must call it with the same op, count and root");
-      if (e == 0) return;
-      std::memcpy(o + e0 * osz, rx.data(), e * osz);
-      std::memcpy(fl.data() + e0, rx.data() + e * osz, e);
-    };
-    auto result_msg = [&](size_t lo, size_t hi) {
-      const size_t e0 = b.start(lo), e = b.start(hi) - e0;
-      res.resize(e * (osz + 1));
-      if (e == 0) return;  // an empty segment (n < q)
-      std::memcpy(res.data(), o + e0 * osz, e * osz);
-      std::memcpy(res.data() + e * osz, fl.data() + e0, e);
-    };
-    const int pair = sh.rank ^ 1;
-    if (folded) {  // fold: send everything to the pair's block rank (allreduce: get the result back)
-      b.encode(0, q, msg);
-      t.send(pair, msg.data(), msg.size());
-      if (all) take_result(t.recv(pair, rx.data(), rx.size()), pair, 0, q);
+    lay.even(n, sh);
+    b.reset(lay);
+    for (size_t u = 0; u < q; ++u) b.add(u, src + (off + lay.at[u]) * isz, sh.rank);
+    st.results(mine ? dst + off * osz : scratch.data(), fl.data(), osz, b.max_bytes(0, q));
+    st.fold(b);
+    if (sh.folded()) {
+      if (all) st.recv_results(sh.rank ^ 1, 0, n);  // the unfold
     } else {
-      if (folds) b.merge(0, q, rx.data(), t.recv(pair, rx.data(), rx.size()), pair);
-      size_t lo = 0, hi = q;
-      for (int k = 0; k < sh.m; ++k) {  // reduce-scatter: halving, distance doubling
-        const int peer = sh.rank_of(sh.v ^ (1 << k));
-        const size_t mid = (lo + hi) / 2;
-        const bool low = (sh.v >> k & 1) == 0;
-        const size_t klo = low ? lo : mid, khi = low ? mid : hi;
-        const size_t slo = low ? mid : lo, shi = low ? hi : mid;
-        b.encode(slo, shi, msg);
-        const size_t got = t.sendrecv(peer, msg.data(), msg.size(), peer, rx.data(), rx.size());
-        b.merge(klo, khi, rx.data(), got, peer);
-        lo = klo;
-        hi = khi;
-      }
-      if (b.acc[lo]) b.acc[lo]->finalize(o + b.start(lo) * osz, fl.data() + b.start(lo));
-      const int d = sh.v ^ vroot;
-      for (int k = sh.m - 1; k >= 0; --k) {      // allgather / gather: doubling, distance halving
-        if (!all && (d >> (k + 1)) != 0) break;  // gather: sent its range already
-        const int peer = sh.rank_of(sh.v ^ (1 << k));
-        const size_t w = hi - lo;
-        const bool low = (sh.v >> k & 1) == 0;
-        const size_t plo = low ? hi : lo - w, phi = plo + w;
-        result_msg(lo, hi);
-        if (all) {
-          take_result(t.sendrecv(peer, res.data(), res.size(), peer, rx.data(), rx.size()), peer, plo, phi);
-        } else if (d >> k & 1) {
-          t.send(peer, res.data(), res.size());  // to the root's side, then idle
-          continue;
-        } else {
-          take_result(t.recv(peer, rx.data(), rx.size()), peer, plo, phi);
-        }
-        lo = std::min(lo, plo);
-        hi = std::max(hi, phi);
-      }
-      if (all && folds) {  // unfold
-        result_msg(0, q);
-        t.send(pair, res.data(), res.size());
-      }
+      const size_t s = st.halve(b, true);
+      b.finalize(s, st.o, fl.data(), osz);
+      st.double_up(s, false, all ? -1 : sh.v_of(root));
+      if (all && sh.folds()) st.send_results(sh.rank ^ 1, 0, n);  // unfold
     }
     if (mine && flags) std::memcpy(flags + off, fl.data(), n);
   }
@@ -236,6 +316,79 @@ void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, 
   run(t, in, count, op, out, flags, root, "rhd reduce");
 }
 
+void rhd_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+  const char* what = "rhd reduce-scatter";
+  const Shape sh(t, -1);
+  check_format(what, op.dtype);
+  check_format(what, op.out);
+  const detail::BlockRounds br(count, sh.p, kRhdBlock);
+  node_desc(op, sh.p, uint32_t(admission_lanes(std::min(br.piece, br.len(0)))));  // admission first
+  if (count == 0) return;
+  if (br.len(sh.rank) && !out)
+    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(sh.rank) + " owns " +
+                                std::to_string(br.len(sh.rank)) + " elements and needs an output buffer");
+  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  Layout lay;
+  Block b(op, sh.p);
+  Steps st(t, sh, what, lay);
+  std::vector<uint8_t> res, fl;
+  for (size_t j = 0; j < br.rounds(); ++j) {
+    lay.pieces(br, j, sh);
+    b.reset(lay);
+    for (int u = 0; u < sh.p; ++u) b.add(size_t(u), src + br.first(j, u) * isz, sh.rank);
+    res.resize(lay.n() * osz);
+    fl.resize(lay.n());
+    st.results(res.data(), fl.data(), osz, b.max_bytes(0, size_t(sh.q)));
+    st.fold(b);
+    if (sh.folded()) {
+      st.recv_unit(sh.rank ^ 1, sh.rank);  // the scatter: its block from its pair
+    } else {
+      const size_t s = st.halve(b, false);  // distance halving: segment v, in rank order
+      b.finalize(s, res.data(), fl.data(), osz);
+      if (sh.folds()) st.send_unit(sh.rank ^ 1, sh.rank ^ 1);
+    }
+    const size_t e = br.len(j, sh.rank), e0 = lay.at[size_t(sh.rank)];
+    if (e == 0) continue;
+    std::memcpy(dst + j * br.piece * osz, res.data() + e0 * osz, e * osz);
+    if (flags) std::memcpy(flags + j * br.piece, fl.data() + e0, e);
+  }
+}
+
+void rhd_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
+  const char* what = "rhd allgather";
+  const Shape sh(t, -1);
+  if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
+  if (count == 0) return;
+  if (!out) throw std::invalid_argument(std::string(what) + ": every rank needs an output buffer");
+  const detail::BlockRounds br(count, sh.p, kRhdBlock);
+  const auto* mine = static_cast<const uint8_t*>(my_block);
+  auto* dst = static_cast<uint8_t*>(out);
+  Layout lay;
+  Steps st(t, sh, what, lay);
+  std::vector<uint8_t> stage;
+  for (size_t j = 0; j < br.rounds(); ++j) {
+    lay.pieces(br, j, sh);
+    stage.resize(lay.n() * elem_bytes);
+    st.results(stage.data(), nullptr, elem_bytes, 0);
+    const size_t e = br.len(j, sh.rank);
+    if (e)
+      std::memcpy(stage.data() + lay.at[size_t(sh.rank)] * elem_bytes, mine + j * br.piece * elem_bytes,
+                  e * elem_bytes);
+    if (sh.folded()) {
+      st.send_unit(sh.rank ^ 1, sh.rank);  // its block to its pair
+      st.recv_results(sh.rank ^ 1, 0, lay.n());
+    } else {
+      if (sh.folds()) st.recv_unit(sh.rank ^ 1, sh.rank ^ 1);
+      st.double_up(size_t(sh.v), true, -1);  // distance doubling from segment v
+      if (sh.folds()) st.send_results(sh.rank ^ 1, 0, lay.n());
+    }
+    for (int u = 0; u < sh.p; ++u)
+      if (const size_t l = br.len(j, u))
+        std::memcpy(dst + br.first(j, u) * elem_bytes, stage.data() + lay.at[size_t(u)] * elem_bytes, l * elem_bytes);
+  }
+}
 void rhd_broadcast(Transport& t, void* data, size_t bytes, int root) {
   if (root < 0 || root >= t.size()) bad_root("rhd broadcast", root, t.size());
   const Shape sh(t, root);

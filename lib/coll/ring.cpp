@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/blocks.hpp"
+
 namespace prism::coll {
 namespace {
 
@@ -17,49 +19,52 @@ OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
   return d;
 }
 
-size_t seg_start(size_t n, size_t p, size_t s) { return s * (n / p) + std::min(s, n % p); }
-
-[[noreturn]] void wrong_length(int from, size_t got, size_t want) {
-  throw CollectiveError("ring allreduce: rank " + std::to_string(from) + " sent a result segment of " +
-                        std::to_string(got) + " bytes, expected " + std::to_string(want) +
-                        ": every rank must call it with the same op and count");
-}
-
-}  // namespace
-
-void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+void check_formats(const char* what, const ReduceOp& op) {
   for (Format f : {op.dtype, op.out})
     if (!format_from_code(uint8_t(f)))
-      throw std::invalid_argument("ring allreduce: format code " + std::to_string(unsigned(f)) + " is not a format");
-  const int p = t.size(), r = t.rank();
-  const size_t full = std::min<size_t>(count, kRingBlock);
-  node_desc(op, p, uint32_t(std::max<size_t>(full, 1)));  // admission, before any message
-  if (count == 0) return;
-  if (!out) throw std::invalid_argument("ring allreduce: every rank needs an output buffer");
-  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes, q = size_t(p);
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
-  const auto* src = static_cast<const uint8_t*>(in);
-  auto* dst = static_cast<uint8_t*>(out);
-  std::vector<std::unique_ptr<Accumulator>> acc(q);
+      throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
+                                  " is not a format");
+}
+
+// The ring's steps over one round of p segments ([at[s], at[s+1]) of the
+// round's vector; an empty one is neither sent nor received). `shift` c
+// says where segments end: after the reduce-scatter rank r owns segment
+// (r + c) mod p, and the allgather starts from it (the allreduce: c = 1,
+// the collectives: c = 0, each rank its own block).
+struct Ring {
+  Transport& t;
+  const char* what;
+  int p, r, next, prev;
+  std::vector<size_t> at;
+  std::vector<std::unique_ptr<Accumulator>> acc;
   std::vector<LaneExact> lanes;
-  std::vector<uint8_t> fl(full), msg,
-      rx(std::max(max_partial_bytes(uint32_t(full / q + 1)), (full / q + 1) * (osz + 1)));
-  size_t n = 0;
-  for (size_t off = 0; off < count; off += kRingBlock) {
-    const size_t nb = std::min<size_t>(count - off, kRingBlock);
-    auto start = [&](size_t s) { return seg_start(nb, q, s); };
-    auto len = [&](size_t s) { return start(s + 1) - start(s); };
-    if (nb != n) {
-      n = nb;
-      for (size_t s = 0; s < q; ++s) acc[s] = len(s) ? make_accumulator(node_desc(op, p, uint32_t(len(s)))) : nullptr;
+  std::vector<uint8_t> msg, rx;
+
+  Ring(Transport& t_, const char* what_)
+      : t(t_), what(what_), p(t_.size()), r(t_.rank()), next((r + 1) % p), prev((r + p - 1) % p) {}
+
+  size_t seg(int s) const { return size_t(((s % p) + p) % p); }
+  size_t len(size_t s) const { return at[s + 1] - at[s]; }
+
+  // A new round's layout; accumulators (when op) made again when it changed.
+  void layout(const std::vector<size_t>& at_, const ReduceOp* op, size_t esz) {
+    size_t most = 0;
+    for (size_t s = 0; s + 1 < at_.size(); ++s) most = std::max(most, at_[s + 1] - at_[s]);
+    rx.resize(std::max(op ? max_partial_bytes(uint32_t(most)) : 0, most * (esz + 1)));
+    if (op && at_ != at) {
+      acc.clear();
+      acc.resize(size_t(p));
+      for (size_t s = 0; s < size_t(p); ++s)
+        if (at_[s + 1] > at_[s]) acc[s] = make_accumulator(node_desc(*op, p, uint32_t(at_[s + 1] - at_[s])));
     }
-    for (size_t s = 0; s < q; ++s)
-      if (acc[s]) {
-        acc[s]->reset();
-        acc[s]->add(src + (off + start(s)) * isz, uint32_t(r));
-      }
-    for (int k = 0; k + 1 < p; ++k) {  // reduce-scatter
-      const size_t ss = size_t((r - k + 2 * p) % p), rs = size_t((r - k - 1 + 2 * p) % p);
+    at = at_;
+  }
+
+  // p-1 steps: r sends its partial of segment (r + c - 1 - k) to r+1 and adds
+  // the one of (r + c - 2 - k) from r-1.
+  void reduce_scatter(const ReduceOp& op, int c) {
+    for (int k = 0; k + 1 < p; ++k) {
+      const size_t ss = seg(r + c - 1 - k), rs = seg(r + c - 2 - k);
       if (acc[ss]) encode_partial(*acc[ss], op, lanes, msg);
       size_t got = 0;
       if (acc[ss] && acc[rs])
@@ -70,17 +75,15 @@ void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& 
         got = t.recv(prev, rx.data(), rx.size());
       if (acc[rs]) merge_partial(*acc[rs], op, rx.data(), got, prev, lanes);
     }
-    uint8_t* o = dst + off * osz;
-    const size_t own = size_t((r + 1) % p);
-    if (acc[own]) acc[own]->finalize(o + start(own) * osz, fl.data() + start(own));
-    for (int k = 0; k + 1 < p; ++k) {  // allgather
-      const size_t ss = size_t((r + 1 - k + 2 * p) % p), rs = size_t((r - k + 2 * p) % p);
+  }
+
+  // p-1 steps: r sends segment (r + c - k)'s results (esz bytes an element
+  // at o, then flags at fl unless null) to r+1, takes (r + c - 1 - k) from r-1.
+  void allgather(int c, uint8_t* o, uint8_t* fl, size_t esz) {
+    for (int k = 0; k + 1 < p; ++k) {
+      const size_t ss = seg(r + c - k), rs = seg(r + c - 1 - k);
       const size_t sl = len(ss), rl = len(rs);
-      if (sl) {
-        msg.resize(sl * (osz + 1));
-        std::memcpy(msg.data(), o + start(ss) * osz, sl * osz);
-        std::memcpy(msg.data() + sl * osz, fl.data() + start(ss), sl);
-      }
+      if (sl) detail::pack_results(o + at[ss] * esz, fl ? fl + at[ss] : nullptr, esz, sl, msg);
       size_t got = 0;
       if (sl && rl)
         got = t.sendrecv(next, msg.data(), msg.size(), prev, rx.data(), rx.size());
@@ -88,13 +91,102 @@ void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& 
         t.send(next, msg.data(), msg.size());
       else if (rl)
         got = t.recv(prev, rx.data(), rx.size());
-      if (rl) {
-        if (got != rl * (osz + 1)) wrong_length(prev, got, rl * (osz + 1));
-        std::memcpy(o + start(rs) * osz, rx.data(), rl * osz);
-        std::memcpy(fl.data() + start(rs), rx.data() + rl * osz, rl);
-      }
+      if (rl && !detail::unpack_results(rx.data(), got, esz, rl, o + at[rs] * esz, fl ? fl + at[rs] : nullptr))
+        throw CollectiveError(std::string(what) + ": rank " + std::to_string(prev) + " sent a result segment of " +
+                              std::to_string(got) + " bytes, expected " + std::to_string(rl * (esz + (fl ? 1 : 0))) +
+                              ": every rank must call it with the same op (element size) and count");
     }
+  }
+};
+
+}  // namespace
+
+void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+  const char* what = "ring allreduce";
+  check_formats(what, op);
+  const int p = t.size(), r = t.rank();
+  const size_t full = std::min<size_t>(count, kRingBlock);
+  node_desc(op, p, uint32_t(std::max<size_t>(full, 1)));  // admission, before any message
+  if (count == 0) return;
+  if (!out) throw std::invalid_argument("ring allreduce: every rank needs an output buffer");
+  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  Ring ring(t, what);
+  std::vector<uint8_t> fl(full);
+  std::vector<size_t> at(size_t(p) + 1);
+  for (size_t off = 0; off < count; off += kRingBlock) {
+    const size_t nb = std::min<size_t>(count - off, kRingBlock);
+    for (int s = 0; s <= p; ++s) at[size_t(s)] = coll_block_start(nb, p, s);
+    ring.layout(at, &op, osz);
+    for (size_t s = 0; s < size_t(p); ++s)
+      if (ring.acc[s]) {
+        ring.acc[s]->reset();
+        ring.acc[s]->add(src + (off + at[s]) * isz, uint32_t(r));
+      }
+    ring.reduce_scatter(op, 1);
+    uint8_t* o = dst + off * osz;
+    const size_t own = ring.seg(r + 1);
+    if (ring.acc[own]) ring.acc[own]->finalize(o + at[own] * osz, fl.data() + at[own]);
+    ring.allgather(1, o, fl.data(), osz);
     if (flags) std::memcpy(flags + off, fl.data(), nb);
+  }
+}
+
+void ring_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+  const char* what = "ring reduce-scatter";
+  check_formats(what, op);
+  const int p = t.size(), r = t.rank();
+  const detail::BlockRounds br(count, p, kRingBlock);
+  node_desc(op, p, uint32_t(std::max<size_t>(std::min(br.piece, br.len(0)), 1)));  // admission first
+  if (count == 0) return;
+  if (br.len(r) && !out)
+    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(r) + " owns " +
+                                std::to_string(br.len(r)) + " elements and needs an output buffer");
+  const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  Ring ring(t, what);
+  std::vector<uint8_t> fl(br.piece);
+  std::vector<size_t> at;
+  for (size_t j = 0; j < br.rounds(); ++j) {
+    br.starts(j, at);
+    ring.layout(at, &op, osz);
+    for (int s = 0; s < p; ++s)
+      if (auto& a = ring.acc[size_t(s)]) {
+        a->reset();
+        a->add(src + br.first(j, s) * isz, uint32_t(r));
+      }
+    ring.reduce_scatter(op, 0);
+    if (auto& a = ring.acc[size_t(r)]) {
+      a->finalize(dst + j * br.piece * osz, fl.data());
+      if (flags) std::memcpy(flags + j * br.piece, fl.data(), br.len(j, r));
+    }
+  }
+}
+
+void ring_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
+  const char* what = "ring allgather";
+  if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
+  if (count == 0) return;
+  if (!out) throw std::invalid_argument(std::string(what) + ": every rank needs an output buffer");
+  const int p = t.size(), r = t.rank();
+  const detail::BlockRounds br(count, p, kRingBlock);
+  const auto* mine = static_cast<const uint8_t*>(my_block);
+  auto* dst = static_cast<uint8_t*>(out);
+  Ring ring(t, what);
+  std::vector<uint8_t> stage;
+  std::vector<size_t> at;
+  for (size_t j = 0; j < br.rounds(); ++j) {
+    br.starts(j, at);
+    ring.layout(at, nullptr, elem_bytes);
+    stage.resize(at.back() * elem_bytes);
+    if (const size_t e = br.len(j, r))
+      std::memcpy(stage.data() + at[size_t(r)] * elem_bytes, mine + j * br.piece * elem_bytes, e * elem_bytes);
+    ring.allgather(0, stage.data(), nullptr, elem_bytes);
+    for (int u = 0; u < p; ++u)
+      if (const size_t l = br.len(j, u))
+        std::memcpy(dst + br.first(j, u) * elem_bytes, stage.data() + at[size_t(u)] * elem_bytes, l * elem_bytes);
   }
 }
 

@@ -22,13 +22,19 @@
 //    allgather copies one rounding to all).
 //
 // The vector goes in blocks of kRingBlock elements, each through the whole
-// ring before the next. Cost (alpha-beta-gamma, n bytes per block):
+// ring before the next; ring_reduce_scatter and ring_allgather go in rounds
+// of about kRingBlock elements, a piece of every rank's block each
+// (blocks.hpp), and shift the segments by one so that rank r ends with
+// segment r (its block): step k sends (r - 1 - k) and adds (r - 2 - k) in
+// the reduce-scatter, sends (r - k) and takes (r - 1 - k) in the allgather.
+// Cost (alpha-beta-gamma, n bytes per block):
 // 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "coll/blocks.hpp"
 #include "coll/partial_message.hpp"
 #include "coll/transport.hpp"
 
@@ -41,5 +47,21 @@ inline constexpr uint32_t kRingBlock = 65536;
 // status byte per element. Throws std::invalid_argument for an inadmissible
 // op, CollectiveError or TransportError when the group fails.
 void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+
+// MPI's reduce-scatter (uneven split allowed): every rank passes all `count`
+// elements; rank r gets its block (coll_block_start(count, p, r) ..
+// (count, p, r+1)) of the sum: `out` its block's elements of op.out (may be
+// null when the block is empty), `flags` (may be null) a status byte each.
+// Exact policies: one accumulator's bits; fp32 ones: segment s summed over
+// ranks s+1, ..., s (mod p), not the allreduce's order.
+// Cost: (p-1) alpha + (p-1)/p n beta + (p-1)/p n gamma (with an uneven
+// split, a step moves the largest block: n/p -> ceil(count/p) elements).
+void ring_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+
+// MPI's allgather (uneven split allowed): rank r passes its block of `count`
+// elements of `elem_bytes` bytes at `my_block` (may be null when empty);
+// every rank gets all count elements in rank order at `out` (not
+// overlapping my_block). Cost: (p-1) alpha + (p-1)/p n beta.
+void ring_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes);
 
 }  // namespace prism::coll

@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "arith/accumulator.hpp"
 #include "coll/inproc.hpp"
+#include "coll/partial_message.hpp"
 #include "format/format.hpp"
 
 namespace prism::coll::test {
@@ -56,6 +58,30 @@ inline std::vector<uint8_t> make_input(Format f, size_t count, uint32_t seed, bo
     store_bits(f, b.data() + i * sz, bits);
   }
   return b;
+}
+
+// The exact reference: one KULISCH_FIXED accumulator fed every rank's input
+// (in[r] for rank r, `count` elements), rounded once: the switch's result.
+struct Reduced {
+  std::vector<uint8_t> out, flags;
+};
+inline Reduced one_accumulator(const ReduceOp& op, const std::vector<std::vector<uint8_t>>& in, size_t count) {
+  const uint32_t p = uint32_t(in.size());
+  auto acc = make_accumulator(OpDesc{op.dtype, op.out, Policy::KULISCH_FIXED, op.exceptions, p, uint32_t(count)});
+  Reduced res{std::vector<uint8_t>(count * info(op.out).bytes), std::vector<uint8_t>(count)};
+  for (uint32_t r = 0; r < p; ++r) acc->add(in[r].data(), r);
+  acc->finalize(res.out.data(), res.flags.data());
+  return res;
+}
+
+// The inputs with every sign bit cleared (for the sum of |x| in the fp32
+// policies' error bound).
+inline std::vector<std::vector<uint8_t>> magnitudes(Format f, std::vector<std::vector<uint8_t>> in, size_t count) {
+  const size_t sz = info(f).bytes;
+  const uint32_t sign = 1u << (8 * sz - 1);
+  for (auto& b : in)
+    for (size_t i = 0; i < count; ++i) store_bits(f, b.data() + i * sz, load_bits(f, b.data() + i * sz) & ~sign);
+  return in;
 }
 
 }  // namespace prism::coll::test
