@@ -20,6 +20,8 @@
 #include "arith/accumulator.hpp"
 #include "cli.hpp"
 #include "coll/binomial.hpp"
+#include "coll/blocks.hpp"
+#include "coll/calibrate.hpp"
 #include "coll/chain.hpp"
 #include "coll/rhd.hpp"
 #include "coll/ring.hpp"
@@ -35,20 +37,27 @@ namespace {
 
 using cli::fail;
 
-enum class Collective : uint8_t { ALLREDUCE, REDUCE };
+// In the cost model's order (coll::CollectiveKind).
+enum class Collective : uint8_t { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER };
 constexpr Entry<Collective> kCollectives[] = {
     {Collective::ALLREDUCE, "allreduce", "every rank receives the sum"},
     {Collective::REDUCE, "reduce", "the root receives the sum"},
+    {Collective::BROADCAST, "broadcast", "every rank receives the root's input (host algorithms)"},
+    {Collective::REDUCE_SCATTER, "reduce_scatter",
+     "rank r receives block r of the sum (blocks in rank order, the first count % p one larger)"},
+    {Collective::ALLGATHER, "allgather", "every rank receives block r of rank r's input, for every r"},
 };
 constexpr std::span<const Entry<Collective>> entries(Collective) { return kCollectives; }
 
-enum class Algo : uint8_t { SWITCH, BINOMIAL, CHAIN, RHD, RING };
+enum class Algo : uint8_t { SWITCH, BINOMIAL, CHAIN, RHD, RING, AUTO };
 constexpr Entry<Algo> kAlgos[] = {
     {Algo::SWITCH, "switch", "through the PRISM switch the config describes (libprism)"},
     {Algo::BINOMIAL, "binomial", "hosts only: seed 000's binomial tree"},
-    {Algo::CHAIN, "chain", "hosts only: seed 000's pipelined chain in --segments M segments (reduce to rank 0)"},
+    {Algo::CHAIN, "chain", "hosts only: seed 000's pipelined chain in --segments M segments (to and from rank 0)"},
     {Algo::RHD, "rhd", "hosts only: seed 001's recursive halving-doubling, with the fold for p not a power of two"},
-    {Algo::RING, "ring", "hosts only: ring allreduce (reduce-scatter, allgather)"},
+    {Algo::RING, "ring", "hosts only: the ring (allreduce, reduce_scatter, allgather)"},
+    {Algo::AUTO, "auto",
+     "the --candidates algorithm (and chain m) with the lowest predicted time (lib/coll/cost_model.hpp)"},
 };
 constexpr std::span<const Entry<Algo>> entries(Algo) { return kAlgos; }
 
@@ -82,8 +91,15 @@ std::string usage() {
          "  --root R              reduce's root rank (default 0)\n"
          "  --algo A              " +
          choices<Algo>() +
-         " (default switch): binomial reduces among the hosts, over TCP,\n"
-         "                        with PRISM's arithmetic (KULISCH partials travel losslessly: the same bits)\n"
+         " (default switch): the host algorithms reduce among the hosts, over\n"
+         "                        TCP, with PRISM's arithmetic (KULISCH partials travel losslessly: the same bits)\n"
+         "  --segments M          the chain's segments (default: the model's m with --calibration or auto, else 8)\n"
+         "  --candidates LIST     what auto chooses among (default switch,binomial,chain,rhd,ring; the switch is\n"
+         "                        joined, and measured, only when listed)\n"
+         "  --calibration FILE    the cost model's parameters (a JSON object, as --calibrate writes): auto uses\n"
+         "                        them instead of measuring, and every algorithm's prediction is printed\n"
+         "  --calibrate FILE      measure alpha, beta (ping-pong, ranks 0 and 1), gamma (this op's reducers) and,\n"
+         "                        with switch in --candidates, the switch's; rank 0 writes FILE; then exit\n"
          "\n"
          "How:\n"
          "  --repeat N            collectives in a row, each timed (default 1)\n"
@@ -120,7 +136,9 @@ struct Run {
   Exceptions exceptions = Exceptions::IEEE;
   Collective coll = Collective::ALLREDUCE;
   Algo algo = Algo::SWITCH;
-  uint64_t segments = 8;
+  uint64_t segments = 0;  // 0: the model's m (with a calibration), else 8
+  std::vector<Algo> candidates;
+  std::string calibration, calibrate_out;
   uint16_t root = 0;
   uint64_t repeat = 1, warmup = 0, split = 1;
   bool in_place = false, check = false, json = false;
@@ -154,9 +172,10 @@ Run parse(int argc, char** argv) {
     }
   const cli::Args a(
       argc, argv, 1,
-      {"--config",    "--rank",   "--job",       "--size",        "--count",      "--input",    "--seed",  "--dtype",
-       "--out-dtype", "--policy", "--transport", "--exceptions",  "--collective", "--root",     "--algo",  "--repeat",
-       "--warmup",    "--split",  "--window",    "--chunk-elems", "--timeout-ms", "--first-op", "--output"},
+      {"--config",   "--rank",      "--job",      "--size",       "--count",       "--input",       "--seed",
+       "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
+       "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
+       "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate"},
       {"--check", "--json", "--in-place"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -172,12 +191,34 @@ Run parse(int argc, char** argv) {
   r.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
   r.coll = cli::one_of<Collective>(a, "--collective", Collective::ALLREDUCE);
   r.algo = cli::one_of<Algo>(a, "--algo", Algo::SWITCH);
-  r.segments = a.num("--segments", 1, 1 << 20, 8);
+  r.segments = a.num("--segments", 1, 1 << 20, 0);
   if (a.has("--segments") && r.algo != Algo::CHAIN) fail("--segments is the chain's: give it with --algo chain");
-  if (r.coll == Collective::REDUCE && r.algo == Algo::RING) fail("--algo ring is an allreduce: no reduce");
-  if (r.coll == Collective::REDUCE && r.algo == Algo::CHAIN && r.root != 0)
-    fail("--algo chain reduces to rank 0: give --root 0");
   r.root = uint16_t(a.num("--root", 0, 65534, 0));
+  if (r.algo != Algo::AUTO) {
+    coll::CostParams any;
+    any.have_switch = true;
+    const coll::Problem pr{coll::CollectiveKind(uint8_t(r.coll)), 2, 1, 4, r.root};
+    if (!coll::predict(coll::Algorithm(uint8_t(r.algo)), pr, any)) {
+      if (r.algo == Algo::CHAIN && r.root != 0)
+        fail(std::string("--algo chain ") + (r.coll == Collective::REDUCE ? "reduces to" : "broadcasts from") +
+             " rank 0 only: give --root 0");
+      fail(std::string("--algo ") + name(r.algo) + " runs no " + name(r.coll) +
+           " (switch: allreduce, reduce; binomial: allreduce, reduce, broadcast; chain: those three; rhd: all five; "
+           "ring: allreduce, reduce_scatter, allgather)");
+    }
+  }
+  r.candidates = cli::list_of<Algo>("--candidates algorithm",
+                                    a.has("--candidates") ? a.str("--candidates") : "switch,binomial,chain,rhd,ring");
+  if (std::find(r.candidates.begin(), r.candidates.end(), Algo::AUTO) != r.candidates.end())
+    fail("--candidates lists algorithms: auto is not one");
+  if (r.candidates.empty()) fail("--candidates is empty: list at least one of switch,binomial,chain,rhd,ring");
+  if (a.has("--candidates") && r.algo != Algo::AUTO && !a.has("--calibrate"))
+    fail("--candidates is what --algo auto chooses among: give it with --algo auto (or --calibrate)");
+  r.calibration = a.str("--calibration");
+  r.calibrate_out = a.str("--calibrate");
+  if (a.has("--calibration") && a.has("--calibrate"))
+    fail("give --calibration FILE (use a calibration) or --calibrate FILE (make one), not both");
+  if (a.has("--calibrate") && r.calibrate_out.empty()) fail("--calibrate needs a FILE to write");
   r.input = a.str("--input");
   r.output = a.str("--output");
   r.seed = a.num("--seed", 0, UINT64_MAX, 1);
@@ -203,6 +244,8 @@ Run parse(int argc, char** argv) {
     r.count = bytes / esz;
   }
   if (r.check && !r.input.empty()) fail("--check needs generated data (every rank's input from the seed), not --input");
+  if (r.in_place && r.coll != Collective::ALLREDUCE && r.coll != Collective::REDUCE)
+    fail("--in-place is for allreduce and reduce");
   if (r.in_place && info(r.dtype).bytes != info(r.out).bytes)
     fail(std::string("--in-place needs formats of the same width (") + info(r.dtype).name + " in, " + info(r.out).name +
          " out)");
@@ -281,7 +324,33 @@ struct Reference {
   std::vector<std::vector<uint8_t>> ins;
   std::vector<uint8_t> out;  // the reference model's result (the exact sum rounded once for FP32_ARRIVAL)
   bool arrival = false;
+  // What this rank's result must be: `expect` (elements of `esz` bytes), the
+  // reference's elements from `first` on (reduce_scatter: this rank's block)
+  // or, for broadcast and allgather, the inputs' bytes themselves.
+  std::vector<uint8_t> expect;
+  size_t first = 0, esz = 0;
 };
+
+// The elements and the element size of this rank's result of `run.coll`
+// (0 when it gets none: a reduce's other ranks).
+struct ResultShape {
+  size_t elems = 0, esz = 0, first = 0;
+};
+
+ResultShape result_shape(const Run& run, uint16_t rank, uint16_t group) {
+  const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
+  switch (run.coll) {
+    case Collective::ALLREDUCE: return {run.count, ob, 0};
+    case Collective::REDUCE: return {rank == run.root ? run.count : 0, ob, 0};
+    case Collective::BROADCAST:
+    case Collective::ALLGATHER: return {run.count, ib, 0};
+    case Collective::REDUCE_SCATTER: {
+      const size_t lo = coll::coll_block_start(run.count, group, rank);
+      return {coll::coll_block_start(run.count, group, rank + 1) - lo, ob, lo};
+    }
+  }
+  return {};
+}
 
 Reference make_reference(const Run& run, uint16_t group) {
   Reference ref;
@@ -308,20 +377,49 @@ Reference make_reference(const Run& run, uint16_t group) {
   return ref;
 }
 
+// The reference for this rank's result of any collective.
+Reference make_expected(const Run& run, uint16_t rank, uint16_t group) {
+  const ResultShape sh = result_shape(run, rank, group);
+  const size_t ib = info(run.dtype).bytes;
+  if (run.coll == Collective::BROADCAST || run.coll == Collective::ALLGATHER) {
+    Reference ref;
+    ref.esz = ib;
+    if (run.coll == Collective::BROADCAST) {
+      ref.expect = generate(run, run.root);
+    } else {
+      ref.expect.resize(run.count * ib);
+      for (uint16_t r = 0; r < group; ++r) {
+        const size_t lo = coll::coll_block_start(run.count, group, r),
+                     hi = coll::coll_block_start(run.count, group, r + 1);
+        const std::vector<uint8_t> in = generate(run, r);
+        std::memcpy(ref.expect.data() + lo * ib, in.data() + lo * ib, (hi - lo) * ib);
+      }
+    }
+    return ref;
+  }
+  Reference ref = make_reference(run, group);
+  ref.esz = sh.esz;
+  ref.first = sh.first;
+  ref.expect.assign(ref.out.begin() + sh.first * sh.esz, ref.out.begin() + (sh.first + sh.elems) * sh.esz);
+  return ref;
+}
+
 CheckResult check(const Run& run, const Reference& ref, const std::vector<uint8_t>& result) {
   CheckResult cr;
-  const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
+  const size_t ib = info(run.dtype).bytes, ob = ref.esz;
+  const Format of = ob == info(run.out).bytes ? run.out : run.dtype;
   const size_t group = ref.ins.size();
   const double u32 = std::ldexp(1.0, -24), uo = std::ldexp(1.0, -int(info(run.out).mbits) - 1);
   const double gamma = double(group - 1) * u32 / (1 - double(group - 1) * u32);
-  for (size_t i = 0; i < run.count; ++i) {
+  for (size_t i = 0; i * ob < ref.expect.size(); ++i) {
     const uint8_t* got = result.data() + i * ob;
-    const uint8_t* want = ref.out.data() + i * ob;
+    const uint8_t* want = ref.expect.data() + i * ob;
     if (std::memcmp(got, want, ob) == 0) continue;
     ++cr.differ;
     if (ref.arrival) {
       double abs_sum = 0;
-      for (size_t r = 0; r < group; ++r) abs_sum += std::fabs(as_double(run.dtype, ref.ins[r].data() + i * ib));
+      for (size_t r = 0; r < group; ++r)
+        abs_sum += std::fabs(as_double(run.dtype, ref.ins[r].data() + (ref.first + i) * ib));
       const double g = as_double(run.out, got), w = as_double(run.out, want);
       const double bound = (gamma + u32) * abs_sum + 2 * uo * abs_sum + std::ldexp(1.0, -149);
       if (std::fabs(g - w) <= bound) continue;
@@ -329,26 +427,90 @@ CheckResult check(const Run& run, const Reference& ref, const std::vector<uint8_
     ++cr.beyond_bound;
     if (cr.first.empty()) {
       char b[160];
-      std::snprintf(b, sizeof b, "element %zu: got 0x%0*x, the reference model gives 0x%0*x", i, int(ob * 2),
-                    load_bits(run.out, got), int(ob * 2), load_bits(run.out, want));
+      std::snprintf(b, sizeof b, "element %zu: got 0x%0*x, the reference model gives 0x%0*x", ref.first + i,
+                    int(ob * 2), load_bits(of, got), int(ob * 2), load_bits(of, want));
       cr.first = b;
     }
   }
   return cr;
 }
 
-// One collective among the hosts, by the algorithm --algo names.
-void host_collective(const Run& run, coll::Transport& t, const coll::ReduceOp& op, const uint8_t* in, uint8_t* out,
-                     uint8_t* flags) {
+// prism-rank's algorithms are the cost model's, in the same order, and auto.
+static_assert(uint8_t(Algo::SWITCH) == uint8_t(coll::Algorithm::SWITCH) &&
+              uint8_t(Algo::RING) == uint8_t(coll::Algorithm::RING) && uint8_t(Algo::AUTO) == 5);
+coll::Algorithm model_algo(Algo a) { return coll::Algorithm(uint8_t(a)); }
+
+coll::CollectiveKind model_kind(Collective c) { return coll::CollectiveKind(uint8_t(c)); }
+static_assert(uint8_t(Collective::ALLGATHER) == uint8_t(coll::CollectiveKind::ALLGATHER));
+
+bool listed(const std::vector<Algo>& v, Algo a) { return std::find(v.begin(), v.end(), a) != v.end(); }
+
+coll::CostParams read_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read --calibration " + path + ": " + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return coll::cost_params_from_json(text);
+  } catch (const std::invalid_argument& e) {
+    fail("--calibration " + path + ": " + e.what() + " (make one with --calibrate FILE)");
+  }
+}
+
+// The switch as auto's candidate: switch_alpha is the least time of a
+// one-element collective through it, switch_beta the slope up to a 1 MiB one
+// (each the least of three); rank 0's figures go to every rank over `t`.
+void calibrate_switch(Communicator& comm, coll::Transport& t, const Run& run, const std::vector<uint8_t>& input,
+                      const OpOptions& o, coll::CostParams& c) {
+  const size_t ib = info(run.dtype).bytes;
+  const uint64_t big = std::min<uint64_t>(run.count, std::max<size_t>(1, (1u << 20) / ib));
+  if (big == 0) return;  // nothing to send
+  std::vector<uint8_t> out(big * info(run.out).bytes);
+  const auto least = [&](uint64_t n) {
+    double best = 1e300;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.allreduce(input.data(), out.data(), n, Dtype(uint8_t(run.dtype)), o);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const double small = least(1), large = least(big);
+  double v[2] = {small, big > 1 ? std::max(0.0, (large - small) / double((big - 1) * ib)) : 0.0};
+  coll::binomial_broadcast(t, v, sizeof v, 0);
+  c.have_switch = true;
+  c.switch_alpha = v[0];
+  c.switch_beta = v[1];
+}
+
+// One collective among the hosts, by algorithm `algo` (the chain in `segments`). `out` holds
+// this rank's result (result_shape); broadcast's root keeps its input there.
+void host_collective(const Run& run, Algo algo, size_t segments, coll::Transport& t, const coll::ReduceOp& op,
+                     const uint8_t* in, uint8_t* out, uint8_t* flags) {
+  const size_t ib = info(run.dtype).bytes, p = size_t(t.size()), me = size_t(t.rank());
+  if (run.coll == Collective::BROADCAST) {
+    if (t.rank() == run.root) std::memcpy(out, in, run.count * ib);
+    if (algo == Algo::BINOMIAL) return coll::binomial_broadcast(t, out, run.count * ib, run.root);
+    if (algo == Algo::CHAIN) return coll::chain_broadcast(t, out, run.count * ib, segments);
+    return coll::rhd_broadcast(t, out, run.count * ib, run.root);
+  }
+  if (run.coll == Collective::ALLGATHER) {
+    const uint8_t* mine = in + coll::coll_block_start(run.count, int(p), int(me)) * ib;
+    return algo == Algo::RING ? coll::ring_allgather(t, mine, out, run.count, ib)
+                              : coll::rhd_allgather(t, mine, out, run.count, ib);
+  }
+  if (run.coll == Collective::REDUCE_SCATTER)
+    return algo == Algo::RING ? coll::ring_reduce_scatter(t, in, run.count, op, out, flags)
+                              : coll::rhd_reduce_scatter(t, in, run.count, op, out, flags);
   const bool all = run.coll == Collective::ALLREDUCE;
-  switch (run.algo) {
-    case Algo::SWITCH: break;
+  switch (algo) {
+    case Algo::SWITCH:
+    case Algo::AUTO: break;
     case Algo::BINOMIAL:
       return all ? coll::binomial_allreduce(t, in, run.count, op, out, flags)
                  : coll::binomial_reduce(t, in, run.count, op, out, flags, run.root);
     case Algo::CHAIN:
-      return all ? coll::chain_allreduce(t, in, run.count, op, out, flags, run.segments)
-                 : coll::chain_reduce(t, in, run.count, op, out, flags, run.segments);
+      return all ? coll::chain_allreduce(t, in, run.count, op, out, flags, segments)
+                 : coll::chain_reduce(t, in, run.count, op, out, flags, segments);
     case Algo::RHD:
       return all ? coll::rhd_allreduce(t, in, run.count, op, out, flags)
                  : coll::rhd_reduce(t, in, run.count, op, out, flags, run.root);
@@ -361,13 +523,19 @@ int run_rank(const Run& run0) {
   // The input first: joining the job's session waits for every rank, and a rank still making its
   // input after that would hold the others' first collective up.
   std::vector<uint8_t> input = run.input.empty() ? generate(run, uint16_t(run.sel.rank)) : read_input(run, &run.count);
-  std::optional<Communicator> comm;      // --algo switch
-  std::unique_ptr<coll::Transport> tcp;  // --algo binomial
+  const bool calibrating = !run.calibrate_out.empty();
+  // A given calibration first: a bad file is refused before any rank is waited for.
+  std::optional<coll::CostParams> params;
+  if (!run.calibration.empty()) params = read_calibration(run.calibration);
+  const bool switch_candidate = (run.algo == Algo::AUTO || calibrating) && listed(run.candidates, Algo::SWITCH);
+  std::optional<Communicator> comm;      // --algo switch, or the switch as auto's candidate
+  std::unique_ptr<coll::Transport> tcp;  // the host algorithms (and auto's calibration)
   Endpoints ep;
-  if (run.algo == Algo::SWITCH) {
+  if ((run.algo == Algo::SWITCH && !calibrating) || switch_candidate) {
     comm.emplace(Communicator::from_config(run.config, run.sel, run.tune));
     ep = comm->endpoints();
-  } else {
+  }
+  if (run.algo != Algo::SWITCH || calibrating) {
     if (run.split != 1) fail("--split needs --algo switch (the host algorithms run one op at a time)");
     const coll::TcpPeers peers = coll::tcp_peers_from_config(run.config, run.sel.job);
     if (size_t(run.sel.rank) >= peers.ranks.size())
@@ -379,20 +547,70 @@ int run_rank(const Run& run0) {
     ep.group = uint16_t(peers.ranks.size());
   }
   const uint32_t first_op = comm ? comm->next_op() : 0;  // the session's first op number (joined) or --first-op
-  if (run.coll == Collective::REDUCE && run.root >= ep.group)
+  if ((run.coll == Collective::REDUCE || run.coll == Collective::BROADCAST) && run.root >= ep.group)
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
-  const bool keep = run.coll == Collective::ALLREDUCE || run.root == ep.rank;
-  std::vector<uint8_t> result(keep && !run.in_place ? run.count * ob : 0);
-  std::vector<uint8_t> work = run.in_place ? input : std::vector<uint8_t>{};
   OpOptions o;
   o.out = Dtype(uint8_t(run.out));
   o.out_given = true;
   o.policy = Reduction(uint8_t(run.policy));
   o.transport = PartialTransport(uint8_t(run.transport));
   o.overflow = OverflowMode(uint8_t(run.exceptions));
+  const coll::ReduceOp op{run.dtype, run.out, run.policy, run.exceptions};
 
-  const Reference ref = run.check && keep ? make_reference(run, ep.group) : Reference{};
+  // The cost model: a given calibration, or one measured now (auto, --calibrate).
+  std::vector<coll::PingPoint> ping;
+  double calibration_seconds = 0;
+  if (!params && (run.algo == Algo::AUTO || calibrating)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    coll::Calibration cal = coll::calibrate(*tcp, op, input.data(), run.count);
+    if (switch_candidate) calibrate_switch(*comm, *tcp, run, input, o, cal.params);
+    params = cal.params;
+    ping = std::move(cal.ping);
+    calibration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (calibrating) {
+    if (ep.rank == 0) {
+      app::OutputFile f(run.calibrate_out);
+      const std::string text = coll::to_json(*params) + "\n";
+      f.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+      f.commit();
+      std::printf("%s", text.c_str());
+      for (const coll::PingPoint& pt : ping)
+        std::fprintf(stderr, "ping-pong %zu bytes: %.3f us one way\n", pt.bytes, pt.half_rtt * 1e6);
+    }
+    return 0;
+  }
+  // The algorithm: --algo, or the model's choice among the candidates.
+  Algo algo = run.algo;
+  size_t segments = run.segments;
+  const coll::Problem problem{model_kind(run.coll), int(ep.group), size_t(run.count), ib, int(run.root)};
+  std::vector<coll::Choice> predictions;
+  if (params) {
+    predictions = coll::candidates(problem, *params, coll::kAllAlgorithms);
+    if (algo == Algo::AUTO) {
+      std::vector<coll::Algorithm> allowed;
+      for (Algo a : run.candidates)
+        if (a != Algo::SWITCH || (comm && params->have_switch)) allowed.push_back(model_algo(a));
+      try {
+        const coll::Choice ch = coll::choose(problem, *params, allowed);
+        algo = Algo(uint8_t(ch.algo));
+        if (algo == Algo::CHAIN) segments = ch.segments;
+      } catch (const std::invalid_argument& e) {
+        fail(std::string("--algo auto: ") + e.what() + ": add candidates to --candidates");
+      }
+    }
+  }
+  if (algo == Algo::CHAIN && segments == 0) segments = params ? coll::model_segments(problem, *params) : 8;
+  const std::optional<double> predicted =
+      params ? coll::predict(model_algo(algo), problem, *params, algo == Algo::CHAIN ? segments : 0) : std::nullopt;
+
+  const ResultShape shape = result_shape(run, ep.rank, ep.group);
+  const bool keep = shape.elems > 0 || run.coll != Collective::REDUCE;
+  std::vector<uint8_t> result(keep && !run.in_place ? shape.elems * shape.esz : 0);
+  std::vector<uint8_t> work = run.in_place ? input : std::vector<uint8_t>{};
+
+  const Reference ref = run.check && keep ? make_expected(run, ep.rank, ep.group) : Reference{};
   CheckResult cr;  // over every collective: --check compares each one's result
   uint64_t checked = 0;
   std::vector<double> times;
@@ -403,17 +621,16 @@ int run_rank(const Run& run0) {
     uint8_t* out = run.in_place ? work.data() : (keep ? result.data() : nullptr);
     const uint64_t per = (run.count + run.split - 1) / run.split;
     const auto t0 = std::chrono::steady_clock::now();
-    if (tcp) {  // the hosts' algorithms (lib/coll)
-      const coll::ReduceOp op{run.dtype, run.out, run.policy, run.exceptions};
-      std::vector<uint8_t> flags(keep ? run.count : 0);
-      host_collective(run, *tcp, op, in, out, keep ? flags.data() : nullptr);
+    if (algo != Algo::SWITCH) {  // the hosts' algorithms (lib/coll)
+      std::vector<uint8_t> flags(keep ? shape.elems : 0);
+      host_collective(run, algo, segments, *tcp, op, in, out, keep ? flags.data() : nullptr);
       if (it + 1 == run.warmup + run.repeat)
         for (uint8_t f : flags)
           overflow += (f & flag::OVERFLOW) != 0, invalid += (f & flag::INVALID) != 0,
               nan_input += (f & flag::NAN_INPUT) != 0;
     }
     std::vector<Request> reqs;
-    for (uint64_t s = 0; comm && s < run.split; ++s) {
+    for (uint64_t s = 0; algo == Algo::SWITCH && s < run.split; ++s) {
       const uint64_t first = std::min(run.count, s * per), n = std::min(per, run.count - first);
       uint8_t* o_at = out ? out + first * ob : nullptr;
       reqs.push_back(run.coll == Collective::ALLREDUCE
@@ -447,9 +664,10 @@ int run_rank(const Run& run0) {
   std::sort(sorted.begin(), sorted.end());
   const double tmin = sorted.front(), tmed = sorted[sorted.size() / 2];
   const double bytes = double(run.count) * double(ib);
+  const bool via_switch = algo == Algo::SWITCH;
   const Stats st = comm ? comm->stats() : Stats{};
-  const uint32_t chunk_elems = comm ? comm->chunk_elems(Dtype(uint8_t(run.dtype)), o) : 0;
-  const uint32_t window = comm ? comm->window() : 0;
+  const uint32_t chunk_elems = via_switch ? comm->chunk_elems(Dtype(uint8_t(run.dtype)), o) : 0;
+  const uint32_t window = via_switch ? comm->window() : 0;
   const bool failed_check = run.check && cr.beyond_bound;
   if (run.json) {
     app::JsonObject j;
@@ -458,7 +676,15 @@ int run_rank(const Run& run0) {
     j.str("collective", name(run.coll)).str("dtype", info(run.dtype).name).str("out_dtype", info(run.out).name);
     j.str("policy", name(run.policy)).num("count", run.count).num("bytes", uint64_t(bytes)).num("repeat", run.repeat);
     j.num("seconds_min", tmin).num("seconds_median", tmed).num("gbit_s", tmin > 0 ? bytes * 8 / tmin / 1e9 : 0);
-    j.str("algo", name(run.algo)).num("chunk_elems", chunk_elems).num("window", window);
+    j.str("algo", name(algo)).str("algo_requested", name(run.algo)).num("segments", algo == Algo::CHAIN ? segments : 0);
+    j.num("chunk_elems", chunk_elems).num("window", window);
+    if (params) {
+      app::JsonObject pj;
+      for (const coll::Choice& c : predictions) pj.num(coll::name(c.algo), c.seconds, "%.6g");
+      j.raw("calibration", coll::to_json(*params)).raw("predictions", pj.text());
+      j.num("predicted_seconds", predicted ? *predicted : NAN, "%.6g").num("calibration_seconds", calibration_seconds);
+      j.num("model_segments", coll::model_segments(problem, *params));
+    }
     j.num("chunks", st.chunks).num("retransmits", st.retransmits).num("results", st.results);
     j.num("duplicate_results", st.duplicate_results).num("nacks", st.nacks).num("no_slot_retries", st.no_slot_retries);
     j.num("stray", st.stray).num("rtt_min_us", st.rtt_min_us).num("rtt_srtt_us", st.rtt_srtt_us);
@@ -475,8 +701,19 @@ int run_rank(const Run& run0) {
                 name(run.policy), run.repeat);
     std::printf("time: min %.6f s, median %.6f s; algorithm bandwidth %.3f Gbit/s (min time)\n", tmin, tmed,
                 tmin > 0 ? bytes * 8 / tmin / 1e9 : 0.0);
-    if (!comm) std::printf("algorithm: %s (%s)\n", name(run.algo), doc(run.algo));
-    if (comm)
+    if (!via_switch)
+      std::printf("algorithm: %s (%s)%s\n", name(algo), doc(algo), run.algo == Algo::AUTO ? ", chosen by auto" : "");
+    if (algo == Algo::CHAIN) std::printf("chain segments: %zu\n", segments);
+    if (params) {
+      std::printf("model (alpha %.2f us, beta %.3f ns/B, gamma %.3f ns/B, w %.2f, o %.2f", params->alpha * 1e6,
+                  params->beta * 1e9, params->gamma * 1e9, params->partial_ratio, params->out_ratio);
+      if (params->have_switch)
+        std::printf(", switch %.1f us + %.3f ns/B", params->switch_alpha * 1e6, params->switch_beta * 1e9);
+      std::printf(")%s: predicted", calibration_seconds > 0 ? ", measured in this run" : "");
+      for (const coll::Choice& c : predictions) std::printf(" %s %.6f s", coll::name(c.algo), c.seconds);
+      std::printf("\n");
+    }
+    if (via_switch)
       std::printf("chunks %" PRIu64 " (%u elements each, window %u), retransmits %" PRIu64
                   ", duplicate results %" PRIu64 ", nacks %" PRIu64 " (no_free_slot retries %" PRIu64
                   "), rtt min/srtt/max %.0f/%.0f/%.0f us\n",
@@ -487,7 +724,9 @@ int run_rank(const Run& run0) {
                   nan_input);
     if (keep) std::printf("digest %016" PRIx64 "\n", digest);
     if (run.check) {
-      if (!cr.differ)
+      if (!checked)
+        std::printf("check: nothing to compare (this rank receives no result)\n");
+      else if (!cr.differ)
         std::printf("check: identical to the reference model (%" PRIu64 " collectives)\n", checked);
       else if (!cr.beyond_bound)
         std::printf("check: %" PRIu64 " elements differ from the exact sum, all within the FP32_ARRIVAL bound\n",

@@ -1,0 +1,159 @@
+#include "coll/calibrate.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "arith/accumulator.hpp"
+#include "coll/binomial.hpp"
+#include "coll/rhd.hpp"
+
+namespace prism::coll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Ranks 0 and 1: the least half round trip of `bytes`-byte messages.
+double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < trips; ++i) {
+    if (t.rank() == 0) {
+      const auto t0 = Clock::now();
+      t.send(1, buf.data(), bytes);
+      if (t.recv(1, buf.data(), buf.size()) != bytes)
+        throw TransportError("calibration: a ping-pong reply of another size");
+      best = std::min(best, since(t0) / 2);
+    } else {
+      if (t.recv(0, buf.data(), buf.size()) != bytes) throw TransportError("calibration: a ping of another size");
+      t.send(0, buf.data(), bytes);
+    }
+  }
+  return best;
+}
+
+// alpha, beta from ranks 0 and 1; the points on rank 0.
+std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, double* alpha, double* beta) {
+  static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
+  std::vector<PingPoint> pts;
+  ping_pong(t, 8, 2, buf);  // warm the connection up
+  for (size_t s : kSizes) {
+    const int trips = s >= (4u << 20) ? std::max(2, o.round_trips / 4) : o.round_trips;
+    pts.push_back({s, ping_pong(t, s, trips, buf)});
+  }
+  *alpha = pts.front().half_rtt;
+  // Least squares of half_rtt = a + s * beta over the large messages.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, k = 0;
+  for (const PingPoint& p : pts)
+    if (p.bytes >= (64u << 10)) {
+      const double x = double(p.bytes), y = p.half_rtt;
+      sx += x, sy += y, sxx += x * x, sxy += x * y, k += 1;
+    }
+  const double den = k * sxx - sx * sx;
+  *beta = den > 0 ? std::max(0.0, (k * sxy - sx * sy) / den) : 0;
+  return pts;
+}
+
+}  // namespace
+
+CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs) {
+  CostParams c;
+  const size_t ib = info(op.dtype).bytes;
+  c.out_ratio = double(info(op.out).bytes + 1) / double(ib);  // an element and its status byte
+  const size_t n = std::min<size_t>(count, kRhdBlock);
+  if (n < 2) return c;
+  // FP32_BINOMIAL runs as FP32_ARRIVAL at each node of a host algorithm.
+  ReduceOp node = op;
+  if (node.policy == Policy::FP32_BINOMIAL) node.policy = Policy::FP32_ARRIVAL;
+  const OpDesc d = block_desc(node, uint32_t(std::max(p, 2)), uint32_t(n));
+  const auto* x = static_cast<const uint8_t*>(sample);
+  std::vector<uint8_t> y(n * ib);
+  std::memcpy(y.data(), x + ib, (n - 1) * ib);
+  std::memcpy(y.data() + (n - 1) * ib, x, ib);
+  auto mine = make_accumulator(d), theirs = make_accumulator(d);
+  theirs->add(x, 0);
+  theirs->add(y.data(), 1);
+  std::vector<LaneExact> scratch;
+  std::vector<uint8_t> msg;
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < std::max(1, runs); ++i) {
+    mine->reset();
+    mine->add(x, 0);
+    const auto t0 = Clock::now();
+    encode_partial(*theirs, node, scratch, msg);
+    merge_partial(*mine, node, msg.data(), msg.size(), 1, scratch);
+    best = std::min(best, since(t0));
+  }
+  c.gamma = best / double(n * ib);
+  c.partial_ratio = double(msg.size()) / double(n * ib);
+  return c;
+}
+
+Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o) {
+  Calibration cal;
+  if (t.rank() == 0) cal.params = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
+  if (t.size() < 2) return cal;
+  double alpha = 0, beta = 0;
+  if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta);
+  if (t.rank() != 0) cal.ping.clear();
+  cal.params.alpha = alpha;
+  cal.params.beta = beta;
+  double v[5] = {cal.params.alpha, cal.params.beta, cal.params.gamma, cal.params.partial_ratio, cal.params.out_ratio};
+  binomial_broadcast(t, v, sizeof v, 0);
+  cal.params.alpha = v[0], cal.params.beta = v[1], cal.params.gamma = v[2];
+  cal.params.partial_ratio = v[3], cal.params.out_ratio = v[4];
+  return cal;
+}
+
+std::string to_json(const CostParams& c) {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"partial_ratio\":%.9g,\"out_ratio\":%.9g,"
+                "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
+                c.alpha, c.beta, c.gamma, c.partial_ratio, c.out_ratio, c.have_switch ? "true" : "false",
+                c.switch_alpha, c.switch_beta);
+  return b;
+}
+
+CostParams cost_params_from_json(const std::string& text) {
+  YAML::Node n;
+  try {
+    n = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(std::string("not a calibration (JSON object): ") + e.what());
+  }
+  if (!n.IsMap()) throw std::invalid_argument("not a calibration: expected a JSON object of alpha, beta, gamma, ...");
+  const auto num = [&](const char* key, bool required) -> double {
+    if (!n[key]) {
+      if (required) throw std::invalid_argument(std::string("calibration has no \"") + key + "\"");
+      return 0;
+    }
+    double v;
+    try {
+      v = n[key].as<double>();
+    } catch (const YAML::Exception&) {
+      throw std::invalid_argument(std::string("calibration's \"") + key + "\" is not a number");
+    }
+    if (!(v >= 0) || v > 1e6) throw std::invalid_argument(std::string("calibration's \"") + key + "\" is out of range");
+    return v;
+  };
+  CostParams c;
+  c.alpha = num("alpha", true);
+  c.beta = num("beta", true);
+  c.gamma = num("gamma", true);
+  c.partial_ratio = num("partial_ratio", true);
+  c.out_ratio = num("out_ratio", true);
+  c.have_switch = n["have_switch"] && n["have_switch"].as<bool>(false);
+  c.switch_alpha = num("switch_alpha", false);
+  c.switch_beta = num("switch_beta", false);
+  return c;
+}
+
+}  // namespace prism::coll

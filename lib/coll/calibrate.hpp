@@ -1,0 +1,59 @@
+// Measuring the cost model's parameters (cost_model.hpp) on this machine:
+//  - alpha and beta by ping-pong between ranks 0 and 1 over the group's own
+//    Transport: alpha is half the least round trip of an 8-byte message, beta
+//    the least-squares slope of the half round trip over messages of 64 KiB
+//    to 4 MiB (each size's least of several round trips);
+//  - gamma, w and o by the reducers' own code on a sample of the caller's
+//    input: one accumulator holding x, another holding x + y (y: x shifted by
+//    one element, so the partial is a real sum), and the time of
+//    encode_partial of the second plus merge_partial into the first, per
+//    input byte (the least of several runs); w is that partial's size per
+//    input byte, o a result element's bytes and its status byte (what the
+//    chain, RHD and ring move; the binomial tree leaves the status bytes out
+//    of a block without flags) over the input element's.
+// Collective: every rank of the group calls it; rank 0 measures gamma, ranks
+// 0 and 1 the link, and rank 0's figures reach every rank (a binomial
+// broadcast), so every rank's `auto` makes the same choice.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "coll/cost_model.hpp"
+#include "coll/partial_message.hpp"
+#include "coll/transport.hpp"
+
+namespace prism::coll {
+
+struct PingPoint {
+  size_t bytes = 0;
+  double half_rtt = 0;  // seconds: the least of the round trips, halved
+};
+
+struct Calibration {
+  CostParams params;
+  std::vector<PingPoint> ping;  // rank 0's measurements (empty elsewhere and for p = 1)
+};
+
+struct CalibrateOptions {
+  int round_trips = 8;  // per message size (4 MiB: a quarter of that, at least 2)
+  int reduce_runs = 5;
+};
+
+// Measures alpha and beta (ranks 0 and 1; 0 for p = 1) and gamma, w and o
+// for `op` from `sample` (the first `count` elements of op.dtype of rank 0's
+// input: at most kRhdBlock are used), and gives every rank rank 0's figures.
+// Throws TransportError when the group fails.
+Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count,
+                      const CalibrateOptions& o = {});
+
+// gamma, w and o alone (no messages): CostParams with alpha = beta = 0.
+CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs = 5);
+
+// CostParams as one JSON object ({"alpha": ..., ...}) and back (yaml-cpp
+// reads it); parse throws std::invalid_argument naming a missing or bad key.
+std::string to_json(const CostParams& c);
+CostParams cost_params_from_json(const std::string& text);
+
+}  // namespace prism::coll

@@ -1,0 +1,179 @@
+#include "coll/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "coll/binomial.hpp"
+#include "coll/chain.hpp"
+#include "coll/rhd.hpp"
+#include "coll/ring.hpp"
+
+namespace prism::coll {
+namespace {
+
+using C = CollectiveKind;
+
+int ceil_log2(int p) {
+  int l = 0;
+  while ((1 << l) < p) ++l;
+  return l;
+}
+
+int floor_log2(int p) {
+  int l = 0;
+  while ((2 << l) <= p) ++l;
+  return l;
+}
+
+double blocks(size_t count, size_t block) { return double(std::max<size_t>(1, (count + block - 1) / block)); }
+
+// The per-byte costs of the two kinds of step.
+struct Rates {
+  double reduce;  // w beta + gamma: a partial sent and merged, per input byte
+  double result;  // o beta: a result moved, per input byte
+  double raw;     // beta: bytes moved as they are (broadcast, allgather)
+};
+
+Rates rates(const CostParams& c) { return {c.partial_ratio * c.beta + c.gamma, c.out_ratio * c.beta, c.beta}; }
+
+std::optional<double> binomial(const Problem& pr, const CostParams& c, double n) {
+  const double L = ceil_log2(pr.p), B = blocks(pr.count, kBinomialBlock);
+  const Rates r = rates(c);
+  switch (pr.coll) {
+    case C::REDUCE: return L * (B * c.alpha + n * r.reduce);
+    case C::BROADCAST: return L * (blocks(size_t(n), kBinomialBlock * 4) * c.alpha + n * r.raw);
+    case C::ALLREDUCE: return L * (B * c.alpha + n * r.reduce) + L * (B * c.alpha + n * r.result);
+    default: return std::nullopt;
+  }
+}
+
+// T_start and T_byte of the chain's model for this collective.
+std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const CostParams& c) {
+  const Rates r = rates(c);
+  switch (pr.coll) {
+    case C::REDUCE:
+      if (pr.root != 0) return std::nullopt;
+      return std::pair{c.alpha, r.reduce};
+    case C::BROADCAST:
+      if (pr.root != 0) return std::nullopt;
+      return std::pair{c.alpha, r.raw};
+    case C::ALLREDUCE: return std::pair{2 * c.alpha, r.reduce + r.result};
+    default: return std::nullopt;
+  }
+}
+
+std::optional<double> rhd(const Problem& pr, const CostParams& c, double n) {
+  const int k = floor_log2(pr.p), q = 1 << k;
+  const double f = pr.p != q ? 1 : 0, B = blocks(pr.count, kRhdBlock), half = double(q - 1) / q;
+  const Rates r = rates(c);
+  // The seed's reduce-scatter (and, with `rate` = beta, allgather) for p not a power of two: the
+  // fold, k halving steps, the odd ranks' blocks. Step i moves at most 2^(k-i) + min(r, 2^(k-i))
+  // rank blocks (a folded pair's segment is two): the seed's ceil(p / 2^i) where the pairs spread
+  // evenly, within its bounds otherwise.
+  const auto uneven = [&](double rate, double last) {
+    const int r = pr.p - q;
+    double t = B * c.alpha + n * rate;
+    for (int i = 1; i <= k; ++i) {
+      const int half = 1 << (k - i);
+      t += B * c.alpha + double(half + std::min(r, half)) / pr.p * n * rate;
+    }
+    return t + B * c.alpha + n / pr.p * last;
+  };
+  switch (pr.coll) {
+    case C::ALLREDUCE: return (2 * k + 2 * f) * B * c.alpha + (f + half) * n * (r.reduce + r.result);
+    case C::REDUCE: return (2 * k + f) * B * c.alpha + (f + half) * n * r.reduce + half * n * r.result;
+    case C::BROADCAST: return ceil_log2(pr.p) * (blocks(size_t(n), kRhdBlock * 4) * c.alpha + n * r.raw);
+    case C::REDUCE_SCATTER: return f ? uneven(r.reduce, r.result) : k * B * c.alpha + half * n * r.reduce;
+    case C::ALLGATHER: return f ? uneven(r.raw, r.raw) : k * B * c.alpha + half * n * r.raw;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> ring(const Problem& pr, const CostParams& c, double n) {
+  const double steps = pr.p - 1, B = blocks(pr.count, kRingBlock), frac = steps / pr.p;
+  const Rates r = rates(c);
+  switch (pr.coll) {
+    case C::ALLREDUCE: return 2 * steps * B * c.alpha + frac * n * (r.reduce + r.result);
+    case C::REDUCE_SCATTER: return steps * B * c.alpha + frac * n * r.reduce;
+    case C::ALLGATHER: return steps * B * c.alpha + frac * n * r.raw;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+const char* name(Algorithm a) {
+  switch (a) {
+    case Algorithm::SWITCH: return "switch";
+    case Algorithm::BINOMIAL: return "binomial";
+    case Algorithm::CHAIN: return "chain";
+    case Algorithm::RHD: return "rhd";
+    case Algorithm::RING: return "ring";
+  }
+  return "?";
+}
+
+const char* name(CollectiveKind c) {
+  switch (c) {
+    case C::ALLREDUCE: return "allreduce";
+    case C::REDUCE: return "reduce";
+    case C::BROADCAST: return "broadcast";
+    case C::REDUCE_SCATTER: return "reduce_scatter";
+    case C::ALLGATHER: return "allgather";
+  }
+  return "?";
+}
+
+size_t model_segments(const Problem& pr, const CostParams& c) {
+  const auto terms = chain_terms(pr, c);
+  if (!terms) return 1;
+  const size_t bytes = pr.count * pr.elem_bytes;
+  const size_t m = chain_optimal_segments(bytes, pr.p, terms->first, terms->second);
+  return std::clamp<size_t>(m, 1, std::max<size_t>(1, pr.count));
+}
+
+std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments) {
+  if (pr.p < 1) throw std::invalid_argument("a group of " + std::to_string(pr.p) + " ranks");
+  const double n = double(pr.count) * double(pr.elem_bytes);
+  std::optional<double> t;
+  switch (algo) {
+    case Algorithm::SWITCH:
+      if (c.have_switch && (pr.coll == C::ALLREDUCE || pr.coll == C::REDUCE)) t = c.switch_alpha + n * c.switch_beta;
+      break;
+    case Algorithm::BINOMIAL: t = binomial(pr, c, n); break;
+    case Algorithm::CHAIN:
+      if (const auto terms = chain_terms(pr, c)) {
+        const double m = double(segments ? segments : model_segments(pr, c));
+        t = chain_model_time(n, pr.p, m, terms->first, terms->second);
+      }
+      break;
+    case Algorithm::RHD: t = rhd(pr, c, n); break;
+    case Algorithm::RING: t = ring(pr, c, n); break;
+  }
+  if (t && pr.p == 1 && algo != Algorithm::SWITCH) t = 0.0;
+  return t;
+}
+
+std::vector<Choice> candidates(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed) {
+  std::vector<Choice> out;
+  for (Algorithm a : allowed) {
+    const size_t m = a == Algorithm::CHAIN ? model_segments(pr, c) : 0;
+    if (const auto t = predict(a, pr, c, m)) out.push_back({a, m, *t});
+  }
+  return out;
+}
+
+Choice choose(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed) {
+  const std::vector<Choice> all = candidates(pr, c, allowed);
+  if (all.empty())
+    throw std::invalid_argument(std::string("no allowed algorithm runs ") + name(pr.coll) +
+                                (pr.root ? " to a root other than rank 0" : ""));
+  Choice best = all.front();
+  for (const Choice& ch : all)
+    if (ch.seconds < best.seconds) best = ch;
+  return best;
+}
+
+}  // namespace prism::coll

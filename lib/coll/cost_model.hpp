@@ -1,0 +1,122 @@
+// The host collectives' cost models and `auto`: the predicted time of each
+// algorithm for one collective, from parameters measured on the machine
+// (calibrate.hpp), in the seeds' formulas; and the choice of the algorithm
+// (and the chain's m) whose prediction is lowest.
+//
+// Parameters (n: a rank's input bytes; for broadcast and allgather, the bytes
+// every rank ends with):
+//   alpha  seconds per message, one way (half a small ping-pong round trip)
+//   beta   seconds per byte on the wire (the ping-pong's slope)
+//   gamma  seconds per input byte reduced: a partial encoded by its sender
+//          and merged into the receiver's accumulator (partial_message.hpp),
+//          for this op's policy and formats: the reducers' own kernels
+//   w      a partial's bytes per input byte (KULISCH lane records are wider
+//          than fp32; the fp32 policies over bf16 carry fp32: 2)
+//   o      a result's bytes per input byte, with its status byte (what the
+//          allreduces' broadcasts and allgathers carry: fp32 -> fp32 is 5/4)
+// so a reduction step over x input bytes costs alpha + x (w beta + gamma)
+// and a step that moves x bytes of results alpha + x o beta.
+//
+// Each algorithm runs its vector in blocks (binomial 4096 elements, RHD and
+// ring 65536), each block through the whole algorithm: the alpha terms are
+// paid once per block (B blocks), the n terms once. With L = ceil(log2 p),
+// k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0):
+//
+//  binomial (seed 000: ceil(log2 p)(T_start + n T_byte), the plain tree, a
+//  step per level; the root takes L partials per block):
+//    reduce     L (B alpha + n (w beta + gamma))
+//    broadcast  L (B alpha + n beta)
+//    allreduce  reduce + L (B alpha + n o beta)
+//  chain (seed 000's pipelined chain in m segments:
+//  T(n, p, m) = (T_start + n/m T_byte)(p + m - 2)):
+//    reduce     (alpha + n/m (w beta + gamma))(p + m - 2)        to rank 0 only
+//    broadcast  (alpha + n/m beta)(p + m - 2)                    from rank 0 only
+//    allreduce  (2 alpha + n/m (w beta + gamma + o beta))(p + m - 2)
+//    m for auto: the seed's m = sqrt(n (p - 2) T_byte / T_start) with that
+//    phase's T_start and T_byte (allreduce: 2 alpha and the sum of both).
+//  RHD (seed 001's table; the fold and unfold are its non-power-of-two terms):
+//    allreduce  (2k + 2f) B alpha + (f + (q-1)/q) n (w beta + gamma) + (f + (q-1)/q) n o beta
+//    reduce     (2k + f) B alpha  + (f + (q-1)/q) n (w beta + gamma) + (q-1)/q n o beta
+//    broadcast  L (B alpha + n beta)
+//    reduce-scatter, p = q: k B alpha + (p-1)/p n (w beta + gamma); otherwise the
+//      seed's three steps: B alpha + n (w beta + gamma) (the fold),
+//      sum_{i=1..k} (B alpha + s_i/p n (w beta + gamma)) (the uneven
+//      halving), B alpha + n/p o beta (the odd ranks' blocks), where s_i =
+//      2^(k-i) + min(r, 2^(k-i)) rank blocks is the most step i moves (a
+//      folded pair's segment is two blocks): the seed writes ceil(p/2^i), which
+//      assumes the pairs spread evenly; s_i lies within the seed's bounds and
+//      equals it at p = q + 1 and p = 2q - 1
+//    allgather  the same with beta for (w beta + gamma) and beta for o beta
+//  ring (Open MPI's and NCCL's):
+//    allreduce       2(p-1) B alpha + (p-1)/p n (w beta + gamma) + (p-1)/p n o beta
+//    reduce-scatter  (p-1) B alpha + (p-1)/p n (w beta + gamma)
+//    allgather       (p-1) B alpha + (p-1)/p n beta
+//  switch (measured end to end through the PRISM switch: a rank sends n and
+//  receives the result at once, the switch reduces in flight):
+//    allreduce, reduce  switch_alpha + n switch_beta
+// With p = 1 every collective costs 0 (no message).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace prism::coll {
+
+enum class Algorithm : uint8_t { SWITCH, BINOMIAL, CHAIN, RHD, RING };
+enum class CollectiveKind : uint8_t { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER };
+
+const char* name(Algorithm a);
+const char* name(CollectiveKind c);
+
+struct CostParams {
+  double alpha = 0;          // s per message
+  double beta = 0;           // s per byte on the wire between hosts
+  double gamma = 0;          // s per input byte reduced (encode + merge a partial), for this op
+  double partial_ratio = 1;  // w: partial bytes per input byte
+  double out_ratio = 1;      // o: result bytes per input byte
+  // Through the switch, when one is a candidate: a collective of n input
+  // bytes takes switch_alpha + n * switch_beta.
+  bool have_switch = false;
+  double switch_alpha = 0, switch_beta = 0;
+};
+
+struct Problem {
+  CollectiveKind coll = CollectiveKind::ALLREDUCE;
+  int p = 1;              // ranks
+  size_t count = 0;       // elements per rank (broadcast, allgather: in the whole vector)
+  size_t elem_bytes = 4;  // input element size (broadcast, allgather: the element size moved)
+  int root = 0;           // reduce and broadcast
+};
+
+// The predicted seconds of `algo` for `pr` (with m = `segments` for the
+// chain; 0 means the model's m), or nothing when `algo` does not run that
+// collective: the ring runs allreduce, reduce-scatter and allgather; the chain
+// reduces to and broadcasts from rank 0 only; the switch runs allreduce and
+// reduce, and only with have_switch.
+std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments = 0);
+
+// The chain's m for `pr`: the seed's optimum (chain_optimal_segments) with
+// T_start and T_byte as above, at most the element count.
+size_t model_segments(const Problem& pr, const CostParams& c);
+
+struct Choice {
+  Algorithm algo = Algorithm::BINOMIAL;
+  size_t segments = 0;  // the chain's m (0 for the others)
+  double seconds = 0;   // predicted
+};
+
+// Every algorithm of `allowed` that runs `pr`, with its prediction (the chain
+// at model_segments), in `allowed`'s order.
+std::vector<Choice> candidates(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed);
+
+// `auto`: the candidate with the lowest prediction (the first of `allowed`
+// on a tie). Throws std::invalid_argument when none runs `pr`.
+Choice choose(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed);
+
+inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::SWITCH, Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD,
+                                               Algorithm::RING};
+
+}  // namespace prism::coll

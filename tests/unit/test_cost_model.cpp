@@ -1,0 +1,232 @@
+// The host collectives' cost models (lib/coll/cost_model.hpp) against the
+// seeds' tables worked by hand, `auto`'s choice, and the models' message and
+// byte counts against what the algorithms really send (the in-process
+// transport's observer); the calibration's JSON.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "coll/binomial.hpp"
+#include "coll/calibrate.hpp"
+#include "coll/cost_model.hpp"
+#include "coll/rhd.hpp"
+#include "coll/ring.hpp"
+#include "coll_util.hpp"
+
+namespace prism::coll {
+namespace {
+
+using test::make_input;
+using test::run_group;
+
+CostParams only(double alpha, double beta, double gamma, double w = 1, double o = 1) {
+  CostParams c;
+  c.alpha = alpha, c.beta = beta, c.gamma = gamma, c.partial_ratio = w, c.out_ratio = o;
+  return c;
+}
+
+double pred(Algorithm a, CollectiveKind k, int p, size_t count, const CostParams& c, size_t m = 0) {
+  const auto t = predict(a, Problem{k, p, count, 4, 0}, c, m);
+  EXPECT_TRUE(t.has_value()) << name(a) << " " << name(k);
+  return t.value_or(-1);
+}
+
+constexpr auto AR = CollectiveKind::ALLREDUCE;
+constexpr auto RED = CollectiveKind::REDUCE;
+
+// Seed 001, allreduce: 2 log p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma for p = 2^k, and
+// (2 floor(log p) + 2) alpha + (2 (p'-1)/p' + 2) n beta + ((p'-1)/p' + 1) n gamma otherwise.
+TEST(CostModel, RhdAllreduceIsSeed001sTable) {
+  const size_t count = 1000;  // one block; n = 4000 bytes
+  const double n = 4000;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, 8, count, only(1, 0, 0)), 6);  // 2 * 3
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, 8, count, only(0, 1, 0)), 2 * 7.0 / 8 * n);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, 8, count, only(0, 0, 1)), 7.0 / 8 * n);
+  for (int p : {5, 6, 7}) {  // p' = 4
+    EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, p, count, only(1, 0, 0)), 2 * 2 + 2) << p;
+    EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, p, count, only(0, 1, 0)), (2 * 3.0 / 4 + 2) * n) << p;
+    EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, p, count, only(0, 0, 1)), (3.0 / 4 + 1) * n) << p;
+  }
+  // reduce (ReduceScatter + Gather): (2 floor(log p) + 1) alpha + (2 (p'-1)/p' + 1) n beta + ...
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, RED, 6, count, only(1, 0, 0)), 5);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, RED, 6, count, only(0, 1, 0)), (2 * 3.0 / 4 + 1) * n);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, RED, 4, count, only(1, 1, 1)), 2 * 2 + 2 * 3.0 / 4 * n + 3.0 / 4 * n);
+  // broadcast: ceil(log p)(alpha + n beta)
+  const Problem bc{CollectiveKind::BROADCAST, 6, 1000, 4, 0};
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, bc, only(1, 1, 0)), 3 * (1 + n));
+}
+
+TEST(CostModel, RhdReduceScatterNonPowerOfTwoIsTheSeedsThreeSteps) {
+  // p = 6, k = 2, r = 2: the fold alpha + n beta + n gamma, then i = 1, 2: alpha + s_i/6 n (beta +
+  // gamma) with s_1 = 2 + 2 rank blocks (the pair's segments are two), s_2 = 1 + 1 (the seed's
+  // ceil(6/2^i) = 3, 2 assumes them spread evenly), then the scatter alpha + n/6 beta.
+  const double n = 4000;
+  const Problem rs{CollectiveKind::REDUCE_SCATTER, 6, 1000, 4, 0};
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(1, 0, 0)), 4);
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(0, 1, 0)), n + 4.0 / 6 * n + 2.0 / 6 * n + n / 6);
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(0, 0, 1)), n + 4.0 / 6 * n + 2.0 / 6 * n);
+  // p = 5 = q + 1 and p = 7 = 2q - 1: the seed's sum itself (3 + 2 and 4 + 2 of 7)
+  const Problem rs5{CollectiveKind::REDUCE_SCATTER, 5, 1000, 4, 0}, rs7{CollectiveKind::REDUCE_SCATTER, 7, 1000, 4, 0};
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs5, only(0, 0, 1)), n + (3.0 + 2.0) / 5 * n);
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs7, only(0, 0, 1)), n + (4.0 + 2.0) / 7 * n);
+  const Problem ag{CollectiveKind::ALLGATHER, 6, 1000, 4, 0};
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, ag, only(0, 0, 1)), 0);  // no gamma
+  const Problem rs8{CollectiveKind::REDUCE_SCATTER, 8, 1000, 4, 0};
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs8, only(1, 1, 1)), 3 + 7.0 / 8 * n * 2);
+}
+
+// Seed 000: the plain binomial tree ceil(log2 p)(T_start + n T_byte); the pipelined chain
+// (T_start + n/m T_byte)(p + m - 2).
+TEST(CostModel, BinomialAndChainAreSeed000s) {
+  const double n = 4000;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 5, 1000, only(1, 0.5, 0.25)), 3 * (1 + n * 0.75));
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, AR, 5, 1000, only(1, 0.5, 0.25)), 3 * (1 + n * 0.75) + 3 * (1 + n * 0.5));
+  EXPECT_DOUBLE_EQ(pred(Algorithm::CHAIN, RED, 5, 1000, only(2, 1, 0), 10), (2 + n / 10) * (5 + 10 - 2));
+  // allreduce: the reduce and the broadcast pipelines, T_start = 2 alpha, T_byte the sum
+  EXPECT_DOUBLE_EQ(pred(Algorithm::CHAIN, AR, 5, 1000, only(2, 1, 1), 10), (4 + n / 10 * 3) * 13);
+  // the seed's m = sqrt(n (p-2) T_byte / T_start): n = 4000, p = 6, T_byte = 1, T_start = 10 -> 40
+  EXPECT_EQ(model_segments(Problem{RED, 6, 1000, 4, 0}, only(10, 1, 0)), 40u);
+  EXPECT_EQ(model_segments(Problem{RED, 2, 1000, 4, 0}, only(10, 1, 0)), 1u);           // nothing to pipeline
+  EXPECT_FALSE(predict(Algorithm::CHAIN, Problem{RED, 6, 1000, 4, 3}, only(1, 1, 1)));  // to rank 0 only
+  // the ring: 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 5, 1000, only(1, 1, 1)), 8 + 2 * 0.8 * n + 0.8 * n);
+  EXPECT_FALSE(predict(Algorithm::RING, Problem{RED, 5, 1000, 4, 0}, only(1, 1, 1)));
+}
+
+TEST(CostModel, AlphaIsPaidPerBlockAndNothingForOneRank) {
+  // 3 ring blocks of 65536: alpha three times, bytes once
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * kRingBlock, only(1, 0, 0)), 3 * 6);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 2 * kBinomialBlock + 1, only(1, 0, 0)), 2 * 3);
+  for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
+    EXPECT_EQ(pred(a, AR, 1, 1000, only(1, 1, 1)), 0) << name(a);
+}
+
+TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
+  const Algorithm hosts[] = {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING};
+  // latency only: at p = 8 the tree's 2 * 3 messages beat the ring's 14; binomial first on a tie with RHD
+  EXPECT_EQ(choose(Problem{AR, 8, 256, 4, 0}, only(1, 0, 0), hosts).algo, Algorithm::BINOMIAL);
+  // the wire only, p = 6: the ring's 2 (p-1)/p n beats RHD's fold (at p = 8 they tie: RHD, listed first)
+  EXPECT_EQ(choose(Problem{AR, 6, 1 << 20, 4, 0}, only(0, 1, 0), hosts).algo, Algorithm::RING);
+  EXPECT_EQ(choose(Problem{AR, 8, 1 << 20, 4, 0}, only(0, 1, 0), hosts).algo, Algorithm::RHD);
+  // a reduce to rank 3: no chain, no ring
+  for (const Choice& c : candidates(Problem{RED, 8, 1000, 4, 3}, only(1, 1, 1), hosts))
+    EXPECT_TRUE(c.algo == Algorithm::BINOMIAL || c.algo == Algorithm::RHD) << name(c.algo);
+  CostParams c = only(1e-5, 1e-9, 1e-8);
+  c.have_switch = true, c.switch_alpha = 1e-5, c.switch_beta = 1e-10;
+  EXPECT_EQ(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, kAllAlgorithms).algo, Algorithm::SWITCH);
+  c.switch_alpha = 10;  // a switch far away
+  EXPECT_NE(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, kAllAlgorithms).algo, Algorithm::SWITCH);
+  const Algorithm ring_only[] = {Algorithm::RING};
+  EXPECT_THROW(choose(Problem{RED, 4, 10, 4, 0}, c, ring_only), std::invalid_argument);
+  // the choice is the least of the candidates
+  for (int p = 2; p <= 9; ++p)
+    for (size_t count : {size_t(1) << 8, size_t(1) << 14, size_t(1) << 20}) {
+      const Problem pr{AR, p, count, 4, 0};
+      const CostParams q = only(3.6e-6, 3.7e-10, 1.7e-8, 1.9, 1.25);
+      const Choice ch = choose(pr, q, hosts);
+      for (const Choice& o : candidates(pr, q, hosts)) EXPECT_LE(ch.seconds, o.seconds) << p << " " << count;
+    }
+}
+
+// What the algorithms send, counted by the observer, against the models' terms: with alpha = 1
+// and nothing else a model counts a rank's message steps; with beta = 1, w and o the real sizes,
+// its bytes.
+struct Counts {
+  std::map<int, int> sent, received;
+  std::map<int, size_t> bytes_sent, bytes_received;
+};
+
+Counts observe(int p, size_t count, void (*fn)(Transport&, const void*, size_t, const ReduceOp&, void*, uint8_t*)) {
+  Counts c;
+  std::mutex mu;
+  const ReduceOp op{Format::INT32, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE};
+  run_group(
+      p,
+      [&](int r, Transport& t) {
+        const auto in = make_input(Format::INT32, count, 100 + r, true);
+        std::vector<uint8_t> out(count * 4), fl(count);
+        fn(t, in.data(), count, op, out.data(), fl.data());
+      },
+      [&](const MessageEvent& e) {
+        std::lock_guard lk(mu);
+        ++c.sent[e.from], ++c.received[e.to];
+        c.bytes_sent[e.from] += e.bytes, c.bytes_received[e.to] += e.bytes;
+      });
+  return c;
+}
+
+TEST(CostModel, RingAndRhdAllreduceSendWhatTheirModelsCount) {
+  const size_t count = 2 * kRingBlock + 1000;  // three blocks
+  const double n = double(count) * 4;
+  for (int p : {2, 3, 4, 5, 6, 7, 8}) {
+    SCOPED_TRACE(p);
+    // int32 partials travel as int32 (w = 1, plus a 12-byte header); results with a status byte (o = 5/4)
+    const Counts ring = observe(p, count, ring_allreduce);
+    const double ring_alpha = pred(Algorithm::RING, AR, p, count, only(1, 0, 0));
+    const double ring_bytes = pred(Algorithm::RING, AR, p, count, only(0, 1, 0, 1, 1.25));
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(ring.sent.at(r), ring_alpha) << "rank " << r;  // every step of the ring is one send per rank
+      EXPECT_NEAR(double(ring.bytes_sent.at(r)), ring_bytes, 0.01 * ring_bytes + 3 * 2 * p * 12) << "rank " << r;
+    }
+    // RHD: rank 0 is in the block; it also takes the fold's message (p not a power of two),
+    // which the model's 2 floor(log p) + 2 counts with its unfold send.
+    const Counts rhd = observe(p, count, rhd_allreduce);
+    const double rhd_alpha = pred(Algorithm::RHD, AR, p, count, only(1, 0, 0));
+    const int q = 1 << int(std::floor(std::log2(p)));
+    const int fold = p != q;
+    EXPECT_EQ(rhd.sent.at(0) + fold * 3, rhd_alpha);  // the fold's receive, once per block
+    const double rhd_bytes = pred(Algorithm::RHD, AR, p, count, only(0, 1, 0, 1, 1.25));
+    // the model's bytes: what rank 0 sends, and the fold it receives
+    const double got = double(rhd.bytes_sent.at(0)) + (fold ? n + 12 * 3 : 0);
+    EXPECT_NEAR(got, rhd_bytes, 0.01 * rhd_bytes + 3 * 4 * 12) << "rank 0";
+  }
+}
+
+TEST(CostModel, BinomialRootSendsAndTakesWhatTheModelCounts) {
+  const size_t count = 3 * kBinomialBlock;
+  for (int p : {2, 3, 5, 8}) {
+    const Counts b =
+        observe(p, count, [](Transport& t, const void* in, size_t n, const ReduceOp& op, void* out, uint8_t* fl) {
+          binomial_allreduce(t, in, n, op, out, fl, 0);
+        });
+    const double alpha = pred(Algorithm::BINOMIAL, AR, p, count, only(1, 0, 0));
+    EXPECT_EQ(b.sent.at(0) + b.received.at(0), alpha) << p;  // L per block each way
+  }
+}
+
+TEST(Calibration, JsonRoundTripAndErrors) {
+  CostParams c = only(3.5e-6, 3.25e-10, 1.5e-8, 1.875, 1.25);
+  c.have_switch = true, c.switch_alpha = 4e-5, c.switch_beta = 2e-10;
+  const CostParams back = cost_params_from_json(to_json(c));
+  EXPECT_EQ(back.alpha, c.alpha);
+  EXPECT_EQ(back.beta, c.beta);
+  EXPECT_EQ(back.gamma, c.gamma);
+  EXPECT_EQ(back.partial_ratio, c.partial_ratio);
+  EXPECT_EQ(back.out_ratio, c.out_ratio);
+  EXPECT_TRUE(back.have_switch);
+  EXPECT_EQ(back.switch_alpha, c.switch_alpha);
+  EXPECT_EQ(back.switch_beta, c.switch_beta);
+  EXPECT_THROW(cost_params_from_json("{\"alpha\": 1}"), std::invalid_argument);
+  EXPECT_THROW(cost_params_from_json("nonsense: ["), std::invalid_argument);
+}
+
+TEST(Calibration, ReduceCostFromTheReducersThemselves) {
+  const auto in = make_input(Format::FP32, kRhdBlock, 7, true);
+  const CostParams k =
+      measure_reduce({Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4, in.data(), kRhdBlock, 2);
+  EXPECT_GT(k.gamma, 0);
+  EXPECT_GT(k.partial_ratio, 1);  // sums of two fp32 rarely fit one: lane records
+  EXPECT_EQ(k.out_ratio, 1.25);
+  const CostParams a =
+      measure_reduce({Format::FP32, Format::FP32, Policy::FP32_ARRIVAL, Exceptions::IEEE}, 4, in.data(), kRhdBlock, 2);
+  EXPECT_NEAR(a.partial_ratio, 1, 0.001);  // fp32 sums as fp32
+  const CostParams i = measure_reduce({Format::INT8, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4,
+                                      make_input(Format::INT8, 1000, 3).data(), 1000, 2);
+  EXPECT_NEAR(i.partial_ratio, 4, 0.02);  // int8 in, int32 partials
+  EXPECT_EQ(i.out_ratio, 5);
+}
+
+}  // namespace
+}  // namespace prism::coll
