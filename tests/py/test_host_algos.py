@@ -48,3 +48,37 @@ def test_every_host_algorithm_over_tcp_gives_the_switchs_bits(make_testbed, R):
         assert host[1] == sw[1] != '', (algo, host, sw)
     exits = tb.stop_switches()
     assert exits['switch'].rc == 0, exits['switch'].stderr[-2000:]
+
+
+def test_auto_weighs_the_switch_against_the_host_algorithms(make_testbed):
+    """--algo auto with the default candidates joins the switch, measures it (a one-element and a
+    1 MiB allreduce through it) beside the hosts' alpha, beta and gamma, and runs the candidate
+    whose prediction is least: every rank the same one, with the switch's KULISCH bits whichever
+    it is. Then reduce_scatter, allgather and broadcast by auto (the switch runs none of them)."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=3, layout='bridge')
+    sw = digests(tb, 'switch', 'kulisch', '512KiB')
+    runs = tb.run([str(RANK), '--config', '{config}', '--rank', '{rank}', '--size', '512KiB', '--algo', 'auto',
+                   '--check', '--json'], timeout=120)
+    bad = [r for r in runs if r.rc != 0]
+    assert not bad, '\n'.join(f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}' for r in bad)
+    lines = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+    for ln in lines:
+        cal, pred = ln['calibration'], ln['predictions']
+        assert cal['have_switch'] and cal['switch_alpha'] > 0 and cal['switch_beta'] > 0, cal
+        assert set(pred) == {'switch', 'binomial', 'chain', 'rhd', 'ring'}, pred
+        assert ln['algo'] == min(pred, key=pred.get), ln
+        assert ln['algo'] == lines[0]['algo'] and ln['calibration'] == lines[0]['calibration']
+        assert ln['digest'] == sw[ln['rank']] and ln['check_beyond_bound'] == 0, (ln, sw)
+    for coll, can in (('reduce_scatter', {'rhd', 'ring'}), ('allgather', {'rhd', 'ring'}),
+                      ('broadcast', {'binomial', 'chain', 'rhd'})):
+        runs = tb.run([str(RANK), '--config', '{config}', '--rank', '{rank}', '--count', '100001', '--algo', 'auto',
+                       '--collective', coll, '--root', '0', '--check', '--json'], timeout=120)
+        bad = [r for r in runs if r.rc != 0]
+        assert not bad, '\n'.join(f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}' for r in bad)
+        lines = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+        for ln in lines:
+            assert set(ln['predictions']) == can and ln['algo'] in can, (coll, ln)
+            assert ln['check_differ'] == 0, (coll, ln)
+    exits = tb.stop_switches()
+    assert exits['switch'].rc == 0, exits['switch'].stderr[-2000:]
