@@ -17,6 +17,45 @@ void add_double_to_wide(Wide& w, double d, int unit) {
   w.add_shifted(v, shift);
 }
 
+StateForm state_as_generic(const Accumulator& acc, Format f, uint8_t* elems, LaneExact* lanes) {
+  const OpDesc& d = acc.desc();
+  if (!acc.state(lanes)) return StateForm::None;
+  return lanes_fit_format(lanes, d.lanes, unit_exp(d.dtype), f, elems) ? StateForm::Elements : StateForm::Lanes;
+}
+
+bool add_elements_exact_generic(Accumulator& acc, Format f, const uint8_t* elems, LaneExact* scratch,
+                                PartialError* err) {
+  const OpDesc& d = acc.desc();
+  *err = lanes_from_elements(f, elems, d.lanes, unit_exp(d.dtype), scratch);
+  return *err == PartialError::None && acc.add_exact(scratch);
+}
+
+LaneExact lane_of_double(double v, int unit) {
+  LaneExact l;
+  l.side = std::signbit(v) && v == 0 ? side::NEG_ZERO_ONLY : 0;
+  add_double_to_wide(l.value, v, unit);
+  return l;
+}
+
+bool add_exact_doubles_generic(Accumulator& acc, const double* v, LaneExact* scratch) {
+  const OpDesc& d = acc.desc();
+  const int unit = unit_exp(d.dtype);
+  for (uint32_t i = 0; i < d.lanes; ++i) scratch[i] = lane_of_double(v[i], unit);
+  return acc.add_exact(scratch);
+}
+
+StateForm Accumulator::state_as(Format f, uint8_t* elems, LaneExact* lanes, double*) const {
+  return state_as_generic(*this, f, elems, lanes);
+}
+
+bool Accumulator::add_exact_doubles(const double* v, LaneExact* scratch) {
+  return add_exact_doubles_generic(*this, v, scratch);
+}
+
+bool Accumulator::add_elements_exact(Format f, const uint8_t* elems, LaneExact* scratch, PartialError* err) {
+  return add_elements_exact_generic(*this, f, elems, scratch, err);
+}
+
 uint32_t round_lane(const LaneExact& l, int unit, Format out, Exceptions ex, uint8_t* flags) {
   uint32_t bits;
   if (acc::special_result(l.side, out, ex, &bits, flags)) return bits;

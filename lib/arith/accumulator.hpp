@@ -34,9 +34,16 @@
 #include <memory>
 
 #include "arith/kernels.hpp"
+#include "arith/lanes.hpp"
 #include "arith/op.hpp"
 
 namespace prism {
+
+// The form an accumulator's state takes as a partial (AUTO's rule,
+// lanes_fit_format()): elements of a format when every lane is exactly one;
+// otherwise the exact lanes, as doubles where every lane is one (see
+// state_as()) or as LaneExact; None for a policy without lossless state.
+enum class StateForm : uint8_t { None, Elements, Doubles, Lanes };
 
 class Accumulator {
  public:
@@ -60,6 +67,30 @@ class Accumulator {
   // The exact state of every lane (lossless). False for FP32_BINOMIAL.
   virtual bool state(LaneExact* out) const = 0;
 
+  // Partials in one step (the host collectives' hot path, coll/partial_message.cpp).
+  // Each gives exactly what its generic path below gives; a family overrides
+  // it where it can test, copy or add its lanes directly instead of building
+  // every lane's exact state (a Wide per lane, a rounding and a decode each).
+  //
+  // state_as: when every lane is exactly an element of `f`, writes desc().lanes
+  // elements to `elems` and returns Elements. Otherwise, when `doubles` is
+  // not null and the family holds every lane as a double (a finite value, a
+  // whole number of lane units, sideband at most NEG_ZERO_ONLY, written as
+  // -0), may write the lanes' values there and return Doubles; else writes
+  // state() to `lanes` and returns Lanes. `elems` is unspecified unless
+  // Elements. None for a policy without lossless state.
+  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const;
+  // add_elements_exact: adds desc().lanes elements of `f` (a partial that
+  // travelled as elements) as lanes_from_elements() then add_exact() would,
+  // `scratch` holding desc().lanes lanes. False when they do not decode
+  // (*err says why; nothing changed) or cannot be taken (*err = None).
+  virtual bool add_elements_exact(Format f, const uint8_t* elems, LaneExact* scratch, PartialError* err);
+  // add_exact_doubles: adds desc().lanes exact lane values given as doubles
+  // (each a whole number of lane units; -0 a NEG_ZERO_ONLY lane) as
+  // add_exact() adds their lanes: false, nothing changed, when one cannot
+  // be taken. `scratch` holds desc().lanes lanes.
+  virtual bool add_exact_doubles(const double* v, LaneExact* scratch);
+
   // Rounds every lane once into desc().out: `out` gets lanes elements, `flags`
   // (may be null) one status byte per lane (flag::OVERFLOW, INVALID, NAN_INPUT).
   virtual void finalize(uint8_t* out, uint8_t* flags) const = 0;
@@ -77,6 +108,17 @@ class Accumulator {
 // Throws std::invalid_argument with admission_error()'s message when the
 // descriptor is not admissible at kMaxWidth.
 std::unique_ptr<Accumulator> make_accumulator(const OpDesc& d, const Kernels& k = best_kernels());
+
+// The generic paths of Accumulator::state_as(), add_elements_exact() and
+// add_exact_doubles(), through state()/lanes_fit_format(),
+// lanes_from_elements() and add_exact(): the defaults, and the reference the
+// families' fast paths are tested against. state_as_generic() never returns Doubles.
+StateForm state_as_generic(const Accumulator& acc, Format f, uint8_t* elems, LaneExact* lanes);
+bool add_elements_exact_generic(Accumulator& acc, Format f, const uint8_t* elems, LaneExact* scratch,
+                                PartialError* err);
+bool add_exact_doubles_generic(Accumulator& acc, const double* v, LaneExact* scratch);
+// A lane value given as a double (see add_exact_doubles()) as its exact lane.
+LaneExact lane_of_double(double v, int unit);
 
 // Exact value of a finite double as a lane value in units of 2^unit (the
 // double must be a multiple of 2^unit).

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -116,17 +117,43 @@ inline Encoded encode_double(Format out, Exceptions ex, double d) {
 }
 
 // A double's exact value as v * 2^shift with shift >= 0 in units of 2^unit.
+// Read from the double's fields (no frexp/ldexp): v is the significand,
+// shifted down where the double's exponent is below the unit.
 inline void split_double(double d, int unit, int64_t* v, int* shift) {
-  int e;
-  const double m = std::frexp(d, &e);
-  int64_t mi = int64_t(std::ldexp(m, 53));
-  int s = e - 53 - unit;
+  const uint64_t b = std::bit_cast<uint64_t>(d);
+  const int field = int(b >> 52) & 0x7FF;
+  int64_t mi = int64_t(b & ((uint64_t(1) << 52) - 1));
+  if (field) mi |= int64_t(1) << 52;
+  if (mi == 0) {
+    *v = 0;
+    *shift = 0;
+    return;
+  }
+  int s = (field ? field : 1) - 1075 - unit;
   if (s < 0) {  // the low bits are zero: d is a multiple of 2^unit
     mi >>= -s;
     s = 0;
   }
-  *v = mi;
+  *v = (b >> 63) ? -mi : mi;
   *shift = s;
+}
+
+// Whether every finite one of n fp32 values (bits, little-endian) is a whole
+// number of lane units 2^unit, as lanes_from_elements() requires (true for
+// fp32's own unit, 2^-149). Cost: a few integer ops per lane.
+inline bool fp32_whole_units(const uint8_t* e, uint32_t n, int unit) {
+  if (unit <= -149) return true;
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, e + size_t(i) * 4, 4);
+    const int field = int(b >> 23) & 0xFF;
+    const int need = unit - ((field ? field : 1) - 150);  // low significand bits that must be 0
+    if (field == 0xFF || need <= 0) continue;
+    const uint32_t sig = (b & 0x7FFFFFu) | (field ? 0x800000u : 0);
+    bad |= need >= 24 ? sig : sig & ((1u << need) - 1);
+  }
+  return bad == 0;
 }
 
 // Exact conversion of a lane value to double; false when it needs more than 53 bits.

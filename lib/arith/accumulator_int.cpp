@@ -37,6 +37,30 @@ class IntegerSum final : public Accumulator {
     return true;
   }
 
+  // int32 elements when every sum is in int32's range (the generic rule: no
+  // sideband, a whole value in [-2^31, 2^31)). Cost: a compare and a store per lane.
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double*) const override {
+    if (f != Format::INT32) return state_as_generic(*this, f, elems, lanes);
+    bool fit = true;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const int64_t v = acc_[i];
+      fit &= v >= INT32_MIN && v <= INT32_MAX;
+      store_bits(Format::INT32, elems + size_t(i) * 4, uint32_t(int32_t(v)));
+    }
+    if (fit) return StateForm::Elements;
+    state(lanes);
+    return StateForm::Lanes;
+  }
+
+  // int32 elements: an int64 add per lane (add()'s kernel). Every int32 is a
+  // whole lane value well inside add_exact()'s 2^48 bound, so none is refused.
+  bool add_elements_exact(Format f, const uint8_t* e, LaneExact* scratch, PartialError* err) override {
+    if (f != Format::INT32) return add_elements_exact_generic(*this, f, e, scratch, err);
+    *err = PartialError::None;
+    k_.add_i64(Format::INT32, acc_.data(), e, d_.lanes);
+    return true;
+  }
+
   void finalize(uint8_t* out, uint8_t* flags) const override {
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {

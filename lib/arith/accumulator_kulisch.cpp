@@ -97,39 +97,110 @@ class KulischWide final : public Accumulator {
     }
   }
 
+  // A lane whose partial value a T holds and whose sum with the fast lane is
+  // exact takes it there (as a checked add() does); the rest go to the bank.
+  // Either way the lane's value is the same exact sum.
   bool add_exact(const LaneExact* in) override {
     certified_ = false;
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) && !in[i].value.is_zero() &&
           in[i].value.magnitude().msb() >= Bank::kWords * Bank::kDigitBits - 4)
         return false;
-    for (uint32_t i = 0; i < d_.lanes; ++i) {
-      const LaneExact& l = in[i];
-      const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
-      if (sp || std::isnan(fast_[i])) {
-        fast_[i] = LB::merge(fast_[i], sp);
-        continue;
-      }
-      if (!(l.side & side::NEG_ZERO_ONLY)) fast_[i] += T(0);  // -0 stays only while every term is -0
-      if (l.value.is_zero()) continue;
-      Bank& bk = bank_[i];
-      bk.normalize();
-      const bool neg = l.value.negative();
-      const Wide m = l.value.magnitude();  // < 2^296, checked above
-      for (int pos = 0; pos <= m.msb(); pos += 32) {
-        const int64_t piece = int64_t(m.bits_at(pos) & 0xFFFFFFFFu);
-        if (piece) bk.add(neg ? -piece : piece, pos);
-      }
-      bk.normalize();
-      adds_[i] = 0;
-      dirty_[i] = 1;
-      any_dirty_ = true;
-    }
+    for (uint32_t i = 0; i < d_.lanes; ++i) take_lane(i, in[i]);
     return true;
   }
 
   bool state(LaneExact* out) const override {
     for (uint32_t i = 0; i < d_.lanes; ++i) out[i] = lane_state(i);
+    return true;
+  }
+
+  // A lane whose bank is unused holds its sum as its fast value (a whole
+  // number of lane units by construction): an fp32 element when that value
+  // is exactly a float, a bf16 one when that float's low half is 0 too (a
+  // NaN lane never is). A lane that used its bank is tested on its exact
+  // state (lanes_fit_format, one lane). Doubles where every lane's value is
+  // one. Cost per clean lane: a conversion, a compare and a store, stopping
+  // at the first lane that is not an element; then a copy as doubles.
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const override {
+    if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
+    static_assert(std::endian::native == std::endian::little);
+    const uint32_t low = f == Format::BF16 ? 0xFFFFu : 0, esz = info(f).bytes;
+    uint32_t i = 0;
+    for (; i < d_.lanes; ++i) {
+      uint8_t* el = elems + size_t(i) * esz;
+      if (dirty_[i]) {
+        const LaneExact l = lane_state(i);
+        if (!lanes_fit_format(&l, 1, unit_, f, el)) break;
+        continue;
+      }
+      const float x = float(fast_[i]);
+      const uint32_t b = float_bits(x);
+      if (double(x) != double(fast_[i]) || (b & low)) break;
+      store_bits(f, el, f == Format::BF16 ? b >> 16 : b);
+    }
+    if (i == d_.lanes) return StateForm::Elements;
+    if (doubles && lanes_as_doubles(doubles)) return StateForm::Doubles;
+    state(lanes);
+    return StateForm::Lanes;
+  }
+
+  // Exact lane values as doubles: each sum taken in the fast lane where it
+  // is exact (as a checked add() does), the rest as add_exact() takes them.
+  // Cost: a range screen, then an add, two subs and two compares per lane.
+  bool add_exact_doubles(const double* v, LaneExact* scratch) override {
+    const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
+    for (uint32_t i = 0; i < d_.lanes; ++i)
+      if (!(std::fabs(v[i]) < limit)) return add_exact_doubles_generic(*this, v, scratch);
+    certified_ = false;
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const T a = fast_[i], b = T(v[i]), s = a + b;
+      if (double(b) == v[i] && s - a == b && s - b == a) {
+        fast_[i] = s;
+      } else {
+        take_lane(i, lane_of_double(v[i], unit_));
+      }
+    }
+    return true;
+  }
+
+  // fp32 or bf16 elements (whole lane units) into the fast lanes: each sum
+  // taken where it is exact (add()'s checked add: s - a == b and s - b == a),
+  // the lanes left (a special, a NaN lane, a sum that would round) one by
+  // one as add_exact() takes them. Such elements are always in the bank's
+  // range: none is refused. Cost: fp32 into double lanes, the AVX2 checked
+  // add (~13 uops per 4 lanes); otherwise a scalar add, two subs and two
+  // compares per lane.
+  bool add_elements_exact(Format f, const uint8_t* e, LaneExact* scratch, PartialError* err) override {
+    if ((f != Format::FP32 && f != Format::BF16) || (f == Format::FP32 && !fp32_whole_units(e, d_.lanes, unit_)))
+      return add_elements_exact_generic(*this, f, e, scratch, err);
+    certified_ = false;
+    *err = PartialError::None;
+    const uint32_t esz = info(f).bytes;
+    auto left_over = [&](uint32_t lane) {
+      LaneExact l;
+      lanes_from_elements(f, e + size_t(lane) * esz, 1, unit_, &l);
+      take_lane(lane, l);
+    };
+    if constexpr (sizeof(T) == 8) {
+      if (f == Format::FP32) {
+        uint32_t left[kBlock];
+        for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
+          const uint32_t n = std::min(kBlock, d_.lanes - b);
+          const uint32_t k = k_.add_f64_checked(Format::FP32, fast_.data() + b, e + size_t(b) * 4, n, left);
+          for (uint32_t j = 0; j < k; ++j) left_over(b + left[j]);
+        }
+        return true;
+      }
+    }
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      const float x = to_float(f, load_bits(f, e + size_t(i) * esz));  // exact
+      const T a = fast_[i], b = T(x), s = a + b;
+      if (std::isfinite(x) && s - a == b && s - b == a)
+        fast_[i] = s;
+      else
+        left_over(i);
+    }
     return true;
   }
 
@@ -201,6 +272,58 @@ class KulischWide final : public Accumulator {
       if (flags) flags[i] = fl;
     }
     return true;
+  }
+
+  // Every lane's value as a double (see Accumulator::state_as()); false when
+  // some lane is a special or needs more than 53 bits.
+  bool lanes_as_doubles(double* out) const {
+    for (uint32_t i = 0; i < d_.lanes; ++i) {
+      if (!dirty_[i]) {
+        out[i] = double(fast_[i]);
+        if (std::isnan(fast_[i])) return false;
+        continue;
+      }
+      const LaneExact l = lane_state(i);
+      if (l.side & ~side::NEG_ZERO_ONLY) return false;
+      if (l.side && !l.value.is_zero()) return false;
+      if (!wide_to_double(l.value, unit_, &out[i])) return false;
+      if (l.side) out[i] = -0.0;
+    }
+    return true;
+  }
+
+  // add_exact() for one lane in range.
+  void take_lane(uint32_t i, const LaneExact& l) {
+    const uint8_t sp = l.side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF);
+    if (sp || std::isnan(fast_[i])) {
+      fast_[i] = LB::merge(fast_[i], sp);
+      return;
+    }
+    if (l.value.is_zero()) {
+      if (!(l.side & side::NEG_ZERO_ONLY)) fast_[i] += T(0);  // -0 stays only while every term is -0
+      return;
+    }
+    double bd;
+    if (wide_to_double(l.value, unit_, &bd) && double(T(bd)) == bd) {
+      const T a = fast_[i], b = T(bd), s = a + b;
+      if (s - a == b && s - b == a) {  // exact (and finite): the fast lane takes it
+        fast_[i] = s;
+        return;
+      }
+    }
+    fast_[i] += T(0);
+    Bank& bk = bank_[i];
+    bk.normalize();
+    const bool neg = l.value.negative();
+    const Wide m = l.value.magnitude();  // < 2^296, checked by the caller
+    for (int pos = 0; pos <= m.msb(); pos += 32) {
+      const int64_t piece = int64_t(m.bits_at(pos) & 0xFFFFFFFFu);
+      if (piece) bk.add(neg ? -piece : piece, pos);
+    }
+    bk.normalize();
+    adds_[i] = 0;
+    dirty_[i] = 1;
+    any_dirty_ = true;
   }
 
   LaneExact lane_state(uint32_t i) const {

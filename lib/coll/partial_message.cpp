@@ -41,23 +41,30 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<Lane
                     std::vector<uint8_t>& msg) {
   const uint32_t n = acc.desc().lanes;
   scratch.resize(n);
-  if (!acc.state(scratch.data()))
-    throw std::logic_error(std::string("a ") + name(acc.desc().policy) + " accumulator has no lossless state to send");
   msg.resize(max_partial_bytes(n));
   uint8_t* h = msg.data();
+  // Cost: the accumulator's state_as(). The common cases (fp32 sums, integer
+  // sums, Kulisch fp32/bf16 lanes) test and copy their lanes as elements, or
+  // hand them over as doubles for encode_kulisch_lanes_f64(); the rest build
+  // every lane's exact state, then its lane record (3 + the digit window's bytes).
+  const Format ef = element_format(op);
+  thread_local std::vector<double> doubles;
+  doubles.resize(n);
+  const StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data());
+  if (form == StateForm::None)
+    throw std::logic_error(std::string("a ") + name(acc.desc().policy) + " accumulator has no lossless state to send");
   h[0] = uint8_t(op.dtype);
   h[1] = uint8_t(op.out);
   h[2] = uint8_t(op.policy);
   h[3] = uint8_t(op.exceptions);
   h[5] = h[6] = h[7] = 0;
   for (int i = 0; i < 4; ++i) h[8 + i] = uint8_t(n >> (8 * i));
-  // Cost: one rounding and one decode per lane to test the fit, then either a
-  // copy of the elements or the lane records (3 + the digit window's bytes).
-  const Format ef = element_format(op);
-  const int unit = unit_exp(op.dtype);
-  if (lanes_fit_format(scratch.data(), n, unit, ef, h + kPartialHeader)) {
+  if (form == StateForm::Elements) {
     h[4] = uint8_t(ef);
     msg.resize(kPartialHeader + size_t(n) * info(ef).bytes);
+  } else if (form == StateForm::Doubles) {
+    h[4] = kLaneRecords;
+    msg.resize(kPartialHeader + encode_kulisch_lanes_f64(doubles.data(), n, unit_exp(op.dtype), h + kPartialHeader));
   } else {
     h[4] = kLaneRecords;
     msg.resize(kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader));
@@ -85,6 +92,13 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   const size_t plen = len - kPartialHeader;
   PartialError e;
   if (msg[4] == kLaneRecords) {
+    // The common Kulisch partial: every lane a double (decode_kulisch_lanes_f64()).
+    thread_local std::vector<double> doubles;
+    doubles.resize(n);
+    if (decode_kulisch_lanes_f64(p, plen, n, unit_exp(op.dtype), doubles.data())) {
+      if (acc.add_exact_doubles(doubles.data(), scratch.data())) return;
+      throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+    }
     size_t used = 0;
     e = decode_kulisch_lanes(p, plen, n, scratch.data(), &used);
     if (e == PartialError::None && used != plen)
@@ -97,11 +111,13 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
     if (plen != size_t(n) * info(ef).bytes)
       throw CollectiveError(who + " has " + std::to_string(plen) + " payload bytes for " + std::to_string(n) + " " +
                             name(ef) + " elements");
-    e = lanes_from_elements(ef, p, n, unit_exp(op.dtype), scratch.data());
+    // The common cases (fp32 into fp32 sums, int32 into int sums, fp32 or
+    // bf16 into Kulisch lanes) add the elements directly: add_elements_exact().
+    if (acc.add_elements_exact(ef, p, scratch.data(), &e)) return;
   }
   if (e != PartialError::None) throw CollectiveError(who + " does not decode: " + describe(e));
-  if (!acc.add_exact(scratch.data()))
-    throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+  if (msg[4] == kLaneRecords && acc.add_exact(scratch.data())) return;
+  throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
 }
 
 }  // namespace prism::coll

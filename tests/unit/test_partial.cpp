@@ -5,7 +5,10 @@
 // encoder written here from the layout in docs/ARITHMETIC.md.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "acc_util.hpp"
+#include "coll/partial_message.hpp"
 #include "proto/partial.hpp"
 
 namespace {
@@ -657,6 +660,329 @@ TEST(Auto, ElementsFinerThanTheLaneUnitAreUnrepresentable) {
   EXPECT_TRUE(l.value.is_zero());
   ASSERT_EQ(prism::lanes_from_elements(prism::Format::FP16, nan, 1, ref::kFP16.unit(), &l), PartialError::None);
   EXPECT_EQ(l.side, ref::kSideNan);
+}
+
+// ---------------------------------------------------------------------------
+// The partial messages' fast paths (Accumulator::state_as, add_elements_exact,
+// add_exact_doubles; the f64 lane-record codec) against the generic path they
+// replace: state() + lanes_fit_format()/encode_kulisch_lanes() to encode,
+// lanes_from_elements()/decode_kulisch_lanes() + add_exact() to merge. The
+// generic message is built here from partial_message.hpp's documented layout.
+
+using prism::Accumulator;
+using prism::Exceptions;
+using prism::Format;
+using prism::Policy;
+
+struct FastCase {
+  Format dtype, out;
+  Policy policy;
+};
+
+// Element bits of `f` in one of a few regimes: 0 values in a narrow window
+// (their sums fp32 values or not, in a double either way: no bank), 1 any exponent
+// (subnormals included: the bank), 2 near the format's largest (overflow),
+// 3 a mix with specials (NaN, +-Inf, -0).
+uint32_t element(Format f, int regime, std::mt19937_64& g) {
+  std::uniform_int_distribution<uint32_t> u32;
+  const uint32_t r = u32(g);
+  if (f == Format::INT8) return r & 0xFF;
+  if (f == Format::INT32) {
+    if (regime == 2) return (r & 1) ? 0x7FFFFFF0u + (r >> 28) : 0x80000000u + (r >> 28);
+    if (regime == 0) return uint32_t(int32_t(r % 2001) - 1000);
+    return r;
+  }
+  uint32_t bits;  // fp32, bf16 as fp32's top half
+  const uint32_t sign = r & 0x80000000u;
+  switch (regime) {
+    case 0: bits = sign | ((120 + (r >> 8) % 8) << 23) | (r & ((r & 1) ? 0x7FFFFFu : 0x7FFF00u)); break;
+    case 1: bits = sign | (((r >> 3) % 255) << 23) | (r & 0x7FFFFFu); break;
+    case 2: bits = sign | ((252 + (r >> 3) % 3) << 23) | (r & 0x7FFFFFu); break;
+    default: {
+      const uint32_t pick = (r >> 20) % 10;
+      bits = pick == 0   ? 0x7FC00000u
+             : pick == 1 ? 0x7F800000u
+             : pick == 2 ? 0xFF800000u
+             : pick == 3 ? 0x80000000u
+             : pick == 4 ? (sign | (254u << 23) | (r & 0x7FFF00u))
+                         : (sign | ((118 + (r >> 8) % 12) << 23) | (r & 0x7FFF00u));
+    }
+  }
+  return f == Format::BF16 ? bits >> 16 : bits;
+}
+
+std::vector<uint8_t> contribution(Format f, uint32_t n, int regime, std::mt19937_64& g) {
+  const uint32_t sz = prism::info(f).bytes;
+  std::vector<uint8_t> e(size_t(n) * sz);
+  // Regime 3 mixes plain lanes in (each lane's regime drawn), so some lanes stay finite.
+  for (uint32_t i = 0; i < n; ++i)
+    prism::store_bits(f, &e[size_t(i) * sz], element(f, regime == 3 && g() % 3 ? 0 : regime, g));
+  return e;
+}
+
+// The message of partial_message.hpp by the generic path.
+std::vector<uint8_t> generic_message(const Accumulator& acc, const prism::coll::ReduceOp& op) {
+  const uint32_t n = acc.desc().lanes;
+  std::vector<LaneExact> lanes(n);
+  EXPECT_TRUE(acc.state(lanes.data()));
+  const Format ef = prism::is_float(op.dtype) && op.policy != Policy::KULISCH_FIXED ? Format::FP32 : op.out;
+  std::vector<uint8_t> m(prism::coll::max_partial_bytes(n));
+  const uint8_t head[12] = {uint8_t(op.dtype), uint8_t(op.out), uint8_t(op.policy), uint8_t(op.exceptions), 0, 0, 0, 0,
+                            uint8_t(n),        uint8_t(n >> 8), uint8_t(n >> 16),   uint8_t(n >> 24)};
+  std::copy(head, head + 12, m.begin());
+  if (prism::lanes_fit_format(lanes.data(), n, prism::unit_exp(op.dtype), ef, &m[12])) {
+    m[4] = uint8_t(ef);
+    m.resize(12 + size_t(n) * prism::info(ef).bytes);
+  } else {
+    m.resize(12 + prism::encode_kulisch_lanes(lanes.data(), n, &m[12]));
+  }
+  return m;
+}
+
+// The generic merge: false where merge_partial() must throw.
+bool generic_merge(Accumulator& acc, const prism::coll::ReduceOp& op, const std::vector<uint8_t>& m) {
+  const uint32_t n = acc.desc().lanes;
+  std::vector<LaneExact> lanes(n);
+  const uint8_t* p = m.data() + 12;
+  const size_t len = m.size() - 12;
+  if (m[4] == 0) {
+    size_t used = 0;
+    if (prism::decode_kulisch_lanes(p, len, n, lanes.data(), &used) != PartialError::None || used != len) return false;
+  } else if (prism::lanes_from_elements(Format(m[4]), p, n, prism::unit_exp(op.dtype), lanes.data()) !=
+             PartialError::None) {
+    return false;
+  }
+  return acc.add_exact(lanes.data());
+}
+
+::testing::AssertionResult same_accumulators(const Accumulator& a, const Accumulator& b) {
+  const uint32_t n = a.desc().lanes;
+  std::vector<LaneExact> sa(n), sb(n);
+  a.state(sa.data());
+  b.state(sb.data());
+  for (uint32_t i = 0; i < n; ++i)
+    if (sa[i].side != sb[i].side || !(sa[i].value == sb[i].value))
+      return ::testing::AssertionFailure()
+             << "lane " << i << "'s state differs: side " << int(sa[i].side) << " vs " << int(sb[i].side);
+  const auto ra = acc_util::finalize(a), rb = acc_util::finalize(b);
+  for (uint32_t i = 0; i < n; ++i)
+    if (ra.bits[i] != rb.bits[i] || ra.flags[i] != rb.flags[i])
+      return ::testing::AssertionFailure()
+             << "lane " << i << "'s result differs: " << acc_util::hex(ra.bits[i]) << "/" << int(ra.flags[i]) << " vs "
+             << acc_util::hex(rb.bits[i]) << "/" << int(rb.flags[i]);
+  return ::testing::AssertionSuccess();
+}
+
+// Accumulators of one op fed contributions [from, to) of `data`.
+std::unique_ptr<Accumulator> fed(const prism::OpDesc& d, const std::vector<std::vector<uint8_t>>& data, uint32_t from,
+                                 uint32_t to) {
+  auto a = prism::make_accumulator(d);
+  for (uint32_t r = from; r < to; ++r) a->add(data[r].data(), r);
+  return a;
+}
+
+TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
+  const FastCase cases[] = {
+      {Format::FP32, Format::FP32, Policy::FP32_ARRIVAL},   {Format::FP32, Format::BF16, Policy::FP32_ARRIVAL},
+      {Format::BF16, Format::FP32, Policy::FP32_ARRIVAL},   {Format::FP32, Format::FP32, Policy::KULISCH_FIXED},
+      {Format::FP32, Format::BF16, Policy::KULISCH_FIXED},  {Format::BF16, Format::BF16, Policy::KULISCH_FIXED},
+      {Format::BF16, Format::FP32, Policy::KULISCH_FIXED},  {Format::INT32, Format::INT32, Policy::KULISCH_FIXED},
+      {Format::INT8, Format::INT32, Policy::KULISCH_FIXED}, {Format::INT32, Format::INT32, Policy::FP32_ARRIVAL},
+      {Format::FP16, Format::FP32, Policy::FP32_ARRIVAL},   {Format::E4M3FN, Format::FP32, Policy::FP32_ARRIVAL},
+  };
+  std::mt19937_64 g(20261203);
+  constexpr uint32_t R = 6, n = 300;  // > one 256-lane kernel block
+  int forms[2] = {};                  // messages seen: elements, records
+  for (const FastCase& c : cases) {
+    for (Exceptions ex : {Exceptions::IEEE, Exceptions::SATURATE}) {
+      const prism::coll::ReduceOp op{c.dtype, c.out, c.policy, ex};
+      const prism::OpDesc d = prism::coll::block_desc(op, R, n);
+      for (int trial = 0; trial < 24; ++trial) {
+        const int regime = trial % 4;
+        std::vector<std::vector<uint8_t>> data;
+        for (uint32_t r = 0; r < R; ++r) data.push_back(contribution(c.dtype, n, trial % 8 < 4 ? regime : r % 4, g));
+        const uint32_t k = uint32_t(trial / 4) % 3;  // the sender's terms: 0, 1 or 2
+        SCOPED_TRACE(acc_util::describe(d) + ", trial " + std::to_string(trial));
+        auto sender = fed(d, data, 0, k);
+        std::vector<LaneExact> scratch;
+        std::vector<uint8_t> fast;
+        prism::coll::encode_partial(*sender, op, scratch, fast);
+        const auto gen = generic_message(*sender, op);
+        ASSERT_EQ(fast, gen) << "encode_partial differs from state() + lanes_fit_format/encode_kulisch_lanes";
+        ++forms[fast[4] == 0 ? 1 : 0];
+
+        // Receivers with 0, 1 or 2 terms of their own, merged twice (the
+        // second partial from another sender), then re-encoded.
+        const uint32_t j = uint32_t(trial) % 3;
+        auto a = fed(d, data, 2, 2 + j), b = fed(d, data, 2, 2 + j);
+        prism::coll::merge_partial(*a, op, fast.data(), fast.size(), 1, scratch);
+        ASSERT_TRUE(generic_merge(*b, op, gen));
+        ASSERT_TRUE(same_accumulators(*a, *b)) << "after the first merge";
+        auto other = fed(d, data, 4, R);
+        std::vector<uint8_t> m2;
+        prism::coll::encode_partial(*other, op, scratch, m2);
+        ASSERT_EQ(m2, generic_message(*other, op));
+        prism::coll::merge_partial(*a, op, m2.data(), m2.size(), 4, scratch);
+        ASSERT_TRUE(generic_merge(*b, op, m2));
+        ASSERT_TRUE(same_accumulators(*a, *b)) << "after the second merge";
+        std::vector<uint8_t> m3;
+        prism::coll::encode_partial(*a, op, scratch, m3);
+        ASSERT_EQ(m3, generic_message(*b, op)) << "re-encoding the merged state";
+        ++forms[m3[4] == 0 ? 1 : 0];
+        // A third partial with specials: what the flags of the first two
+        // merges decide (an overflow's infinity against an input one).
+        auto third = prism::make_accumulator(d);
+        third->add(contribution(c.dtype, n, 3, g).data(), 5);
+        std::vector<uint8_t> m4;
+        prism::coll::encode_partial(*third, op, scratch, m4);
+        prism::coll::merge_partial(*a, op, m4.data(), m4.size(), 5, scratch);
+        ASSERT_TRUE(generic_merge(*b, op, m4));
+        ASSERT_TRUE(same_accumulators(*a, *b)) << "after the third merge";
+      }
+    }
+  }
+  EXPECT_GT(forms[0], 20) << "too few element messages to test that path";
+  EXPECT_GT(forms[1], 20) << "too few lane-record messages to test that path";
+}
+
+// fp32 elements finer than a narrower input's lane unit do not decode: the
+// fast merges refuse them as lanes_from_elements() does, changing nothing.
+TEST(PartialFast, ElementsFinerThanTheUnitAreRefusedByTheFastMerges) {
+  for (Policy pol : {Policy::FP32_ARRIVAL, Policy::KULISCH_FIXED}) {
+    const prism::coll::ReduceOp op{Format::BF16, Format::FP32, pol, Exceptions::IEEE};
+    const prism::OpDesc d = prism::coll::block_desc(op, 4, 40);
+    for (float bad : {std::ldexp(1.0f, -140), std::ldexp(1.0f, -149), 1.0f + std::ldexp(1.0f, -23)}) {
+      std::vector<uint8_t> m = {uint8_t(op.dtype),
+                                uint8_t(op.out),
+                                uint8_t(op.policy),
+                                uint8_t(op.exceptions),
+                                uint8_t(Format::FP32),
+                                0,
+                                0,
+                                0,
+                                40,
+                                0,
+                                0,
+                                0};
+      for (uint32_t i = 0; i < 40; ++i) {
+        const uint32_t b = prism::float_bits(i == 33 ? bad : float(i));
+        for (int k = 0; k < 4; ++k) m.push_back(uint8_t(b >> (8 * k)));
+      }
+      auto a = prism::make_accumulator(d), b = prism::make_accumulator(d);
+      std::vector<LaneExact> scratch;
+      if (bad == 1.0f + std::ldexp(1.0f, -23)) {  // whole units: taken
+        prism::coll::merge_partial(*a, op, m.data(), m.size(), 2, scratch);
+        ASSERT_TRUE(generic_merge(*b, op, m));
+      } else {
+        EXPECT_THROW(prism::coll::merge_partial(*a, op, m.data(), m.size(), 2, scratch), prism::coll::CollectiveError);
+        EXPECT_FALSE(generic_merge(*b, op, m));
+      }
+      EXPECT_TRUE(same_accumulators(*a, *b));
+    }
+  }
+}
+
+// The accumulator-level calls against their generic forms, state by state:
+// state_as() (elements, doubles or lanes) and add_exact_doubles(), including
+// values add_exact() refuses (nothing changes).
+TEST(PartialFast, AccumulatorFastCallsAreTheirGenericForms) {
+  std::mt19937_64 g(7);
+  constexpr uint32_t R = 4, n = 260;
+  for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL}) {
+    for (Format dt : {Format::FP32, Format::BF16, Format::INT32}) {
+      const prism::coll::ReduceOp op{dt, dt, pol, Exceptions::IEEE};
+      const prism::OpDesc d = prism::coll::block_desc(op, R, n);
+      const Format ef = prism::is_float(dt) && pol != Policy::KULISCH_FIXED ? Format::FP32 : dt;
+      const int unit = prism::unit_exp(dt);
+      for (int trial = 0; trial < 16; ++trial) {
+        SCOPED_TRACE(acc_util::describe(d) + ", trial " + std::to_string(trial));
+        std::vector<std::vector<uint8_t>> data;
+        for (uint32_t r = 0; r < R; ++r) data.push_back(contribution(dt, n, trial % 4, g));
+        auto acc = fed(d, data, 0, 1 + uint32_t(trial) % 3);
+        const uint32_t esz = prism::info(ef).bytes;
+        std::vector<uint8_t> e1(size_t(n) * esz), e2(size_t(n) * esz);
+        std::vector<LaneExact> l1(n), l2(n);
+        std::vector<double> dv(n);
+        const auto f1 = acc->state_as(ef, e1.data(), l1.data(), dv.data());
+        const auto f2 = prism::state_as_generic(*acc, ef, e2.data(), l2.data());
+        ASSERT_EQ(f1 == prism::StateForm::Elements, f2 == prism::StateForm::Elements);
+        if (f1 == prism::StateForm::Elements) {
+          EXPECT_EQ(e1, e2);
+        }
+        if (f1 == prism::StateForm::Doubles)
+          for (uint32_t i = 0; i < n; ++i) l1[i] = prism::lane_of_double(dv[i], unit);
+        if (f1 != prism::StateForm::Elements) {
+          for (uint32_t i = 0; i < n; ++i)
+            ASSERT_TRUE(l1[i].side == l2[i].side && l1[i].value == l2[i].value) << "lane " << i;
+        }
+
+        // Doubles into a second accumulator: random whole lane values, some
+        // beyond a Kulisch lane's bound when the trial asks for it.
+        std::vector<double> v(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          const int e = int(g() % 60);
+          v[i] = std::ldexp(double(int64_t(g() >> 11) - (int64_t(1) << 52)), unit + e);
+          if (i % 17 == 0) v[i] = (g() & 1) ? -0.0 : 0.0;
+        }
+        if (trial % 5 == 4) v[n / 2] = std::ldexp(1.0, unit + 300);
+        auto a = fed(d, data, 1, R), b = fed(d, data, 1, R);
+        const bool ta = a->add_exact_doubles(v.data(), l1.data());
+        const bool tb = prism::add_exact_doubles_generic(*b, v.data(), l2.data());
+        ASSERT_EQ(ta, tb);
+        ASSERT_TRUE(same_accumulators(*a, *b));
+      }
+    }
+  }
+}
+
+// The f64 lane-record codec is encode_kulisch_lanes()/decode_kulisch_lanes()
+// for lanes a double holds, and declines every other record.
+TEST(PartialFast, DoubleLaneRecordsAreTheGenericRecords) {
+  std::mt19937_64 g(11);
+  for (int unit : {-149, -133, 0}) {
+    std::vector<double> v;
+    for (int i = 0; i < 2000; ++i) {
+      const int bits = 1 + int(g() % 53);
+      const int64_t m = int64_t((g() >> (64 - bits)) | 1);
+      double x = std::ldexp(double(m), unit + int(g() % 200));
+      if (g() & 1) x = -x;
+      if (i % 97 == 0) x = (i & 1) ? -0.0 : 0.0;
+      v.push_back(x);
+    }
+    std::vector<LaneExact> lanes;
+    for (double x : v) lanes.push_back(prism::lane_of_double(x, unit));
+    std::vector<uint8_t> a(v.size() * prism::kMaxLaneBytes), b(a.size());
+    const size_t na = prism::encode_kulisch_lanes_f64(v.data(), uint32_t(v.size()), unit, a.data());
+    const size_t nb = prism::encode_kulisch_lanes(lanes.data(), uint32_t(lanes.size()), b.data());
+    ASSERT_EQ(na, nb);
+    a.resize(na);
+    b.resize(nb);
+    ASSERT_EQ(a, b);
+    std::vector<double> back(v.size());
+    ASSERT_TRUE(prism::decode_kulisch_lanes_f64(a.data(), na, uint32_t(v.size()), unit, back.data()));
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint64_t>(back[i]), std::bit_cast<uint64_t>(v[i])) << i;
+    EXPECT_FALSE(prism::decode_kulisch_lanes_f64(a.data(), na - 1, uint32_t(v.size()), unit, back.data()));
+  }
+  // Records a double does not hold, or that are malformed: declined.
+  const std::vector<std::vector<uint8_t>> declined = {
+      {prism::side::NAN_INPUT, 0, 0},
+      {prism::side::POS_INF, 0, 0},
+      {prism::side::OVERFLOW, 1, 0, 1},
+      {0x80, 0, 0},
+      {0, 0, 1},
+      {0, 2, 0, 1, 0},
+      {0, 2, 0, 0, 1},
+      {0x40, 1, 0, 1},
+      {0, 9, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
+      {0, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0x80},
+      {0, 1, 47, 1},
+      {0, 3, 0, 1},
+  };
+  for (const auto& r : declined) {
+    double out;
+    EXPECT_FALSE(prism::decode_kulisch_lanes_f64(r.data(), r.size(), 1, -149, &out)) << int(r[0]) << " " << int(r[1]);
+  }
 }
 
 }  // namespace
