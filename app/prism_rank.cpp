@@ -93,7 +93,8 @@ std::string usage() {
          choices<Algo>() +
          " (default switch): the host algorithms reduce among the hosts, over\n"
          "                        TCP, with PRISM's arithmetic (KULISCH partials travel losslessly: the same bits)\n"
-         "  --segments M          the chain's segments (default: the model's m with --calibration or auto, else 8)\n"
+         "  --segments M          the chain's segments (default: the model's m with --calibration or auto, else 8;\n"
+         "                        at least count / 65536 either way)\n"
          "  --candidates LIST     what auto chooses among (default switch,binomial,chain,rhd,ring; the switch is\n"
          "                        joined, and measured, only when listed)\n"
          "  --calibration FILE    the cost model's parameters (a JSON object, as --calibrate writes): auto uses\n"
@@ -601,7 +602,9 @@ int run_rank(const Run& run0) {
       }
     }
   }
-  if (algo == Algo::CHAIN && segments == 0) segments = params ? coll::model_segments(problem, *params) : 8;
+  if (algo == Algo::CHAIN && segments == 0)  // the model's m, or 8 (segments of at most kChainMaxSegment)
+    segments = params ? coll::model_segments(problem, *params)
+                      : std::max<size_t>(8, (run.count + coll::kChainMaxSegment - 1) / coll::kChainMaxSegment);
   const std::optional<double> predicted =
       params ? coll::predict(model_algo(algo), problem, *params, algo == Algo::CHAIN ? segments : 0) : std::nullopt;
 

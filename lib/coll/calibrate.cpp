@@ -20,25 +20,32 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Ranks 0 and 1: the least half round trip of `bytes`-byte messages.
-double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < trips; ++i) {
-    if (t.rank() == 0) {
-      const auto t0 = Clock::now();
-      t.send(1, buf.data(), bytes);
-      if (t.recv(1, buf.data(), buf.size()) != bytes)
-        throw TransportError("calibration: a ping-pong reply of another size");
-      best = std::min(best, since(t0) / 2);
-    } else {
-      if (t.recv(0, buf.data(), buf.size()) != bytes) throw TransportError("calibration: a ping of another size");
-      t.send(0, buf.data(), bytes);
-    }
-  }
-  return best;
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// alpha, beta from ranks 0 and 1; the points on rank 0.
+// Ranks 2i and 2i+1, every pair at once: the median half round trip of
+// `bytes`-byte messages, on the even rank (0 on the odd one).
+double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
+  const int me = t.rank(), peer = me ^ 1;
+  std::vector<double> half;
+  for (int i = 0; i < trips; ++i) {
+    if (me % 2 == 0) {
+      const auto t0 = Clock::now();
+      t.send(peer, buf.data(), bytes);
+      if (t.recv(peer, buf.data(), buf.size()) != bytes)
+        throw TransportError("calibration: a ping-pong reply of another size");
+      half.push_back(since(t0) / 2);
+    } else {
+      if (t.recv(peer, buf.data(), buf.size()) != bytes) throw TransportError("calibration: a ping of another size");
+      t.send(peer, buf.data(), bytes);
+    }
+  }
+  return median(half);
+}
+
+// alpha, beta from every pair at once; rank 0's points.
 std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, double* alpha, double* beta) {
   static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
@@ -82,26 +89,28 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
   theirs->add(y.data(), 1);
   std::vector<LaneExact> scratch;
   std::vector<uint8_t> msg;
-  double best = std::numeric_limits<double>::infinity();
+  std::vector<double> took;
   for (int i = 0; i < std::max(1, runs); ++i) {
     mine->reset();
     mine->add(x, 0);
     const auto t0 = Clock::now();
     encode_partial(*theirs, node, scratch, msg);
     merge_partial(*mine, node, msg.data(), msg.size(), 1, scratch);
-    best = std::min(best, since(t0));
+    took.push_back(since(t0));
   }
-  c.gamma = best / double(n * ib);
+  c.gamma = median(took) / double(n * ib);
   c.partial_ratio = double(msg.size()) / double(n * ib);
   return c;
 }
 
 Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o) {
   Calibration cal;
-  if (t.rank() == 0) cal.params = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
+  // Every rank at once, as the algorithms run: where ranks share cores, the
+  // figures include that (rank 0's are the ones used).
+  cal.params = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
   if (t.size() < 2) return cal;
   double alpha = 0, beta = 0;
-  if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta);
+  if ((t.rank() ^ 1) < t.size()) cal.ping = measure_link(t, o, &alpha, &beta);
   if (t.rank() != 0) cal.ping.clear();
   cal.params.alpha = alpha;
   cal.params.beta = beta;

@@ -1,19 +1,22 @@
-// Measuring the cost model's parameters (cost_model.hpp) on this machine:
-//  - alpha and beta by ping-pong between ranks 0 and 1 over the group's own
-//    Transport: alpha is half the least round trip of an 8-byte message, beta
-//    the least-squares slope of the half round trip over messages of 64 KiB
-//    to 4 MiB (each size's least of several round trips);
+// Measuring the cost model's parameters (cost_model.hpp) on this machine,
+// with every rank of the group at work at once, as the algorithms run them
+// (so ranks that share a host's cores measure what sharing costs them):
+//  - alpha and beta by ping-pong, every pair of ranks (2i, 2i+1) at once
+//    over the group's own Transport: alpha is half the median round trip of
+//    an 8-byte message, beta the least-squares slope of the half round trip
+//    over messages of 64 KiB to 4 MiB (each size's median of several round
+//    trips); rank 0's pair gives the figures;
 //  - gamma, w and o by the reducers' own code on a sample of the caller's
-//    input: one accumulator holding x, another holding x + y (y: x shifted by
-//    one element, so the partial is a real sum), and the time of
-//    encode_partial of the second plus merge_partial into the first, per
-//    input byte (the least of several runs); w is that partial's size per
-//    input byte, o a result element's bytes and its status byte (what the
-//    chain, RHD and ring move; the binomial tree leaves the status bytes out
-//    of a block without flags) over the input element's.
-// Collective: every rank of the group calls it; rank 0 measures gamma, ranks
-// 0 and 1 the link, and rank 0's figures reach every rank (a binomial
-// broadcast), so every rank's `auto` makes the same choice.
+//    input, on every rank: one accumulator holding x, another holding x + y
+//    (y: x shifted by one element, so the partial is a real sum), and the
+//    median time of encode_partial of the second plus merge_partial into the
+//    first, per input byte; w is that partial's size per input byte, o a
+//    result element's bytes and its status byte (what the chain, RHD and ring
+//    move; the binomial tree leaves the status bytes out of a block without
+//    flags) over the input element's.
+// Collective: every rank of the group calls it, and rank 0's figures reach
+// every rank (a binomial broadcast), so every rank's `auto` makes the same
+// choice.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +31,7 @@ namespace prism::coll {
 
 struct PingPoint {
   size_t bytes = 0;
-  double half_rtt = 0;  // seconds: the least of the round trips, halved
+  double half_rtt = 0;  // seconds: the median round trip, halved
 };
 
 struct Calibration {
@@ -41,7 +44,7 @@ struct CalibrateOptions {
   int reduce_runs = 5;
 };
 
-// Measures alpha and beta (ranks 0 and 1; 0 for p = 1) and gamma, w and o
+// Measures alpha and beta (0 for p = 1) and gamma, w and o
 // for `op` from `sample` (the first `count` elements of op.dtype of rank 0's
 // input: at most kRhdBlock are used), and gives every rank rank 0's figures.
 // Throws TransportError when the group fails.

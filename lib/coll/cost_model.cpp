@@ -131,7 +131,8 @@ size_t model_segments(const Problem& pr, const CostParams& c) {
   if (!terms) return 1;
   const size_t bytes = pr.count * pr.elem_bytes;
   const size_t m = chain_optimal_segments(bytes, pr.p, terms->first, terms->second);
-  return std::clamp<size_t>(m, 1, std::max<size_t>(1, pr.count));
+  const size_t fewest = (pr.count + kChainMaxSegment - 1) / kChainMaxSegment;  // bounded memory
+  return std::clamp<size_t>(std::max(m, fewest), 1, std::max<size_t>(1, pr.count));
 }
 
 std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments) {

@@ -33,7 +33,9 @@
 //    broadcast  (alpha + n/m beta)(p + m - 2)                    from rank 0 only
 //    allreduce  (2 alpha + n/m (w beta + gamma + o beta))(p + m - 2)
 //    m for auto: the seed's m = sqrt(n (p - 2) T_byte / T_start) with that
-//    phase's T_start and T_byte (allreduce: 2 alpha and the sum of both).
+//    phase's T_start and T_byte (allreduce: 2 alpha and the sum of both), but
+//    no fewer than count / kChainMaxSegment: a segment is the chain's memory
+//    (its accumulator), bounded as the other algorithms' blocks are.
 //  RHD (seed 001's table; the fold and unfold are its non-power-of-two terms):
 //    allreduce  (2k + 2f) B alpha + (f + (q-1)/q) n (w beta + gamma) + (f + (q-1)/q) n o beta
 //    reduce     (2k + f) B alpha  + (f + (q-1)/q) n (w beta + gamma) + (q-1)/q n o beta
@@ -99,7 +101,8 @@ struct Problem {
 std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments = 0);
 
 // The chain's m for `pr`: the seed's optimum (chain_optimal_segments) with
-// T_start and T_byte as above, at most the element count.
+// T_start and T_byte as above, at least count / kChainMaxSegment, at most the
+// element count.
 size_t model_segments(const Problem& pr, const CostParams& c);
 
 struct Choice {
@@ -115,6 +118,9 @@ std::vector<Choice> candidates(const Problem& pr, const CostParams& c, std::span
 // `auto`: the candidate with the lowest prediction (the first of `allowed`
 // on a tie). Throws std::invalid_argument when none runs `pr`.
 Choice choose(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed);
+
+// The most elements model_segments puts in one chain segment.
+inline constexpr size_t kChainMaxSegment = 65536;
 
 inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::SWITCH, Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD,
                                                Algorithm::RING};

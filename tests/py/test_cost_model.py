@@ -96,7 +96,8 @@ def seed_prediction(algo: str, coll: str, p: int, count: int, esz: int, c: dict,
 
 
 def seed_chain_m(n: int, p: int, t_start: float, t_byte: float, count: int) -> int:
-    """Seed 000's m = sqrt(n (p - 2) T_byte / T_start), the better integer beside it."""
+    """Seed 000's m = sqrt(n (p - 2) T_byte / T_start), the better integer beside it, and
+    segments of at most 65536 elements (HOST_COLLECTIVES.md)."""
     if n <= 1 or p <= 2:
         return 1
     x = math.sqrt(n * (p - 2) * t_byte / t_start) if t_start > 0 else float('inf')
@@ -108,6 +109,7 @@ def seed_chain_m(n: int, p: int, t_start: float, t_byte: float, count: int) -> i
         lo = math.floor(x)
         t = lambda mm: (t_start + n / mm * t_byte) * (p + mm - 2)  # noqa: E731
         m = lo + 1 if t(lo + 1) < t(lo) else lo
+    m = max(m, -(-count // 65536))  # a segment holds at most 65536 elements (its memory)
     return max(1, min(m, count))
 
 
