@@ -1,0 +1,719 @@
+#!/usr/bin/env python3
+"""The host collectives' cost models (lib/coll/cost_model.hpp), predicted against measured, in one run.
+
+    tools/bench_coll.py [--ranks 2,3,4,5,6,7,8] [--sizes 1KiB,4KiB,...,16MiB]
+                        [--algos binomial,chain,rhd,ring,auto] [--policy kulisch] [--dtype fp32]
+                        [--collective allreduce] [--target-seconds 0.3] [--timeout 180]
+                        [--json FILE] [--plot FILE.png] [--markdown] [--quick] [--build DIR]
+
+No switch: every rank is a local process of build/app/prism-rank on loopback (a config whose
+members are all 127.0.0.1 with distinct udp_port, the port each rank's TCP listener takes), and
+the ranks reduce among themselves over TCP with --algo (lib/coll).
+
+Method:
+- Calibration, once: p = 2, `prism-rank --calibrate FILE --candidates binomial,chain,rhd,ring`
+  with the op given (policy, dtype, collective): ranks 0 and 1 ping-pong for alpha and beta, rank
+  0 measures gamma. Every later run gets `--calibration FILE`, so every prediction comes from the
+  same parameters; they are printed.
+- For each p of --ranks, n of --sizes and algorithm of --algos: p processes at once, `--algo A
+  --repeat N --warmup 1 --json` (the chain with the model's m: no --segments; auto with
+  --candidates binomial,chain,rhd,ring). N is adaptive, enough collectives for about
+  --target-seconds of measurement, between 2 and 20: from the larger of the algorithm's
+  prediction (once a run at this (p, n) has reported them) and its time at the previous size
+  scaled by the size; a run whose measured time shows N was far too small (N < 20) is rerun once
+  with more. The collective's time is the slowest rank's: max over ranks of each rank's median
+  (and of each rank's min); the prediction is the run's `predicted_seconds` (what ran).
+- Checks: every rank of a run reports the same digest; with --policy kulisch every algorithm
+  reports the same digest for the same (p, n) (KULISCH_FIXED is exact: the order does not
+  matter). A mismatch, a failed rank or a run past --timeout (its process groups killed) is a
+  failure: reported, and the exit status is 1.
+- Each run gets fresh TCP ports (a random base in 30000-60000, moving on each run); a run that
+  fails is retried once on new ports.
+
+Output: a table, per (p, n): each algorithm's measured median, predicted time and
+measured/predicted; the algorithm measured fastest (of the non-auto ones); what auto chose (its
+run's `algo` and, for the chain, `segments`) and whether that was the fastest, strictly and
+within 10% (its algorithm's own run against the fastest's). Then a summary: how often auto
+picked the fastest, over all (p, n) and for p <= 2 (no oversubscription on a 2-vCPU machine)
+against p > 2; and per algorithm the median and spread (min, max, quartiles) of
+measured/predicted. --markdown prints the table and summary as Markdown instead (for docs).
+--json FILE writes every measurement (every rank's JSON line too), the calibration, the CPU
+model (lscpu) and the core count. --plot FILE.png (gnuplot; pngcairo, else png): a 2x2
+multiplot, measured (points) against predicted (lines) time over size, log-log, one colour per
+algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted against n for every run.
+--quick: p = 2 and 3, 4 KiB and 256 KiB, repeat 2 (the smoke test: tests/py/test_bench_coll.py).
+
+Timings on a shared VM are what the machine gives: with more ranks than cores the ranks time-share
+the CPUs, which the model does not know about.
+
+Exit status: 0 done, 1 a measurement or check failed (the rest is still reported), 2 a usage or
+setup error (prism-rank missing, calibration failed), 130 interrupted. Whatever the way out,
+every rank process is killed and the temporary directory removed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RANKS = '2,3,4,5,6,7,8'
+DEFAULT_SIZES = '1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB'
+DEFAULT_ALGOS = 'binomial,chain,rhd,ring,auto'
+CANDIDATES = 'binomial,chain,rhd,ring'
+ELEM = {'fp32': 4, 'fp16': 2, 'bf16': 2, 'e4m3fn': 1, 'e4m3fnuz': 1, 'e5m2': 1, 'e5m2fnuz': 1,
+        'int8': 1, 'int32': 4}
+COLOURS = {'binomial': '#1f77b4', 'chain': '#d62728', 'rhd': '#2ca02c', 'ring': '#9467bd',
+           'auto': '#ff7f0e'}
+MIN_REPEAT, MAX_REPEAT = 2, 20
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(msg: str):
+    print(f'bench_coll: {msg}', file=sys.stderr, flush=True)
+
+
+def parse_size(s: str, elem: int = 4) -> int:
+    m = re.fullmatch(r'(\d+)\s*(B|KiB|K|k|MiB|M|GiB|G)?', s.strip())
+    if not m:
+        raise ValueError(f'bad size {s!r}: bytes, e.g. 4096, 64KiB, 1MiB')
+    mul = {None: 1, 'B': 1, 'KiB': 1 << 10, 'K': 1 << 10, 'k': 1 << 10, 'MiB': 1 << 20, 'M': 1 << 20,
+           'GiB': 1 << 30, 'G': 1 << 30}[m.group(2)]
+    n = int(m.group(1)) * mul
+    if n <= 0 or n % elem:
+        raise ValueError(f'size {s!r}: a positive whole number of {elem}-byte elements')
+    return n
+
+
+def size_name(n: int) -> str:
+    for unit, v in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
+        if n % v == 0:
+            return f'{n // v} {unit}'
+    return f'{n} B'
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None:
+        return '-'
+    if s < 1e-3:
+        return f'{s * 1e6:.0f} us'
+    if s < 1:
+        return f'{s * 1e3:.2f} ms'
+    return f'{s:.2f} s'
+
+
+def machine_info() -> dict:
+    out = {'hostname': platform.node(), 'kernel': platform.release(), 'cpus': os.cpu_count()}
+    try:
+        text = subprocess.run(['lscpu'], capture_output=True, text=True, timeout=10).stdout
+        fields = dict(ln.split(':', 1) for ln in text.splitlines() if ':' in ln)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        out['cpu_model'] = fields.get('Model name', '')
+        out['hypervisor'] = fields.get('Hypervisor vendor', '')
+        out['lscpu'] = {k: v for k, v in fields.items() if k != 'Flags'}
+    except (OSError, subprocess.SubprocessError):
+        out['cpu_model'] = platform.processor()
+    return out
+
+
+# ---------------------------------------------------------------- processes
+LIVE: set = set()   # every rank process not yet reaped; each leads a process group of its own
+
+
+def kill_group(proc: subprocess.Popen):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    LIVE.discard(proc)
+
+
+def kill_all():
+    for proc in list(LIVE):
+        kill_group(proc)
+
+
+class Ports:
+    """A fresh block of TCP ports for each run: below the kernel's ephemeral range where 30000-60000
+    leaves room (so an outgoing connection cannot hold a rank's port), each port checked free."""
+
+    def __init__(self):
+        lo, hi = 30000, 60000
+        try:
+            e_lo, e_hi = map(int, Path('/proc/sys/net/ipv4/ip_local_port_range').read_text().split())
+            if e_lo - lo >= 1000:
+                hi = e_lo
+            elif hi - e_hi >= 1000:
+                lo = e_hi + 1
+        except (OSError, ValueError):
+            pass
+        self.lo, self.hi = lo, hi
+        self.next = random.randrange(lo, hi - 100)
+
+    @staticmethod
+    def free(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(('127.0.0.1', port))
+                return True
+            except OSError:
+                return False
+
+    def take(self, p: int) -> int:
+        for _ in range(1000):
+            if self.next + p > self.hi:
+                self.next = self.lo
+            base = self.next
+            self.next += p + 1
+            if all(self.free(base + r) for r in range(p)):
+                return base
+        raise RuntimeError('no free block of TCP ports')
+
+
+def write_config(path: Path, p: int, base: int):
+    lines = ['switch: {id: 1, role: root}', 'ports:',
+             '  - {id: 0, device: "", mac: "02:00:00:00:ff:00", ip: 10.0.0.254}', 'jobs:',
+             '  - id: 7', f'    group: {p}', '    members:']
+    for r in range(p):
+        lines.append(f'      - {{rank: {r}, port: 0, mac: "02:00:00:00:{r >> 8:02x}:{r & 255:02x}", '
+                     f'ip: 127.0.0.1, udp_port: {base + r}}}')
+    path.write_text('\n'.join(lines) + '\n')
+
+
+def launch(rank_bin: Path, work: Path, ports: Ports, p: int, extra: list[str], timeout: float,
+           tag: str, need_json: bool = True) -> tuple[list[dict] | None, str]:
+    """p ranks of prism-rank at once with `extra`; (each rank's last JSON line, '') or (None, why)."""
+    cfg = work / f'{tag}.yaml'
+    write_config(cfg, p, ports.take(p))
+    procs, outs = [], []
+    try:
+        for r in range(p):
+            o = open(work / f'{tag}.{r}.out', 'w+')
+            e = open(work / f'{tag}.{r}.err', 'w+')
+            outs.append((o, e))
+            proc = subprocess.Popen([str(rank_bin), '--config', str(cfg), '--rank', str(r)] + extra,
+                                    stdout=o, stderr=e, stdin=subprocess.DEVNULL, start_new_session=True)
+            LIVE.add(proc)
+            procs.append(proc)
+        deadline = time.monotonic() + timeout
+        timed_out = failed_early = False
+        while True:   # every rank done, one failed (the others would wait for it), or the timeout
+            codes = [proc.poll() for proc in procs]
+            if all(c is not None for c in codes):
+                break
+            if any(c not in (None, 0) for c in codes):
+                failed_early = True
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.005 if deadline - time.monotonic() > timeout - 1 else 0.02)
+        if timed_out:
+            for proc in procs:
+                kill_group(proc)
+            return None, f'timed out after {timeout:g} s (process groups killed)'
+        if failed_early:
+            time.sleep(0.2)   # let the others print theirs
+        for proc in procs:
+            kill_group(proc)   # reaped already; kills anything a rank left in its group
+        errors, lines = [], []
+        for r, (proc, (o, e)) in enumerate(zip(procs, outs)):
+            o.seek(0)
+            e.seek(0)
+            text, err = o.read(), e.read()
+            objs = []
+            for ln in text.splitlines():
+                ln = ln.strip()
+                if ln.startswith('{'):
+                    try:
+                        objs.append(json.loads(ln))
+                    except json.JSONDecodeError:
+                        pass
+            if proc.returncode is None or proc.returncode < 0 and failed_early:
+                continue   # killed because another rank failed
+            if proc.returncode != 0:
+                errors.append(f'rank {r} exit {proc.returncode}: {(err or text).strip()[-300:]}')
+            elif not objs and need_json:
+                errors.append(f'rank {r}: no JSON line: {(err or text).strip()[-300:]}')
+            elif objs:
+                lines.append(objs[-1])
+        if errors:
+            return None, ' | '.join(errors)
+        return lines, ''
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_group(proc)
+            LIVE.discard(proc)
+        for o, e in outs:
+            o.close()
+            e.close()
+
+
+def calibrate(rank_bin: Path, work: Path, ports: Ports, op: list[str], timeout: float) -> tuple[dict | None, str]:
+    out = work / 'calibration.json'
+    why = ''
+    for attempt in range(2):
+        lines, why = launch(rank_bin, work, ports, 2,
+                            op + ['--calibrate', str(out), '--candidates', CANDIDATES], timeout, f'cal{attempt}', need_json=False)
+        if lines is not None and out.exists():
+            try:
+                return json.loads(out.read_text()), ''
+            except json.JSONDecodeError as e:
+                why = f'calibration file unreadable: {e}'
+        elif lines is not None:
+            why = 'rank 0 wrote no calibration file'
+    return None, why
+
+
+def repeat_for(est: float | None, target: float) -> int:
+    if not est or est <= 0:
+        return MIN_REPEAT
+    return max(MIN_REPEAT, min(MAX_REPEAT, int(round(target / est))))
+
+
+def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str, op: list[str],
+            cal_file: Path, est: float | None, target: float, timeout: float, fixed_repeat: int | None,
+            counter: list[int]) -> dict:
+    """One (p, n, algo): the collective's time (slowest rank), the prediction, the digests."""
+    repeat = fixed_repeat or repeat_for(est, target)
+    res: dict = {'algo_requested': algo, 'repeat': repeat, 'warmup': 1}
+    attempts = []
+    reran = False
+    while True:
+        extra = op + ['--size', str(n), '--algo', algo, '--calibration', str(cal_file),
+                      '--repeat', str(repeat), '--warmup', '1', '--json']
+        if algo == 'auto':
+            extra += ['--candidates', CANDIDATES]
+        counter[0] += 1
+        t0 = time.monotonic()
+        lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}')
+        if lines is None and len(attempts) == 0:
+            attempts.append(why)
+            log(f'p={p} n={size_name(n)} {algo}: {why}; retrying on new ports')
+            counter[0] += 1
+            lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}')
+        res['wall_seconds'] = round(time.monotonic() - t0, 3)
+        if lines is None:
+            attempts.append(why)
+            res['error'] = ' || '.join(attempts)
+            return res
+        med = max(x['seconds_median'] for x in lines)
+        # Far too few collectives for the target (the estimate was too high): once more with enough.
+        want = repeat_for(med, target)
+        if not fixed_repeat and not reran and want > 1.5 * repeat and repeat < MAX_REPEAT:
+            res['first_repeat'] = repeat
+            repeat = want
+            res['repeat'] = repeat
+            reran = True
+            continue
+        break
+    r0 = next((x for x in lines if x.get('rank') == 0), lines[0])
+    digests = sorted({x.get('digest') for x in lines})
+    res.update({
+        'algo': r0.get('algo'),
+        'segments': r0.get('segments'),
+        'model_segments': r0.get('model_segments'),
+        'seconds_median': med,
+        'seconds_min': max(x['seconds_min'] for x in lines),
+        'predicted_seconds': r0.get('predicted_seconds'),
+        'predictions': r0.get('predictions') or {},
+        'digests': digests,
+        'digests_agree': len(digests) == 1,
+        'per_rank': lines,
+    })
+    pred = res['predicted_seconds']
+    res['ratio'] = med / pred if pred else None
+    if attempts:
+        res['retried'] = attempts
+    return res
+
+
+# ---------------------------------------------------------------- analysis
+def analyse_row(row: dict, policy: str) -> list[str]:
+    """Fills in fastest / auto's choice; returns the failures found."""
+    fails = []
+    A = row['algos']
+    for a, e in A.items():
+        if 'error' in e:
+            fails.append(f"p={row['ranks']} n={size_name(row['bytes'])} {a}: {e['error']}")
+        elif not e['digests_agree']:
+            fails.append(f"p={row['ranks']} n={size_name(row['bytes'])} {a}: ranks disagree on the digest "
+                         f"{e['digests']}")
+    ok = {a: e for a, e in A.items() if 'error' not in e}
+    all_digests = sorted({d for e in ok.values() for d in e['digests']})
+    row['digests'] = all_digests
+    row['digests_agree'] = len(all_digests) <= 1
+    if policy == 'kulisch' and len(all_digests) > 1:
+        fails.append(f"p={row['ranks']} n={size_name(row['bytes'])}: algorithms disagree on the KULISCH "
+                     f"digest: " + ', '.join(f"{a}={e['digests']}" for a, e in ok.items()))
+    measured = {a: e['seconds_median'] for a, e in ok.items() if a != 'auto'}
+    row['fastest'] = min(measured, key=measured.get) if measured else None
+    au = ok.get('auto')
+    if au:
+        choice = au['algo']
+        row['auto_choice'] = choice
+        row['auto_segments'] = au['segments'] if choice == 'chain' else None
+        if row['fastest']:
+            t_choice = measured.get(choice, au['seconds_median'])
+            row['auto_fastest'] = choice == row['fastest']
+            row['auto_within_10pct'] = t_choice <= 1.10 * measured[row['fastest']]
+    return fails
+
+
+def summary(rows: list[dict], algos: list[str]) -> dict:
+    def count(sel):
+        rs = [r for r in rows if sel(r) and 'auto_fastest' in r]
+        return {'rows': len(rs), 'fastest': sum(r['auto_fastest'] for r in rs),
+                'within_10pct': sum(r['auto_within_10pct'] for r in rs)}
+    out = {'auto': {'all': count(lambda r: True), 'p<=2': count(lambda r: r['ranks'] <= 2),
+                    'p>2': count(lambda r: r['ranks'] > 2)}, 'ratio': {}}
+    for a in algos:
+        rs = sorted(r['algos'][a]['ratio'] for r in rows
+                    if a in r['algos'] and r['algos'][a].get('ratio'))
+        if not rs:
+            continue
+        q = statistics.quantiles(rs, n=4) if len(rs) >= 2 else [rs[0]] * 3
+        worst = max((r for r in rows if a in r['algos'] and r['algos'][a].get('ratio')),
+                    key=lambda r: abs(math.log(r['algos'][a]['ratio'])))
+        out['ratio'][a] = {'runs': len(rs), 'median': statistics.median(rs), 'min': rs[0], 'max': rs[-1],
+                           'q1': q[0], 'q3': q[2],
+                           'worst': {'ranks': worst['ranks'], 'bytes': worst['bytes'],
+                                     'ratio': worst['algos'][a]['ratio']}}
+    return out
+
+
+def table_rows(rows: list[dict], algos: list[str]) -> tuple[list[str], list[list[str]]]:
+    head = ['p', 'n']
+    for a in algos:
+        head += [f'{a} meas', f'{a} pred', f'{a} m/p']
+    head += ['fastest', 'auto chose', 'auto = fastest', 'auto within 10%']
+    body = []
+    for row in rows:
+        cells = [str(row['ranks']), size_name(row['bytes'])]
+        for a in algos:
+            e = row['algos'].get(a, {})
+            if 'error' in e:
+                cells += ['failed', '-', '-']
+                continue
+            cells += [fmt_time(e.get('seconds_median')), fmt_time(e.get('predicted_seconds')),
+                      f"{e['ratio']:.2f}" if e.get('ratio') else '-']
+        ch = row.get('auto_choice')
+        if ch == 'chain' and row.get('auto_segments') is not None:
+            ch = f"chain m={row['auto_segments']}"
+        cells += [row.get('fastest') or '-', ch or '-',
+                  {True: 'yes', False: 'no'}.get(row.get('auto_fastest'), '-'),
+                  {True: 'yes', False: 'no'}.get(row.get('auto_within_10pct'), '-')]
+        body.append(cells)
+    return head, body
+
+
+def summary_lines(s: dict) -> list[str]:
+    out = []
+    for k, label in (('all', 'all (p, n)'), ('p<=2', 'p <= 2'), ('p>2', 'p > 2')):
+        c = s['auto'][k]
+        if c['rows']:
+            out.append(f"auto picked the measured fastest, {label}: {c['fastest']}/{c['rows']} "
+                       f"({100 * c['fastest'] / c['rows']:.0f}%), within 10% of it: {c['within_10pct']}/{c['rows']} "
+                       f"({100 * c['within_10pct'] / c['rows']:.0f}%)")
+    for a, r in s['ratio'].items():
+        w = r['worst']
+        out.append(f"{a}: measured/predicted median {r['median']:.2f}, quartiles {r['q1']:.2f}..{r['q3']:.2f}, "
+                   f"range {r['min']:.2f}..{r['max']:.2f} over {r['runs']} runs; farthest from 1: "
+                   f"{w['ratio']:.2f} at p={w['ranks']} n={size_name(w['bytes'])}")
+    return out
+
+
+def text_table(head, body) -> str:
+    widths = [max(len(h), *(len(c[i]) for c in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ['  '.join(h.rjust(w) for h, w in zip(head, widths)), '  '.join('-' * w for w in widths)]
+    lines += ['  '.join(c.rjust(w) for c, w in zip(cells, widths)) for cells in body]
+    return '\n'.join(lines)
+
+
+def cal_line(cal: dict, op: dict) -> str:
+    return (f"calibration ({op['collective']}, {op['policy']}, {op['dtype']}; p = 2): alpha {cal['alpha'] * 1e6:.3f} us, "
+            f"beta {cal['beta'] * 1e9:.4f} ns/B ({8 / cal['beta'] / 1e9 if cal['beta'] else 0:.1f} Gbit/s), "
+            f"gamma {cal['gamma'] * 1e9:.3f} ns/B, w {cal['partial_ratio']:.3f}, o {cal['out_ratio']:.3f}")
+
+
+def markdown(head, body, s: dict, cal: dict | None, op: dict) -> str:
+    out = [f'{cal_line(cal, op)}', ''] if cal else []
+    out += ['| ' + ' | '.join(head) + ' |', '|' + '|'.join('---:' for _ in head) + '|']
+    out += ['| ' + ' | '.join(c) + ' |' for c in body]
+    out.append('')
+    out += [f'- {ln}' for ln in summary_lines(s)]
+    return '\n'.join(out)
+
+
+# ---------------------------------------------------------------- plot
+def plot(rows: list[dict], png: Path, algos: list[str], ranks: list[int], machine: dict, cal: dict,
+         op: str) -> str | None:
+    if not shutil.which('gnuplot'):
+        return 'gnuplot not found (apt-get install gnuplot-nox)'
+    panels = [p for p in (2, 4, 8) if p in ranks]
+    for p in ranks:               # fewer than three of 2, 4, 8: fill with what was run
+        if len(panels) >= 3:
+            break
+        if p not in panels:
+            panels.append(p)
+    panels = sorted(panels)[:3]
+    work = Path(tempfile.mkdtemp(prefix='bench-coll-plot-'))
+    try:
+        sizes = sorted({r['bytes'] for r in rows})
+        if not sizes:
+            return 'nothing to plot'
+        xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
+        xr = f'set xrange [{sizes[0] / 1.5}:{sizes[-1] * 1.5}]'
+        gp = [f"set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
+              f"set multiplot layout 2,2 title \"{op}: measured (points) against the cost model (lines), "
+              f"alpha {cal.get('alpha', 0) * 1e6:.2f} us, beta {cal.get('beta', 0) * 1e9:.3f} ns/B, "
+              f"gamma {cal.get('gamma', 0) * 1e9:.2f} ns/B, w {cal.get('partial_ratio', 0):.2f}; "
+              f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}\"",
+              'set logscale xy', f'set xtics ({xtics})', xr, "set format y '%.0s %cs'", 'set grid',
+              "set key top left font ',8' spacing 0.9 samplen 2",
+              "set xlabel 'bytes per rank'", "set ylabel 'seconds per collective'"]
+        for p in panels:
+            plots = []
+            for a in algos:
+                pts = [(r['bytes'], r['algos'][a]) for r in rows if r['ranks'] == p and a in r['algos']
+                       and 'error' not in r['algos'][a]]
+                if not pts:
+                    continue
+                dat = work / f'p{p}_{a}.dat'
+                dat.write_text(''.join(f"{n} {e['seconds_median']} {e['predicted_seconds'] or 0}\n"
+                                       for n, e in sorted(pts, key=lambda t: t[0])))
+                c = COLOURS.get(a, '#000000')
+                plots.append(f"'{dat}' using 1:2 with points pt 7 ps 1.2 lc rgb '{c}' title '{a} measured'")
+                if a != 'auto':
+                    plots.append(f"'{dat}' using 1:($3>0?$3:1/0) with lines lw 2 lc rgb '{c}' title '{a} model'")
+            if plots:
+                gp += [f"set title 'p = {p}'", 'plot ' + ', '.join(plots)]
+        plots = []
+        for i, a in enumerate(algos):
+            pts = [(r['bytes'], r['ranks'], r['algos'][a]['ratio']) for r in rows
+                   if a in r['algos'] and r['algos'][a].get('ratio')]
+            if not pts:
+                continue
+            dat = work / f'ratio_{a}.dat'
+            # a small horizontal offset per algorithm so the points of one size do not hide each other
+            off = 1.0 + 0.06 * (i - (len(algos) - 1) / 2)
+            dat.write_text(''.join(f'{n * off} {rt} {p}\n' for n, p, rt in sorted(pts)))
+            plots.append(f"'{dat}' using 1:2 with points pt 7 ps 1 lc rgb '{COLOURS.get(a, '#000000')}' title '{a}'")
+        if plots:
+            gp += [f"set title 'measured / predicted, every p ({', '.join(map(str, ranks))})'",
+                   "set ylabel 'measured / predicted'", "set format y '%g'", "set key top right font ',8'", 'plot ' + ', '.join(plots) + ", 1 with lines lc rgb 'black' dt 2 notitle"]
+        gp.append('unset multiplot')
+        text = '\n'.join(gp) + '\n'
+        r = None
+        for term in ('pngcairo', 'png'):
+            (work / 'plot.gp').write_text(text.replace('TERM', term))
+            r = subprocess.run(['gnuplot', str(work / 'plot.gp')], capture_output=True, text=True)
+            if r.returncode == 0:
+                return None
+        return f'gnuplot failed: {r.stderr.strip()[-400:]}'
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- main
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--ranks', default=DEFAULT_RANKS, help=f'p values (default {DEFAULT_RANKS})')
+    ap.add_argument('--sizes', default=DEFAULT_SIZES, help=f'bytes per rank (default {DEFAULT_SIZES})')
+    ap.add_argument('--algos', default=DEFAULT_ALGOS, help=f'algorithms (default {DEFAULT_ALGOS})')
+    ap.add_argument('--policy', default='kulisch', help='fp32_arrival kulisch fp32_binomial (default kulisch)')
+    ap.add_argument('--dtype', default='fp32', help='input format (default fp32)')
+    ap.add_argument('--collective', default='allreduce', choices=['allreduce', 'reduce'])
+    ap.add_argument('--repeat', type=int, help='collectives per run (default adaptive, 2..20)')
+    ap.add_argument('--target-seconds', type=float, default=0.3,
+                    help='measurement per run that the adaptive repeat aims at (default 0.3)')
+    ap.add_argument('--timeout', type=float, default=180, help='seconds per run (default 180)')
+    ap.add_argument('--skip', action='append', default=[], metavar='P:SIZE',
+                    help="leave out (p, n) pairs: 'P>=6:16MiB' or '8:4MiB' (repeatable)")
+    ap.add_argument('--json', type=Path, help='write every measurement here')
+    ap.add_argument('--plot', type=Path, help='write a gnuplot PNG here')
+    ap.add_argument('--markdown', action='store_true', help='print the table and summary as Markdown')
+    ap.add_argument('--quick', action='store_true', help='p = 2, 3; 4KiB, 256KiB; repeat 2 (smoke test)')
+    ap.add_argument('--build', type=Path, default=REPO / 'build', help='the build directory (default build)')
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.ranks, a.sizes, a.repeat = '2,3', '4KiB,256KiB', a.repeat or 2
+    return a
+
+
+def skipped(p: int, n: int, skips: list[str]) -> bool:
+    for s in skips:
+        m = re.fullmatch(r'P?(>=|<=|>|<|=)?(\d+):(.+)', s.strip())
+        if not m:
+            raise ValueError(f'bad --skip {s!r}')
+        op, q, size = m.group(1) or '=', int(m.group(2)), parse_size(m.group(3), 1)
+        hit = {'=': p == q, '>=': p >= q, '<=': p <= q, '>': p > q, '<': p < q}[op]
+        if hit and n == size:
+            return True
+    return False
+
+
+def main(argv: list[str]) -> int:
+    a = parse_args(argv)
+    try:
+        elem = ELEM[a.dtype]
+        ranks = [int(x) for x in a.ranks.split(',') if x.strip()]
+        sizes = [parse_size(x, elem) for x in a.sizes.split(',') if x.strip()]
+        algos = [x.strip() for x in a.algos.split(',') if x.strip()]
+        for p in ranks:
+            if p < 2:
+                raise ValueError('--ranks: every p at least 2 (the calibration needs two ranks)')
+        for x in algos:
+            if x not in ('binomial', 'chain', 'rhd', 'ring', 'auto'):
+                raise ValueError(f'--algos: unknown algorithm {x!r}')
+        if a.repeat is not None and not 1 <= a.repeat:
+            raise ValueError('--repeat: at least 1')
+        pairs = [(p, n) for p in ranks for n in sizes if not skipped(p, n, a.skip)]
+    except (KeyError, ValueError) as e:
+        log(f'usage: {e}')
+        return 2
+    rank_bin = a.build / 'app' / 'prism-rank'
+    if not os.access(rank_bin, os.X_OK):
+        log(f'{rank_bin} missing (ninja -C {a.build})')
+        return 2
+
+    def on_signal(signum, _frame):
+        raise Interrupted(f'signal {signum}')
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+
+    work = Path(tempfile.mkdtemp(prefix='bench-coll-'))
+    # A copy of prism-rank and its libprism, so that a rebuild during the run changes nothing.
+    try:
+        (work / 'app').mkdir()
+        (work / 'lib').mkdir()
+        shutil.copy2(rank_bin, work / 'app' / 'prism-rank')
+        for lib in (a.build / 'lib').glob('libprism.so*'):
+            if lib.is_file():
+                shutil.copy(lib.resolve(), work / 'lib' / lib.name)
+        rank_bin = work / 'app' / 'prism-rank'
+    except OSError as e:
+        log(f'cannot copy prism-rank: {e}')
+        shutil.rmtree(work, ignore_errors=True)
+        return 2
+    op = ['--policy', a.policy, '--dtype', a.dtype, '--collective', a.collective]
+    machine = machine_info()
+    ports = Ports()
+    rows: list[dict] = []
+    failures: list[str] = []
+    doc = {'complete': False, 'machine': machine, 'cores': os.cpu_count(),
+           'op': {'policy': a.policy, 'dtype': a.dtype, 'collective': a.collective},
+           'ranks': ranks, 'sizes': sizes, 'algos': algos, 'candidates': CANDIDATES.split(','),
+           'skipped': [[p, n] for p in ranks for n in sizes if skipped(p, n, a.skip)],
+           'target_seconds': a.target_seconds, 'calibration': None, 'results': rows}
+    status = 0
+    t_start = time.monotonic()
+    try:
+        cal, why = calibrate(rank_bin, work, ports, op, a.timeout)
+        if cal is None:
+            log(f'calibration failed: {why}')
+            return 2
+        cal_file = work / 'calibration.json'
+        doc['calibration'] = cal
+        print(cal_line(cal, doc['op']), file=sys.stderr if a.markdown else sys.stdout, flush=True)
+        prev: dict = {}   # (p, algo) -> (n, seconds) of the last size measured
+        counter = [0]
+        for p, n in pairs:
+            row = {'ranks': p, 'bytes': n, 'algos': {}}
+            rows.append(row)
+            preds: dict = {}
+            for algo in algos:
+                ests = []
+                if algo in preds:
+                    ests.append(preds[algo])
+                elif algo == 'auto' and preds:
+                    ests.append(min(preds.values()))
+                if (p, algo) in prev:
+                    n0, t0 = prev[(p, algo)]
+                    ests.append(t0 * n / n0)
+                est = max(ests) if ests else None
+                e = measure(rank_bin, work, ports, p, n, algo, op, cal_file, est, a.target_seconds,
+                            a.timeout, a.repeat, counter)
+                row['algos'][algo] = e
+                if 'error' not in e:
+                    preds = preds or e['predictions']
+                    prev[(p, algo)] = (n, e['seconds_median'])
+                    log(f"p={p} n={size_name(n)} {algo}: {fmt_time(e['seconds_median'])} "
+                        f"(predicted {fmt_time(e['predicted_seconds'])}, ran {e['algo']}"
+                        f"{' m=' + str(e['segments']) if e['algo'] == 'chain' else ''}, repeat {e['repeat']}, "
+                        f"{e['wall_seconds']:.1f} s)")
+                else:
+                    log(f"p={p} n={size_name(n)} {algo}: FAILED {e['error']}")
+            f = analyse_row(row, a.policy)
+            for x in f:
+                log(f'FAILURE: {x}')
+            failures += f
+        doc['complete'] = True
+    except Interrupted as e:
+        log(f'interrupted ({e}): reporting what was measured')
+        status = 130
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)   # let the cleanup finish
+        kill_all()
+        shutil.rmtree(work, ignore_errors=True)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+
+    doc['seconds'] = round(time.monotonic() - t_start, 1)
+    s = summary(rows, algos)
+    doc['summary'] = s
+    doc['failures'] = failures
+    head, body = table_rows(rows, algos)
+    if a.markdown:
+        print(markdown(head, body, s, doc['calibration'], doc['op']))
+    else:
+        print(text_table(head, body))
+        print()
+        print('\n'.join(summary_lines(s)))
+    log(f'{len(rows)} (p, n) pairs in {doc["seconds"]:.0f} s')
+    if failures:
+        log(f'{len(failures)} failure(s):')
+        for x in failures:
+            log(f'  {x}')
+        status = status or 1
+    if a.json:
+        a.json.write_text(json.dumps(doc, indent=1) + '\n')
+        log(f'wrote {a.json}')
+    if a.plot and rows:
+        why = plot(rows, a.plot, algos, ranks, machine, doc['calibration'] or {}, a.collective)
+        if why:
+            log(f'no plot: {why}')
+        else:
+            log(f'wrote {a.plot}')
+    return status
+
+
+if __name__ == '__main__':
+    try:
+        sys.exit(main(sys.argv[1:]))
+    finally:
+        kill_all()
