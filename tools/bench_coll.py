@@ -11,10 +11,12 @@ members are all 127.0.0.1 with distinct udp_port, the port each rank's TCP liste
 the ranks reduce among themselves over TCP with --algo (lib/coll).
 
 Method:
-- Calibration, once: p = 2, `prism-rank --calibrate FILE --candidates binomial,chain,rhd,ring`
-  with the op given (policy, dtype, collective): ranks 0 and 1 ping-pong for alpha and beta, rank
-  0 measures gamma. Every later run gets `--calibration FILE`, so every prediction comes from the
-  same parameters; they are printed.
+- Calibration, once per p, with p ranks (as `--algo auto` does it before each run):
+  `prism-rank --calibrate FILE --candidates binomial,chain,rhd,ring` with the op given (policy,
+  dtype, collective): every pair of ranks ping-pongs at once for alpha and beta, every rank times
+  its reducers for gamma, all at once, so ranks that share the cores measure that. Every run at
+  that p gets `--calibration FILE`, so its algorithms' predictions come from the same parameters;
+  they are printed.
 - For each p of --ranks, n of --sizes and algorithm of --algos: p processes at once, `--algo A
   --repeat N --warmup 1 --json` (the chain with the model's m: no --segments; auto with
   --candidates binomial,chain,rhd,ring). N is adaptive, enough collectives for about
@@ -44,7 +46,7 @@ algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted again
 --quick: p = 2 and 3, 4 KiB and 256 KiB, repeat 2 (the smoke test: tests/py/test_bench_coll.py).
 
 Timings on a shared VM are what the machine gives: with more ranks than cores the ranks time-share
-the CPUs, which the model does not know about.
+the CPUs; the model knows only what the calibration at that p measured of it.
 
 Exit status: 0 done, 1 a measurement or check failed (the rest is still reported), 2 a usage or
 setup error (prism-rank missing, calibration failed), 130 interrupted. Whatever the way out,
@@ -271,11 +273,12 @@ def launch(rank_bin: Path, work: Path, ports: Ports, p: int, extra: list[str], t
             e.close()
 
 
-def calibrate(rank_bin: Path, work: Path, ports: Ports, op: list[str], timeout: float) -> tuple[dict | None, str]:
-    out = work / 'calibration.json'
+def calibrate(rank_bin: Path, work: Path, ports: Ports, op: list[str], timeout: float,
+              p: int) -> tuple[dict | None, str]:
+    out = work / f'calibration_p{p}.json'
     why = ''
     for attempt in range(2):
-        lines, why = launch(rank_bin, work, ports, 2,
+        lines, why = launch(rank_bin, work, ports, p,
                             op + ['--calibrate', str(out), '--candidates', CANDIDATES], timeout, f'cal{attempt}', need_json=False)
         if lines is not None and out.exists():
             try:
@@ -452,14 +455,15 @@ def text_table(head, body) -> str:
     return '\n'.join(lines)
 
 
-def cal_line(cal: dict, op: dict) -> str:
-    return (f"calibration ({op['collective']}, {op['policy']}, {op['dtype']}; p = 2): alpha {cal['alpha'] * 1e6:.3f} us, "
+def cal_line(cal: dict, op: dict, p: int) -> str:
+    return (f"calibration ({op['collective']}, {op['policy']}, {op['dtype']}; p = {p}): alpha {cal['alpha'] * 1e6:.3f} us, "
             f"beta {cal['beta'] * 1e9:.4f} ns/B ({8 / cal['beta'] / 1e9 if cal['beta'] else 0:.1f} Gbit/s), "
-            f"gamma {cal['gamma'] * 1e9:.3f} ns/B, w {cal['partial_ratio']:.3f}, o {cal['out_ratio']:.3f}")
+            f"gamma {cal['gamma'] * 1e9:.3f} ns/B (65536 lanes: {cal.get('gamma_large', cal['gamma']) * 1e9:.3f}), "
+            f"w {cal['partial_ratio']:.3f}, o {cal['out_ratio']:.3f}")
 
 
-def markdown(head, body, s: dict, cal: dict | None, op: dict) -> str:
-    out = [f'{cal_line(cal, op)}', ''] if cal else []
+def markdown(head, body, s: dict, cals: dict, op: dict) -> str:
+    out = [f'- {cal_line(c, op, int(p))}' for p, c in cals.items()] + ([''] if cals else [])
     out += ['| ' + ' | '.join(head) + ' |', '|' + '|'.join('---:' for _ in head) + '|']
     out += ['| ' + ' | '.join(c) + ' |' for c in body]
     out.append('')
@@ -488,8 +492,9 @@ def plot(rows: list[dict], png: Path, algos: list[str], ranks: list[int], machin
         xr = f'set xrange [{sizes[0] / 1.5}:{sizes[-1] * 1.5}]'
         gp = [f"set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
               f"set multiplot layout 2,2 title \"{op}: measured (points) against the cost model (lines), "
-              f"alpha {cal.get('alpha', 0) * 1e6:.2f} us, beta {cal.get('beta', 0) * 1e9:.3f} ns/B, "
-              f"gamma {cal.get('gamma', 0) * 1e9:.2f} ns/B, w {cal.get('partial_ratio', 0):.2f}; "
+              f"calibrated at each p (p = 2: alpha {cal.get('alpha', 0) * 1e6:.2f} us, "
+              f"beta {cal.get('beta', 0) * 1e9:.3f} ns/B, gamma {cal.get('gamma', 0) * 1e9:.2f}.."
+              f"{cal.get('gamma_large', cal.get('gamma', 0)) * 1e9:.2f} ns/B, w {cal.get('partial_ratio', 0):.2f}); "
               f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}\"",
               'set logscale xy', f'set xtics ({xtics})', xr, "set format y '%.0s %cs'", 'set grid',
               "set key top left font ',8' spacing 0.9 samplen 2",
@@ -628,20 +633,22 @@ def main(argv: list[str]) -> int:
            'op': {'policy': a.policy, 'dtype': a.dtype, 'collective': a.collective},
            'ranks': ranks, 'sizes': sizes, 'algos': algos, 'candidates': CANDIDATES.split(','),
            'skipped': [[p, n] for p in ranks for n in sizes if skipped(p, n, a.skip)],
-           'target_seconds': a.target_seconds, 'calibration': None, 'results': rows}
+           'target_seconds': a.target_seconds, 'calibration': None, 'calibrations': {}, 'results': rows}
     status = 0
     t_start = time.monotonic()
     try:
-        cal, why = calibrate(rank_bin, work, ports, op, a.timeout)
-        if cal is None:
-            log(f'calibration failed: {why}')
-            return 2
-        cal_file = work / 'calibration.json'
-        doc['calibration'] = cal
-        print(cal_line(cal, doc['op']), file=sys.stderr if a.markdown else sys.stdout, flush=True)
         prev: dict = {}   # (p, algo) -> (n, seconds) of the last size measured
         counter = [0]
         for p, n in pairs:
+            if str(p) not in doc['calibrations']:
+                cal, why = calibrate(rank_bin, work, ports, op, a.timeout, p)
+                if cal is None:
+                    log(f'calibration failed: {why}')
+                    return 2
+                cal_file = work / f'calibration_p{p}.json'
+                doc['calibrations'][str(p)] = cal
+                doc['calibration'] = doc['calibration'] or cal
+                print(cal_line(cal, doc['op'], p), file=sys.stderr if a.markdown else sys.stdout, flush=True)
             row = {'ranks': p, 'bytes': n, 'algos': {}}
             rows.append(row)
             preds: dict = {}
@@ -689,7 +696,7 @@ def main(argv: list[str]) -> int:
     doc['failures'] = failures
     head, body = table_rows(rows, algos)
     if a.markdown:
-        print(markdown(head, body, s, doc['calibration'], doc['op']))
+        print(markdown(head, body, s, doc['calibrations'], doc['op']))
     else:
         print(text_table(head, body))
         print()

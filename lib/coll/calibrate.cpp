@@ -70,17 +70,11 @@ std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, dou
 
 }  // namespace
 
-CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs) {
-  CostParams c;
-  const size_t ib = info(op.dtype).bytes;
-  c.out_ratio = double(info(op.out).bytes + 1) / double(ib);  // an element and its status byte
-  const size_t n = std::min<size_t>(count, kRhdBlock);
-  if (n < 2) return c;
-  // FP32_BINOMIAL runs as FP32_ARRIVAL at each node of a host algorithm.
-  ReduceOp node = op;
-  if (node.policy == Policy::FP32_BINOMIAL) node.policy = Policy::FP32_ARRIVAL;
+// The median seconds per input byte of encoding a partial of n lanes and
+// merging it (see calibrate.hpp); *ratio gets the partial's bytes per input byte.
+double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs, double* ratio) {
+  const size_t ib = info(node.dtype).bytes;
   const OpDesc d = block_desc(node, uint32_t(std::max(p, 2)), uint32_t(n));
-  const auto* x = static_cast<const uint8_t*>(sample);
   std::vector<uint8_t> y(n * ib);
   std::memcpy(y.data(), x + ib, (n - 1) * ib);
   std::memcpy(y.data() + (n - 1) * ib, x, ib);
@@ -98,8 +92,24 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
     merge_partial(*mine, node, msg.data(), msg.size(), 1, scratch);
     took.push_back(since(t0));
   }
-  c.gamma = median(took) / double(n * ib);
-  c.partial_ratio = double(msg.size()) / double(n * ib);
+  *ratio = double(msg.size()) / double(n * ib);
+  return median(took) / double(n * ib);
+}
+
+CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs) {
+  CostParams c;
+  c.out_ratio = double(info(op.out).bytes + 1) / double(info(op.dtype).bytes);  // an element and its status byte
+  if (count < 2) return c;
+  // FP32_BINOMIAL runs as FP32_ARRIVAL at each node of a host algorithm.
+  ReduceOp node = op;
+  if (node.policy == Policy::FP32_BINOMIAL) node.policy = Policy::FP32_ARRIVAL;
+  const auto* x = static_cast<const uint8_t*>(sample);
+  double ratio_small = 1;
+  c.gamma = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &ratio_small);
+  c.gamma_large = count > kGammaSmallLanes
+                      ? reduce_cost(node, p, x, std::min(count, kGammaLargeLanes), runs, &c.partial_ratio)
+                      : c.gamma;
+  if (count <= kGammaSmallLanes) c.partial_ratio = ratio_small;
   return c;
 }
 
@@ -114,19 +124,21 @@ Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size
   if (t.rank() != 0) cal.ping.clear();
   cal.params.alpha = alpha;
   cal.params.beta = beta;
-  double v[5] = {cal.params.alpha, cal.params.beta, cal.params.gamma, cal.params.partial_ratio, cal.params.out_ratio};
+  double v[6] = {cal.params.alpha,         cal.params.beta,      cal.params.gamma,
+                 cal.params.partial_ratio, cal.params.out_ratio, cal.params.gamma_large};
   binomial_broadcast(t, v, sizeof v, 0);
   cal.params.alpha = v[0], cal.params.beta = v[1], cal.params.gamma = v[2];
-  cal.params.partial_ratio = v[3], cal.params.out_ratio = v[4];
+  cal.params.partial_ratio = v[3], cal.params.out_ratio = v[4], cal.params.gamma_large = v[5];
   return cal;
 }
 
 std::string to_json(const CostParams& c) {
   char b[512];
   std::snprintf(b, sizeof b,
-                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"partial_ratio\":%.9g,\"out_ratio\":%.9g,"
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,\"partial_ratio\":%.9g,"
+                "\"out_ratio\":%.9g,"
                 "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
-                c.alpha, c.beta, c.gamma, c.partial_ratio, c.out_ratio, c.have_switch ? "true" : "false",
+                c.alpha, c.beta, c.gamma, c.gamma_large < 0 ? c.gamma : c.gamma_large, c.partial_ratio, c.out_ratio, c.have_switch ? "true" : "false",
                 c.switch_alpha, c.switch_beta);
   return b;
 }
@@ -157,6 +169,7 @@ CostParams cost_params_from_json(const std::string& text) {
   c.alpha = num("alpha", true);
   c.beta = num("beta", true);
   c.gamma = num("gamma", true);
+  c.gamma_large = n["gamma_large"] ? num("gamma_large", false) : c.gamma;
   c.partial_ratio = num("partial_ratio", true);
   c.out_ratio = num("out_ratio", true);
   c.have_switch = n["have_switch"] && n["have_switch"].as<bool>(false);

@@ -10,7 +10,8 @@
 //    input, on every rank: one accumulator holding x, another holding x + y
 //    (y: x shifted by one element, so the partial is a real sum), and the
 //    median time of encode_partial of the second plus merge_partial into the
-//    first, per input byte; w is that partial's size per input byte, o a
+//    first, per input byte, at kGammaSmallLanes lanes (gamma) and at
+//    kGammaLargeLanes (gamma_large); w is that partial's size per input byte, o a
 //    result element's bytes and its status byte (what the chain, RHD and ring
 //    move; the binomial tree leaves the status bytes out of a block without
 //    flags) over the input element's.
@@ -46,7 +47,7 @@ struct CalibrateOptions {
 
 // Measures alpha and beta (0 for p = 1) and gamma, w and o
 // for `op` from `sample` (the first `count` elements of op.dtype of rank 0's
-// input: at most kRhdBlock are used), and gives every rank rank 0's figures.
+// input: at most kGammaLargeLanes are used), and gives every rank rank 0's figures.
 // Throws TransportError when the group fails.
 Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count,
                       const CalibrateOptions& o = {});

@@ -36,22 +36,30 @@ struct Rates {
   double raw;     // beta: bytes moved as they are (broadcast, allgather)
 };
 
-Rates rates(const CostParams& c) { return {c.partial_ratio * c.beta + c.gamma, c.out_ratio * c.beta, c.beta}; }
+// With gamma at an accumulator of `lanes` lanes.
+Rates rates(const CostParams& c, double lanes) {
+  return {c.partial_ratio * c.beta + gamma_at(c, lanes), c.out_ratio * c.beta, c.beta};
+}
 
+double block_lanes(const Problem& pr, size_t block) { return double(std::min<size_t>(pr.count, block)); }
+
+// Sends do not wait for the receiver: the blocks stream down the tree, and
+// alpha is paid once per level, as the seed counts it.
 std::optional<double> binomial(const Problem& pr, const CostParams& c, double n) {
-  const double L = ceil_log2(pr.p), B = blocks(pr.count, kBinomialBlock);
-  const Rates r = rates(c);
+  const double L = ceil_log2(pr.p);
+  const Rates r = rates(c, block_lanes(pr, kBinomialBlock));
   switch (pr.coll) {
-    case C::REDUCE: return L * (B * c.alpha + n * r.reduce);
-    case C::BROADCAST: return L * (blocks(size_t(n), kBinomialBlock * 4) * c.alpha + n * r.raw);
-    case C::ALLREDUCE: return L * (B * c.alpha + n * r.reduce) + L * (B * c.alpha + n * r.result);
+    case C::REDUCE: return L * (c.alpha + n * r.reduce);
+    case C::BROADCAST: return L * (c.alpha + n * r.raw);
+    case C::ALLREDUCE: return L * (c.alpha + n * r.reduce) + L * (c.alpha + n * r.result);
     default: return std::nullopt;
   }
 }
 
-// T_start and T_byte of the chain's model for this collective.
-std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const CostParams& c) {
-  const Rates r = rates(c);
+// T_start and T_byte of the chain's model for this collective, with gamma at
+// segments of `lanes` lanes.
+std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const CostParams& c, double lanes) {
+  const Rates r = rates(c, lanes);
   switch (pr.coll) {
     case C::REDUCE:
       if (pr.root != 0) return std::nullopt;
@@ -67,7 +75,7 @@ std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const Co
 std::optional<double> rhd(const Problem& pr, const CostParams& c, double n) {
   const int k = floor_log2(pr.p), q = 1 << k;
   const double f = pr.p != q ? 1 : 0, B = blocks(pr.count, kRhdBlock), half = double(q - 1) / q;
-  const Rates r = rates(c);
+  const Rates r = rates(c, block_lanes(pr, kRhdBlock));
   // The seed's reduce-scatter (and, with `rate` = beta, allgather) for p not a power of two: the
   // fold, k halving steps, the odd ranks' blocks. Step i moves at most 2^(k-i) + min(r, 2^(k-i))
   // rank blocks (a folded pair's segment is two): the seed's ceil(p / 2^i) where the pairs spread
@@ -93,7 +101,7 @@ std::optional<double> rhd(const Problem& pr, const CostParams& c, double n) {
 
 std::optional<double> ring(const Problem& pr, const CostParams& c, double n) {
   const double steps = pr.p - 1, B = blocks(pr.count, kRingBlock), frac = steps / pr.p;
-  const Rates r = rates(c);
+  const Rates r = rates(c, block_lanes(pr, kRingBlock));
   switch (pr.coll) {
     case C::ALLREDUCE: return 2 * steps * B * c.alpha + frac * n * (r.reduce + r.result);
     case C::REDUCE_SCATTER: return steps * B * c.alpha + frac * n * r.reduce;
@@ -103,6 +111,14 @@ std::optional<double> ring(const Problem& pr, const CostParams& c, double n) {
 }
 
 }  // namespace
+
+double gamma_at(const CostParams& c, double lanes) {
+  const double small = kGammaSmallLanes, large = kGammaLargeLanes;
+  if (lanes <= small || c.gamma_large < 0) return c.gamma;
+  if (lanes >= large) return c.gamma_large;
+  const double f = std::log2(lanes / small) / std::log2(large / small);
+  return c.gamma + f * (c.gamma_large - c.gamma);
+}
 
 const char* name(Algorithm a) {
   switch (a) {
@@ -127,12 +143,18 @@ const char* name(CollectiveKind c) {
 }
 
 size_t model_segments(const Problem& pr, const CostParams& c) {
-  const auto terms = chain_terms(pr, c);
-  if (!terms) return 1;
+  // gamma depends on the segment's size, the segment on gamma: the seed's m at
+  // the largest segment's gamma, then once more at the segment that gives.
   const size_t bytes = pr.count * pr.elem_bytes;
-  const size_t m = chain_optimal_segments(bytes, pr.p, terms->first, terms->second);
   const size_t fewest = (pr.count + kChainMaxSegment - 1) / kChainMaxSegment;  // bounded memory
-  return std::clamp<size_t>(std::max(m, fewest), 1, std::max<size_t>(1, pr.count));
+  size_t m = fewest;
+  for (int round = 0; round < 2; ++round) {
+    const auto terms = chain_terms(pr, c, double(pr.count) / double(std::max<size_t>(1, m)));
+    if (!terms) return 1;
+    m = chain_optimal_segments(bytes, pr.p, terms->first, terms->second);
+    m = std::clamp<size_t>(std::max(m, fewest), 1, std::max<size_t>(1, pr.count));
+  }
+  return m;
 }
 
 std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments) {
@@ -145,8 +167,9 @@ std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParam
       break;
     case Algorithm::BINOMIAL: t = binomial(pr, c, n); break;
     case Algorithm::CHAIN:
-      if (const auto terms = chain_terms(pr, c)) {
+      if (chain_terms(pr, c, 1)) {
         const double m = double(segments ? segments : model_segments(pr, c));
+        const auto terms = chain_terms(pr, c, double(pr.count) / m);
         t = chain_model_time(n, pr.p, m, terms->first, terms->second);
       }
       break;

@@ -9,7 +9,10 @@
 //   beta   seconds per byte on the wire (the ping-pong's slope)
 //   gamma  seconds per input byte reduced: a partial encoded by its sender
 //          and merged into the receiver's accumulator (partial_message.hpp),
-//          for this op's policy and formats: the reducers' own kernels
+//          for this op's policy and formats: the reducers' own kernels, at
+//          the accumulator size the algorithm works on (gamma_at: the
+//          binomial tree's 4096 lanes, RHD's and the ring's up to 65536, the
+//          chain's segment)
 //   w      a partial's bytes per input byte (KULISCH lane records are wider
 //          than fp32; the fp32 policies over bf16 carry fp32: 2)
 //   o      a result's bytes per input byte, with its status byte (what the
@@ -17,16 +20,18 @@
 // so a reduction step over x input bytes costs alpha + x (w beta + gamma)
 // and a step that moves x bytes of results alpha + x o beta.
 //
-// Each algorithm runs its vector in blocks (binomial 4096 elements, RHD and
-// ring 65536), each block through the whole algorithm: the alpha terms are
-// paid once per block (B blocks), the n terms once. With L = ceil(log2 p),
+// RHD and the ring run their vector in blocks of 65536 elements, each block
+// through the whole algorithm in exchanges that wait for each other: their
+// alpha terms are paid once per block (B blocks), the n terms once. The
+// binomial tree's blocks of 4096 stream (its sends do not wait), so its alpha
+// is paid once per level, as the seed counts it. With L = ceil(log2 p),
 // k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0):
 //
 //  binomial (seed 000: ceil(log2 p)(T_start + n T_byte), the plain tree, a
 //  step per level; the root takes L partials per block):
-//    reduce     L (B alpha + n (w beta + gamma))
-//    broadcast  L (B alpha + n beta)
-//    allreduce  reduce + L (B alpha + n o beta)
+//    reduce     L (alpha + n (w beta + gamma))
+//    broadcast  L (alpha + n beta)
+//    allreduce  reduce + L (alpha + n o beta)
 //  chain (seed 000's pipelined chain in m segments:
 //  T(n, p, m) = (T_start + n/m T_byte)(p + m - 2)):
 //    reduce     (alpha + n/m (w beta + gamma))(p + m - 2)        to rank 0 only
@@ -76,7 +81,9 @@ const char* name(CollectiveKind c);
 struct CostParams {
   double alpha = 0;          // s per message
   double beta = 0;           // s per byte on the wire between hosts
-  double gamma = 0;          // s per input byte reduced (encode + merge a partial), for this op
+  double gamma = 0;          // s per input byte reduced (encode + merge a partial), for this op, at
+                             // accumulators of kGammaSmallLanes lanes (cache-resident)
+  double gamma_large = -1;   // the same at kGammaLargeLanes lanes (< 0: as gamma)
   double partial_ratio = 1;  // w: partial bytes per input byte
   double out_ratio = 1;      // o: result bytes per input byte
   // Through the switch, when one is a candidate: a collective of n input
@@ -84,6 +91,12 @@ struct CostParams {
   bool have_switch = false;
   double switch_alpha = 0, switch_beta = 0;
 };
+
+// gamma is measured at two accumulator sizes: the binomial tree's blocks and
+// RHD's and the ring's (which may not fit a cache: KULISCH fp32 keeps about
+// 55 bytes a lane). gamma_at interpolates in log2(lanes) between them.
+inline constexpr size_t kGammaSmallLanes = 4096, kGammaLargeLanes = 65536;
+double gamma_at(const CostParams& c, double lanes);
 
 struct Problem {
   CollectiveKind coll = CollectiveKind::ALLREDUCE;

@@ -34,13 +34,16 @@ def test_quick_run_predicts_and_measures_every_algorithm(tmp_path):
     d = json.loads(out.read_text())
     assert d['complete'] and d['machine']['cpu_model'] and d['cores'] >= 1, d['machine']
     assert d['failures'] == [], d['failures']
-    cal = d['calibration']
-    for k in ('alpha', 'beta', 'gamma', 'partial_ratio', 'out_ratio'):
-        assert cal[k] > 0, cal
+    cals = d['calibrations']
+    assert sorted(cals) == ['2', '3'] and d['calibration'] == cals['2'], cals  # one per p, with p ranks
+    for cal in cals.values():
+        for k in ('alpha', 'beta', 'gamma', 'gamma_large', 'partial_ratio', 'out_ratio'):
+            assert cal[k] > 0, cal
     rows = d['results']
     assert [(x['ranks'], x['bytes']) for x in rows] == [(2, 4096), (2, 262144), (3, 4096), (3, 262144)]
     for row in rows:
         p, n = row['ranks'], row['bytes']
+        cal = cals[str(p)]
         assert sorted(row['algos']) == sorted(ALGOS), row['algos'].keys()
         kulisch = set()
         for algo in ALGOS:

@@ -4,8 +4,8 @@ The model is written here a second time, from the seeds' text (seed 000's binomi
 ceil(log2 p)(T_start + n T_byte) and pipelined chain (T_start + n/m T_byte)(p + m - 2) with
 m = sqrt(n (p-2) T_byte / T_start); seed 001's RHD table with its non-power-of-two fold and
 unfold terms; the ring's 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma), with the adaptations
-docs/HOST_COLLECTIVES.md states (alpha once per block of the algorithm; partials of w bytes per
-input byte; results of o). Ranks run as local processes over loopback TCP with hand-made
+docs/HOST_COLLECTIVES.md states (alpha once per block for RHD and the ring; partials of w bytes
+per input byte; results of o; the hand-made calibrations have one gamma for every block size). Ranks run as local processes over loopback TCP with hand-made
 calibrations, so the expected choice is known here: every algorithm's prediction must equal this
 file's formula, `auto` must pick this file's argmin (and the chain's m the seed's), every rank
 the same, and the result must still be the reference model's (--check). Then a real --calibrate
@@ -71,12 +71,11 @@ def seed_prediction(algo: str, coll: str, p: int, count: int, esz: int, c: dict,
     k = int(math.floor(math.log2(p)))
     q = 2 ** k
     f = 1 if p != q else 0
-    if algo == 'binomial':
-        B = blocks(count, BINOMIAL_BLOCK)
-        reduce_ = L * (B * a + n * red)
+    if algo == 'binomial':  # its blocks stream: alpha once per level, as the seed counts it
+        reduce_ = L * (a + n * red)
         if coll == 'reduce':
             return reduce_
-        return reduce_ + L * (B * a + n * res)
+        return reduce_ + L * (a + n * res)
     if algo == 'chain':
         t_start, t_byte = (2 * a, red + res) if coll == 'allreduce' else (a, red)
         if m is None:

@@ -98,9 +98,22 @@ TEST(CostModel, BinomialAndChainAreSeed000s) {
 TEST(CostModel, AlphaIsPaidPerBlockAndNothingForOneRank) {
   // 3 ring blocks of 65536: alpha three times, bytes once
   EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * kRingBlock, only(1, 0, 0)), 3 * 6);
-  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 2 * kBinomialBlock + 1, only(1, 0, 0)), 2 * 3);
+  // the binomial tree's blocks stream: alpha once per level, as the seed counts it
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, only(1, 0, 0)), 2);
   for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
     EXPECT_EQ(pred(a, AR, 1, 1000, only(1, 1, 1)), 0) << name(a);
+}
+
+TEST(CostModel, GammaFollowsTheAccumulatorsSize) {
+  CostParams c = only(0, 0, 1);
+  c.gamma_large = 3;
+  EXPECT_EQ(gamma_at(c, 100), 1);
+  EXPECT_EQ(gamma_at(c, kGammaSmallLanes), 1);
+  EXPECT_DOUBLE_EQ(gamma_at(c, 16384), 2);  // halfway in log2 from 4096 to 65536
+  EXPECT_EQ(gamma_at(c, 1 << 20), 3);
+  // the ring works on 65536-lane blocks, the binomial tree on 4096
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 2, 1 << 20, c), 0.5 * 4.0 * (1 << 20) * 3);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 2, 1 << 20, c), 4.0 * (1 << 20) * 1);
 }
 
 TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
@@ -185,7 +198,7 @@ TEST(CostModel, RingAndRhdAllreduceSendWhatTheirModelsCount) {
 }
 
 TEST(CostModel, BinomialRootSendsAndTakesWhatTheModelCounts) {
-  const size_t count = 3 * kBinomialBlock;
+  const size_t count = kBinomialBlock;  // one block (more stream, and the model counts alpha once per level)
   for (int p : {2, 3, 5, 8}) {
     const Counts b =
         observe(p, count, [](Transport& t, const void* in, size_t n, const ReduceOp& op, void* out, uint8_t* fl) {
@@ -198,8 +211,9 @@ TEST(CostModel, BinomialRootSendsAndTakesWhatTheModelCounts) {
 
 TEST(Calibration, JsonRoundTripAndErrors) {
   CostParams c = only(3.5e-6, 3.25e-10, 1.5e-8, 1.875, 1.25);
-  c.have_switch = true, c.switch_alpha = 4e-5, c.switch_beta = 2e-10;
+  c.have_switch = true, c.switch_alpha = 4e-5, c.switch_beta = 2e-10, c.gamma_large = 3.5e-8;
   const CostParams back = cost_params_from_json(to_json(c));
+  EXPECT_EQ(back.gamma_large, c.gamma_large);
   EXPECT_EQ(back.alpha, c.alpha);
   EXPECT_EQ(back.beta, c.beta);
   EXPECT_EQ(back.gamma, c.gamma);
@@ -217,6 +231,7 @@ TEST(Calibration, ReduceCostFromTheReducersThemselves) {
   const CostParams k =
       measure_reduce({Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4, in.data(), kRhdBlock, 2);
   EXPECT_GT(k.gamma, 0);
+  EXPECT_GT(k.gamma_large, 0);
   EXPECT_GT(k.partial_ratio, 1);  // sums of two fp32 rarely fit one: lane records
   EXPECT_EQ(k.out_ratio, 1.25);
   const CostParams a =
