@@ -1,12 +1,15 @@
 #include "coll/calibrate.hpp"
 
+#include <sched.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "arith/accumulator.hpp"
@@ -25,8 +28,48 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Ranks 2i and 2i+1, every pair at once: the median half round trip of
-// `bytes`-byte messages, on the even rank (0 on the odd one).
+// This host, as a number every process on it shares (the kernel's boot id,
+// the same in every network namespace), and the cores this process may use.
+struct Host {
+  uint64_t id = 0;
+  uint64_t cores = 1;
+};
+
+Host this_host() {
+  Host h;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  std::getline(f, text);
+  h.id = 0xcbf29ce484222325ull;
+  for (char ch : text) h.id = (h.id ^ uint8_t(ch)) * 0x100000001b3ull;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) h.cores = uint64_t(std::max(1, CPU_COUNT(&set)));
+  return h;
+}
+
+// Every rank's host on rank 0: the most ranks on one host and its cores.
+void gather_hosts(Transport& t, double* ranks_per_host, double* host_cores) {
+  Host mine = this_host();
+  if (t.rank() != 0) {
+    t.send(0, &mine, sizeof mine);
+    return;
+  }
+  std::map<uint64_t, std::pair<int, uint64_t>> hosts;  // id -> ranks, least cores
+  hosts[mine.id] = {1, mine.cores};
+  for (int r = 1; r < t.size(); ++r) {
+    Host h;
+    if (t.recv(r, &h, sizeof h) != sizeof h) throw TransportError("calibration: a host record of another size");
+    auto [it, fresh] = hosts.try_emplace(h.id, 0, h.cores);
+    it->second.first += 1;
+    it->second.second = std::min(it->second.second, h.cores);
+  }
+  for (const auto& [id, v] : hosts)
+    if (v.first > *ranks_per_host) *ranks_per_host = v.first, *host_cores = double(v.second);
+}
+
+// Ranks 0 and 1: the median half round trip of `bytes`-byte messages, on
+// rank 0 (0 on rank 1).
 double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
   const int me = t.rank(), peer = me ^ 1;
   std::vector<double> half;
@@ -45,14 +88,15 @@ double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& bu
   return median(half);
 }
 
-// alpha, beta from every pair at once; rank 0's points.
+// alpha, beta from ranks 0 and 1 (the others wait); rank 0's points.
 std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, double* alpha, double* beta) {
   static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
   std::vector<PingPoint> pts;
   ping_pong(t, 8, 2, buf);  // warm the connection up
   for (size_t s : kSizes) {
-    const int trips = s >= (4u << 20) ? std::max(2, o.round_trips / 4) : o.round_trips;
+    // alpha's median from more round trips (cheap): a wake-up's latency varies most
+    const int trips = s >= (4u << 20) ? std::max(2, o.round_trips / 4) : s <= 8 ? 4 * o.round_trips : o.round_trips;
     pts.push_back({s, ping_pong(t, s, trips, buf)});
   }
   *alpha = pts.front().half_rtt;
@@ -71,8 +115,9 @@ std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, dou
 }  // namespace
 
 // The median seconds per input byte of encoding a partial of n lanes and
-// merging it (see calibrate.hpp); *ratio gets the partial's bytes per input byte.
-double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs, double* ratio) {
+// merging it (see calibrate.hpp); *ratio gets the partial's bytes per input
+// byte. The partial holds x + y, or with `own` x alone (one rank's input).
+double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs, double* ratio, bool own = false) {
   const size_t ib = info(node.dtype).bytes;
   const OpDesc d = block_desc(node, uint32_t(std::max(p, 2)), uint32_t(n));
   std::vector<uint8_t> y(n * ib);
@@ -80,7 +125,7 @@ double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int 
   std::memcpy(y.data() + (n - 1) * ib, x, ib);
   auto mine = make_accumulator(d), theirs = make_accumulator(d);
   theirs->add(x, 0);
-  theirs->add(y.data(), 1);
+  if (!own) theirs->add(y.data(), 1);
   std::vector<LaneExact> scratch;
   std::vector<uint8_t> msg;
   std::vector<double> took;
@@ -110,36 +155,48 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
                       ? reduce_cost(node, p, x, std::min(count, kGammaLargeLanes), runs, &c.partial_ratio)
                       : c.gamma;
   if (count <= kGammaSmallLanes) c.partial_ratio = ratio_small;
+  c.gamma_single = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &c.partial_ratio_single, true);
   return c;
 }
 
 Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o) {
   Calibration cal;
-  // Every rank at once, as the algorithms run: where ranks share cores, the
-  // figures include that (rank 0's are the ones used).
-  cal.params = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
-  if (t.size() < 2) return cal;
+  CostParams& c = cal.params;
+  if (t.size() < 2) {
+    c = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
+    return cal;
+  }
+  // Each figure measured alone, the other ranks waiting, as the model's
+  // critical paths assume; the work bound accounts for sharing the cores.
+  gather_hosts(t, &c.ranks_per_host, &c.host_cores);
   double alpha = 0, beta = 0;
-  if ((t.rank() ^ 1) < t.size()) cal.ping = measure_link(t, o, &alpha, &beta);
-  if (t.rank() != 0) cal.ping.clear();
-  cal.params.alpha = alpha;
-  cal.params.beta = beta;
-  double v[6] = {cal.params.alpha,         cal.params.beta,      cal.params.gamma,
-                 cal.params.partial_ratio, cal.params.out_ratio, cal.params.gamma_large};
+  if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta);
+  if (t.rank() == 0) {
+    const double rph = c.ranks_per_host, cores = c.host_cores;
+    c = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
+    c.alpha = alpha, c.beta = beta, c.ranks_per_host = rph, c.host_cores = cores;
+  }
+  cal.ping.resize(t.rank() == 0 ? cal.ping.size() : 0);
+  double v[10] = {c.alpha,       c.beta,           c.gamma,      c.partial_ratio, c.out_ratio,
+                  c.gamma_large, c.ranks_per_host, c.host_cores, c.gamma_single,  c.partial_ratio_single};
   binomial_broadcast(t, v, sizeof v, 0);
-  cal.params.alpha = v[0], cal.params.beta = v[1], cal.params.gamma = v[2];
-  cal.params.partial_ratio = v[3], cal.params.out_ratio = v[4], cal.params.gamma_large = v[5];
+  c.alpha = v[0], c.beta = v[1], c.gamma = v[2], c.partial_ratio = v[3], c.out_ratio = v[4];
+  c.gamma_large = v[5], c.ranks_per_host = v[6], c.host_cores = v[7], c.gamma_single = v[8];
+  c.partial_ratio_single = v[9];
   return cal;
 }
 
 std::string to_json(const CostParams& c) {
   char b[512];
   std::snprintf(b, sizeof b,
-                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,\"partial_ratio\":%.9g,"
-                "\"out_ratio\":%.9g,"
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,\"gamma_single\":%.9g,"
+                "\"partial_ratio\":%.9g,\"partial_ratio_single\":%.9g,"
+                "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,"
                 "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
-                c.alpha, c.beta, c.gamma, c.gamma_large < 0 ? c.gamma : c.gamma_large, c.partial_ratio, c.out_ratio, c.have_switch ? "true" : "false",
-                c.switch_alpha, c.switch_beta);
+                c.alpha, c.beta, c.gamma, c.gamma_large < 0 ? c.gamma : c.gamma_large,
+                c.gamma_single < 0 ? c.gamma : c.gamma_single, c.partial_ratio,
+                c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single, c.out_ratio, c.ranks_per_host,
+                c.host_cores, c.have_switch ? "true" : "false", c.switch_alpha, c.switch_beta);
   return b;
 }
 
@@ -170,7 +227,11 @@ CostParams cost_params_from_json(const std::string& text) {
   c.beta = num("beta", true);
   c.gamma = num("gamma", true);
   c.gamma_large = n["gamma_large"] ? num("gamma_large", false) : c.gamma;
+  c.gamma_single = n["gamma_single"] ? num("gamma_single", false) : c.gamma;
   c.partial_ratio = num("partial_ratio", true);
+  c.partial_ratio_single = n["partial_ratio_single"] ? num("partial_ratio_single", false) : c.partial_ratio;
+  c.ranks_per_host = n["ranks_per_host"] ? std::max(1.0, num("ranks_per_host", false)) : 1;
+  c.host_cores = n["host_cores"] ? std::max(1.0, num("host_cores", false)) : 1;
   c.out_ratio = num("out_ratio", true);
   c.have_switch = n["have_switch"] && n["have_switch"].as<bool>(false);
   c.switch_alpha = num("switch_alpha", false);

@@ -1,20 +1,25 @@
 // Measuring the cost model's parameters (cost_model.hpp) on this machine,
-// with every rank of the group at work at once, as the algorithms run them
-// (so ranks that share a host's cores measure what sharing costs them):
-//  - alpha and beta by ping-pong, every pair of ranks (2i, 2i+1) at once
-//    over the group's own Transport: alpha is half the median round trip of
-//    an 8-byte message, beta the least-squares slope of the half round trip
-//    over messages of 64 KiB to 4 MiB (each size's median of several round
-//    trips); rank 0's pair gives the figures;
-//  - gamma, w and o by the reducers' own code on a sample of the caller's
-//    input, on every rank: one accumulator holding x, another holding x + y
-//    (y: x shifted by one element, so the partial is a real sum), and the
-//    median time of encode_partial of the second plus merge_partial into the
-//    first, per input byte, at kGammaSmallLanes lanes (gamma) and at
-//    kGammaLargeLanes (gamma_large); w is that partial's size per input byte, o a
-//    result element's bytes and its status byte (what the chain, RHD and ring
-//    move; the binomial tree leaves the status bytes out of a block without
-//    flags) over the input element's.
+// each alone (the other ranks wait), as the model's critical paths assume:
+//  - alpha and beta by ping-pong between ranks 0 and 1 over the group's own
+//    Transport: alpha is half the median round trip of an 8-byte message (32
+//    round trips),
+//    beta the least-squares slope of the half round trip over messages of
+//    64 KiB to 4 MiB (each size's median of several round trips);
+//  - gamma, w and o by the reducers' own code on a sample of rank 0's input:
+//    one accumulator holding x, another holding x + y (y: x shifted by one
+//    element, so the partial is a real sum), and the median time of
+//    encode_partial of the second plus merge_partial into the first, per
+//    input byte, at kGammaSmallLanes lanes (gamma) and at kGammaLargeLanes
+//    (gamma_large), and with the second holding x alone (gamma_single and
+//    partial_ratio_single: one rank's own input, every algorithm's first
+//    hop); w is that partial's size per input byte, o a result
+//    element's bytes and its status byte (what the chain, RHD and ring move;
+//    the binomial tree leaves the status bytes out of a block without flags)
+//    over the input element's;
+//  - the hosts: every rank tells rank 0 its host (the kernel's boot id, the
+//    same in every network namespace of one machine) and the cores it may
+//    run on; ranks_per_host is the most ranks on one host, host_cores that
+//    host's cores (the model's work bound).
 // Collective: every rank of the group calls it, and rank 0's figures reach
 // every rank (a binomial broadcast), so every rank's `auto` makes the same
 // choice.

@@ -34,40 +34,48 @@ struct Rates {
   double reduce;  // w beta + gamma: a partial sent and merged, per input byte
   double result;  // o beta: a result moved, per input byte
   double raw;     // beta: bytes moved as they are (broadcast, allgather)
+  double first;   // w1 beta + gamma1: a partial of one rank's own input
 };
 
 // With gamma at an accumulator of `lanes` lanes.
 Rates rates(const CostParams& c, double lanes) {
-  return {c.partial_ratio * c.beta + gamma_at(c, lanes), c.out_ratio * c.beta, c.beta};
+  const double g = gamma_at(c, lanes);
+  const double g1 = c.gamma_single < 0 ? g : (c.gamma > 0 ? c.gamma_single * g / c.gamma : c.gamma_single);
+  const double w1 = c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single;
+  return {c.partial_ratio * c.beta + g, c.out_ratio * c.beta, c.beta, w1 * c.beta + g1};
 }
 
 double block_lanes(const Problem& pr, size_t block) { return double(std::min<size_t>(pr.count, block)); }
 
 // Sends do not wait for the receiver: the blocks stream down the tree, and
 // alpha is paid once per level, as the seed counts it.
+// The root's first partial (level 0) is one rank's own input.
 std::optional<double> binomial(const Problem& pr, const CostParams& c, double n) {
   const double L = ceil_log2(pr.p);
   const Rates r = rates(c, block_lanes(pr, kBinomialBlock));
+  const double reduce = L * c.alpha + n * r.first + (L - 1) * n * r.reduce;
   switch (pr.coll) {
-    case C::REDUCE: return L * (c.alpha + n * r.reduce);
+    case C::REDUCE: return reduce;
     case C::BROADCAST: return L * (c.alpha + n * r.raw);
-    case C::ALLREDUCE: return L * (c.alpha + n * r.reduce) + L * (c.alpha + n * r.result);
+    case C::ALLREDUCE: return reduce + L * (c.alpha + n * r.result);
     default: return std::nullopt;
   }
 }
 
 // T_start and T_byte of the chain's model for this collective, with gamma at
-// segments of `lanes` lanes.
+// segments of `lanes` lanes. The pipeline's pace is its slowest hop: one that
+// passes a sum on (p >= 3), or at p = 2 the one hop, rank 1's own input.
 std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const CostParams& c, double lanes) {
   const Rates r = rates(c, lanes);
+  const double hop = pr.p >= 3 ? r.reduce : r.first;
   switch (pr.coll) {
     case C::REDUCE:
       if (pr.root != 0) return std::nullopt;
-      return std::pair{c.alpha, r.reduce};
+      return std::pair{c.alpha, hop};
     case C::BROADCAST:
       if (pr.root != 0) return std::nullopt;
       return std::pair{c.alpha, r.raw};
-    case C::ALLREDUCE: return std::pair{2 * c.alpha, r.reduce + r.result};
+    case C::ALLREDUCE: return std::pair{2 * c.alpha, hop + r.result};
     default: return std::nullopt;
   }
 }
@@ -80,21 +88,25 @@ std::optional<double> rhd(const Problem& pr, const CostParams& c, double n) {
   // fold, k halving steps, the odd ranks' blocks. Step i moves at most 2^(k-i) + min(r, 2^(k-i))
   // rank blocks (a folded pair's segment is two): the seed's ceil(p / 2^i) where the pairs spread
   // evenly, within its bounds otherwise.
-  const auto uneven = [&](double rate, double last) {
+  const auto uneven = [&](double fold, double rate, double last) {
     const int r = pr.p - q;
-    double t = B * c.alpha + n * rate;
+    double t = B * c.alpha + n * fold;
     for (int i = 1; i <= k; ++i) {
       const int half = 1 << (k - i);
       t += B * c.alpha + double(half + std::min(r, half)) / pr.p * n * rate;
     }
     return t + B * c.alpha + n / pr.p * last;
   };
+  // The partials on the critical path: the fold's (the odd rank's own input)
+  // and the halving steps' sums; at a power of two the first step's half is
+  // the rank's own input.
+  const double partials = f ? n * r.first + half * n * r.reduce : n / 2 * r.first + (half - 0.5) * n * r.reduce;
   switch (pr.coll) {
-    case C::ALLREDUCE: return (2 * k + 2 * f) * B * c.alpha + (f + half) * n * (r.reduce + r.result);
-    case C::REDUCE: return (2 * k + f) * B * c.alpha + (f + half) * n * r.reduce + half * n * r.result;
+    case C::ALLREDUCE: return (2 * k + 2 * f) * B * c.alpha + partials + (f + half) * n * r.result;
+    case C::REDUCE: return (2 * k + f) * B * c.alpha + partials + half * n * r.result;
     case C::BROADCAST: return ceil_log2(pr.p) * (blocks(size_t(n), kRhdBlock * 4) * c.alpha + n * r.raw);
-    case C::REDUCE_SCATTER: return f ? uneven(r.reduce, r.result) : k * B * c.alpha + half * n * r.reduce;
-    case C::ALLGATHER: return f ? uneven(r.raw, r.raw) : k * B * c.alpha + half * n * r.raw;
+    case C::REDUCE_SCATTER: return f ? uneven(r.first, r.reduce, r.result) : k * B * c.alpha + partials;
+    case C::ALLGATHER: return f ? uneven(r.raw, r.raw, r.raw) : k * B * c.alpha + half * n * r.raw;
   }
   return std::nullopt;
 }
@@ -102,11 +114,44 @@ std::optional<double> rhd(const Problem& pr, const CostParams& c, double n) {
 std::optional<double> ring(const Problem& pr, const CostParams& c, double n) {
   const double steps = pr.p - 1, B = blocks(pr.count, kRingBlock), frac = steps / pr.p;
   const Rates r = rates(c, block_lanes(pr, kRingBlock));
+  // The reduce-scatter's first step passes the rank's own input on, the others sums.
+  const double partials = n / pr.p * r.first + (steps - 1) / pr.p * n * r.reduce;
   switch (pr.coll) {
-    case C::ALLREDUCE: return 2 * steps * B * c.alpha + frac * n * (r.reduce + r.result);
-    case C::REDUCE_SCATTER: return steps * B * c.alpha + frac * n * r.reduce;
+    case C::ALLREDUCE: return 2 * steps * B * c.alpha + partials + frac * n * r.result;
+    case C::REDUCE_SCATTER: return steps * B * c.alpha + partials;
     case C::ALLGATHER: return steps * B * c.alpha + frac * n * r.raw;
     default: return std::nullopt;
+  }
+}
+
+// The per-byte work of every rank together (the work bound, cost_model.hpp),
+// with gamma at `lanes`.
+double total_work(Algorithm algo, const Problem& pr, const CostParams& c, double n, double lanes) {
+  const Rates r = rates(c, lanes);
+  const double others = pr.p - 1;
+  // Of the p - 1 partials per element, how many carry one rank's own input.
+  const int q = 1 << floor_log2(pr.p);
+  const double own = algo == Algorithm::BINOMIAL ? pr.p / 2
+                     : algo == Algorithm::RHD    ? (pr.p - q) + (q - (pr.p - q)) / 2.0
+                                                 : 1;
+  const double partials = own * n * r.first + (others - own) * n * r.reduce;
+  switch (pr.coll) {
+    case C::ALLREDUCE: return partials + others * n * r.result;
+    case C::REDUCE: return partials + (algo == Algorithm::RHD ? n * r.result : 0);
+    case C::REDUCE_SCATTER: return partials;
+    case C::BROADCAST:
+    case C::ALLGATHER: return others * n * r.raw;
+  }
+  return 0;
+}
+
+// The accumulator size an algorithm works on (gamma_at).
+double work_lanes(Algorithm algo, const Problem& pr, size_t segments) {
+  switch (algo) {
+    case Algorithm::BINOMIAL: return block_lanes(pr, kBinomialBlock);
+    case Algorithm::CHAIN: return double(pr.count) / double(std::max<size_t>(1, segments));
+    case Algorithm::RHD: return block_lanes(pr, kRhdBlock);
+    default: return block_lanes(pr, kRingBlock);
   }
 }
 
@@ -168,16 +213,18 @@ std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParam
     case Algorithm::BINOMIAL: t = binomial(pr, c, n); break;
     case Algorithm::CHAIN:
       if (chain_terms(pr, c, 1)) {
-        const double m = double(segments ? segments : model_segments(pr, c));
-        const auto terms = chain_terms(pr, c, double(pr.count) / m);
-        t = chain_model_time(n, pr.p, m, terms->first, terms->second);
+        if (!segments) segments = model_segments(pr, c);
+        const auto terms = chain_terms(pr, c, double(pr.count) / double(segments));
+        t = chain_model_time(n, pr.p, double(segments), terms->first, terms->second);
       }
       break;
     case Algorithm::RHD: t = rhd(pr, c, n); break;
     case Algorithm::RING: t = ring(pr, c, n); break;
   }
-  if (t && pr.p == 1 && algo != Algorithm::SWITCH) t = 0.0;
-  return t;
+  if (!t || algo == Algorithm::SWITCH) return t;
+  if (pr.p == 1) return 0.0;
+  const double share = std::max(1.0, c.ranks_per_host) / (double(pr.p) * std::max(1.0, c.host_cores));
+  return std::max(*t, total_work(algo, pr, c, n, work_lanes(algo, pr, segments)) * share);
 }
 
 std::vector<Choice> candidates(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed) {

@@ -61,6 +61,21 @@
 //  switch (measured end to end through the PRISM switch: a rank sends n and
 //  receives the result at once, the switch reduces in flight):
 //    allreduce, reduce  switch_alpha + n switch_beta
+//
+// The work bound. The formulas above are critical paths: they assume every
+// rank has a core of its own. Where ranks share a host, they also cannot
+// finish before the host has done their work: every algorithm's time is at
+// least W * ranks_per_host / (p * host_cores), W being the per-byte work of
+// every rank together (each partial moved and merged, each result moved; the
+// alpha terms are waiting, not work):
+//    allreduce  (p-1) n (w beta + gamma + o beta)   (any algorithm: p-1 merges
+//                                                    and p-1 copies per element)
+//    reduce     (p-1) n (w beta + gamma), + n o beta for RHD's gather
+//    reduce-scatter (p-1) n (w beta + gamma); allgather, broadcast (p-1) n beta
+// (gamma at the algorithm's accumulator size). With one rank per core it
+// never binds (a rank's share is at most its critical path); with more
+// ranks than cores (the benchmark's p > 2 on two vCPUs) it is Brent's lower
+// bound T >= T_1 / P.
 // With p = 1 every collective costs 0 (no message).
 #pragma once
 
@@ -85,7 +100,14 @@ struct CostParams {
                              // accumulators of kGammaSmallLanes lanes (cache-resident)
   double gamma_large = -1;   // the same at kGammaLargeLanes lanes (< 0: as gamma)
   double partial_ratio = 1;  // w: partial bytes per input byte
-  double out_ratio = 1;      // o: result bytes per input byte
+  // The same two for a partial of one rank's own input, which takes the cheap
+  // encoding (KULISCH over fp32: the elements themselves): every algorithm's
+  // first hop (< 0: as gamma, partial_ratio).
+  double gamma_single = -1, partial_ratio_single = -1;
+  double out_ratio = 1;  // o: result bytes per input byte
+  // Ranks that share a host share its cores: the most ranks on one host, and
+  // that host's cores (the work bound below).
+  double ranks_per_host = 1, host_cores = 1;
   // Through the switch, when one is a candidate: a collective of n input
   // bytes takes switch_alpha + n * switch_beta.
   bool have_switch = false;

@@ -29,7 +29,8 @@ BINOMIAL_BLOCK, RHD_BLOCK, RING_BLOCK = 4096, 65536, 65536
 
 
 def loopback_config(tmp: Path, p: int) -> Path:
-    base = random.randint(30000, 60000 - p)
+    # below the kernel's ephemeral ports (32768-60999), which the ranks' own connections take
+    base = random.randint(20000, 32700 - p)
     members = '\n'.join(f'      - {{rank: {r}, port: 0, mac: "02:00:00:00:00:{r:02x}", ip: 127.0.0.1, '
                         f'udp_port: {base + r}}}' for r in range(p))
     path = tmp / f'p{p}_{base}.yaml'
@@ -149,7 +150,10 @@ def test_auto_picks_the_seed_formulas_argmin(tmp_path, p):
                 assert set(ln['predictions']) == set(want), ctx
                 for algo, t in want.items():
                     assert ln['predictions'][algo] == pytest.approx(t, rel=1e-5), f'{ctx}: {algo}'
-                assert ln['algo_requested'] == 'auto' and ln['algo'] == best, f'{ctx}: {ln["algo"]} != {best} {want}'
+                # the least prediction (an exact tie, rounded differently here and there, either way)
+                tied = {x for x in want if want[x] <= want[best] * (1 + 1e-9)}
+                assert ln['algo_requested'] == 'auto' and ln['algo'] in tied, f'{ctx}: {ln["algo"]} not {tied} {want}'
+                best = ln['algo']
                 assert ln['predicted_seconds'] == pytest.approx(want[best], rel=1e-5), ctx
                 if best == 'chain':
                     t_start, t_byte = ((2 * cal['alpha'], cal['partial_ratio'] * cal['beta'] + cal['gamma'] +
@@ -174,6 +178,8 @@ def test_calibrate_measures_this_machine(tmp_path):
     # KULISCH partials of fp32 sums travel as lane records, wider than the input
     assert cal['partial_ratio'] > 1 and cal['out_ratio'] == 1.25, cal  # an fp32 and its status byte
     assert not cal['have_switch'], cal
+    # three ranks on this one host (one boot id), with the cores this process may use
+    assert cal['ranks_per_host'] == 3 and cal['host_cores'] == len(os.sched_getaffinity(0)), cal
     assert 'ping-pong 8 bytes' in runs[0].stderr
     # bf16 in, fp32 out under FP32_ARRIVAL: partials are fp32, twice the input; results fp32 and a status byte
     runs = run_ranks(cfg, 3, ['--calibrate', str(out), '--candidates', 'ring', '--dtype', 'bf16', '--out-dtype', 'fp32',

@@ -116,6 +116,44 @@ TEST(CostModel, GammaFollowsTheAccumulatorsSize) {
   EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 2, 1 << 20, c), 4.0 * (1 << 20) * 1);
 }
 
+// Every algorithm's first hop passes one rank's own input on (KULISCH over fp32: the elements
+// themselves, cheap); the rest pass sums on (lane records).
+TEST(CostModel, TheFirstHopCarriesOneRanksOwnInput) {
+  const double n = 4000;
+  CostParams c = only(0, 0, 1);
+  c.gamma_single = 0.25;
+  // binomial at p = 2: one level, rank 1's own input; at p = 8 one of three levels
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 2, 1000, c), 0.25 * n);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 8, 1000, c), 0.25 * n + 2 * n);
+  // the ring's reduce-scatter: the first of p - 1 steps
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 1000, c), n / 4 * 0.25 + 2.0 / 4 * n);
+  // RHD: the fold (p = 6), or the first halving step at a power of two
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, 6, 1000, c), n * 0.25 + 3.0 / 4 * n);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, AR, 8, 1000, c), n / 2 * 0.25 + (7.0 / 8 - 0.5) * n);
+  // the chain's pace: a sum-passing hop from p = 3 on
+  EXPECT_DOUBLE_EQ(pred(Algorithm::CHAIN, RED, 2, 1000, c, 4), n / 4 * 0.25 * 4);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::CHAIN, RED, 3, 1000, c, 4), n / 4 * 5);
+}
+
+// Ranks that share a host cannot finish before the host has done their work: W * ranks_per_host
+// / (p * host_cores), W = (p-1) n (w beta + gamma + o beta) for any allreduce.
+TEST(CostModel, SharedCoresBoundEveryAlgorithmByTheWork) {
+  const size_t count = 1 << 20;
+  const double n = 4.0 * count;
+  CostParams c = only(1e-9, 1e-9, 4e-9, 2, 1.25);  // red = 6 ns/B, res = 1.25 ns/B
+  const double work = 7 * n * (6e-9 + 1.25e-9);
+  for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING}) {
+    const double alone = pred(a, AR, 8, count, c);
+    EXPECT_LT(work / 8, alone * (1 + 1e-12)) << name(a);  // one rank per core: never binds
+    c.ranks_per_host = 8, c.host_cores = 2;               // eight ranks on two cores
+    EXPECT_DOUBLE_EQ(pred(a, AR, 8, count, c), std::max(alone, work / 2)) << name(a);
+    c.ranks_per_host = 1, c.host_cores = 1;
+  }
+  c.ranks_per_host = 8, c.host_cores = 2;
+  // the ring's critical path is its share of the work: on two cores the work bound is 4x it
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 8, count, c), work / 2);
+}
+
 TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
   const Algorithm hosts[] = {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING};
   // latency only: at p = 8 the tree's 2 * 3 messages beat the ring's 14; binomial first on a tie with RHD
@@ -214,6 +252,15 @@ TEST(Calibration, JsonRoundTripAndErrors) {
   c.have_switch = true, c.switch_alpha = 4e-5, c.switch_beta = 2e-10, c.gamma_large = 3.5e-8;
   const CostParams back = cost_params_from_json(to_json(c));
   EXPECT_EQ(back.gamma_large, c.gamma_large);
+  EXPECT_EQ(back.gamma_single, c.gamma);  // not given: as gamma
+  c.gamma_single = 1.25e-9, c.partial_ratio_single = 1.0;
+  EXPECT_EQ(cost_params_from_json(to_json(c)).gamma_single, 1.25e-9);
+  EXPECT_EQ(cost_params_from_json(to_json(c)).partial_ratio_single, 1.0);
+  c.ranks_per_host = 8, c.host_cores = 2;
+  const CostParams shared = cost_params_from_json(to_json(c));
+  EXPECT_EQ(shared.ranks_per_host, 8);
+  EXPECT_EQ(shared.host_cores, 2);
+  EXPECT_EQ(back.ranks_per_host, 1);
   EXPECT_EQ(back.alpha, c.alpha);
   EXPECT_EQ(back.beta, c.beta);
   EXPECT_EQ(back.gamma, c.gamma);
@@ -236,7 +283,9 @@ TEST(Calibration, ReduceCostFromTheReducersThemselves) {
   EXPECT_EQ(k.out_ratio, 1.25);
   const CostParams a =
       measure_reduce({Format::FP32, Format::FP32, Policy::FP32_ARRIVAL, Exceptions::IEEE}, 4, in.data(), kRhdBlock, 2);
-  EXPECT_NEAR(a.partial_ratio, 1, 0.001);  // fp32 sums as fp32
+  EXPECT_NEAR(a.partial_ratio, 1, 0.001);         // fp32 sums as fp32
+  EXPECT_NEAR(k.partial_ratio_single, 1, 0.001);  // one rank's fp32 input: its elements
+  EXPECT_GT(k.gamma_single, 0);
   const CostParams i = measure_reduce({Format::INT8, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4,
                                       make_input(Format::INT8, 1000, 3).data(), 1000, 2);
   EXPECT_NEAR(i.partial_ratio, 4, 0.02);  // int8 in, int32 partials
