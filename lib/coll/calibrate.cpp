@@ -141,6 +141,23 @@ double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int 
   return median(took) / double(n * ib);
 }
 
+// The median seconds per input byte of emptying an accumulator of n lanes,
+// adding x and rounding the result.
+double local_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs) {
+  const size_t ib = info(node.dtype).bytes;
+  auto acc = make_accumulator(block_desc(node, uint32_t(std::max(p, 2)), uint32_t(n)));
+  std::vector<uint8_t> out(n * info(node.out).bytes), flags(n);
+  std::vector<double> took;
+  for (int i = 0; i < std::max(1, runs); ++i) {
+    const auto t0 = Clock::now();
+    acc->reset();
+    acc->add(x, 0);
+    acc->finalize(out.data(), flags.data());
+    took.push_back(since(t0));
+  }
+  return median(took) / double(n * ib);
+}
+
 CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs) {
   CostParams c;
   c.out_ratio = double(info(op.out).bytes + 1) / double(info(op.dtype).bytes);  // an element and its status byte
@@ -156,6 +173,8 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
                       : c.gamma;
   if (count <= kGammaSmallLanes) c.partial_ratio = ratio_small;
   c.gamma_single = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &c.partial_ratio_single, true);
+  c.local = local_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4);
+  c.local_large = count > kGammaSmallLanes ? local_cost(node, p, x, std::min(count, kGammaLargeLanes), runs) : c.local;
   return c;
 }
 
@@ -177,26 +196,27 @@ Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size
     c.alpha = alpha, c.beta = beta, c.ranks_per_host = rph, c.host_cores = cores;
   }
   cal.ping.resize(t.rank() == 0 ? cal.ping.size() : 0);
-  double v[10] = {c.alpha,       c.beta,           c.gamma,      c.partial_ratio, c.out_ratio,
-                  c.gamma_large, c.ranks_per_host, c.host_cores, c.gamma_single,  c.partial_ratio_single};
+  double v[12] = {c.alpha,          c.beta,       c.gamma,        c.partial_ratio,        c.out_ratio, c.gamma_large,
+                  c.ranks_per_host, c.host_cores, c.gamma_single, c.partial_ratio_single, c.local,     c.local_large};
   binomial_broadcast(t, v, sizeof v, 0);
   c.alpha = v[0], c.beta = v[1], c.gamma = v[2], c.partial_ratio = v[3], c.out_ratio = v[4];
   c.gamma_large = v[5], c.ranks_per_host = v[6], c.host_cores = v[7], c.gamma_single = v[8];
-  c.partial_ratio_single = v[9];
+  c.partial_ratio_single = v[9], c.local = v[10], c.local_large = v[11];
   return cal;
 }
 
 std::string to_json(const CostParams& c) {
-  char b[512];
+  char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"alpha\":%.9g,\"beta\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,\"gamma_single\":%.9g,"
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,"
+                "\"gamma_single\":%.9g,"
                 "\"partial_ratio\":%.9g,\"partial_ratio_single\":%.9g,"
                 "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,"
                 "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
-                c.alpha, c.beta, c.gamma, c.gamma_large < 0 ? c.gamma : c.gamma_large,
-                c.gamma_single < 0 ? c.gamma : c.gamma_single, c.partial_ratio,
-                c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single, c.out_ratio, c.ranks_per_host,
-                c.host_cores, c.have_switch ? "true" : "false", c.switch_alpha, c.switch_beta);
+                c.alpha, c.beta, c.local, c.local_large < 0 ? c.local : c.local_large, c.gamma,
+                c.gamma_large < 0 ? c.gamma : c.gamma_large, c.gamma_single < 0 ? c.gamma : c.gamma_single,
+                c.partial_ratio, c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single, c.out_ratio,
+                c.ranks_per_host, c.host_cores, c.have_switch ? "true" : "false", c.switch_alpha, c.switch_beta);
   return b;
 }
 
@@ -230,6 +250,8 @@ CostParams cost_params_from_json(const std::string& text) {
   c.gamma_single = n["gamma_single"] ? num("gamma_single", false) : c.gamma;
   c.partial_ratio = num("partial_ratio", true);
   c.partial_ratio_single = n["partial_ratio_single"] ? num("partial_ratio_single", false) : c.partial_ratio;
+  c.local = num("local", false);
+  c.local_large = n["local_large"] ? num("local_large", false) : c.local;
   c.ranks_per_host = n["ranks_per_host"] ? std::max(1.0, num("ranks_per_host", false)) : 1;
   c.host_cores = n["host_cores"] ? std::max(1.0, num("host_cores", false)) : 1;
   c.out_ratio = num("out_ratio", true);

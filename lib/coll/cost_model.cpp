@@ -157,13 +157,21 @@ double work_lanes(Algorithm algo, const Problem& pr, size_t segments) {
 
 }  // namespace
 
-double gamma_at(const CostParams& c, double lanes) {
+namespace {
+
+// Between a figure at kGammaSmallLanes lanes and one at kGammaLargeLanes, in log2(lanes).
+double by_lanes(double at_small, double at_large, double lanes) {
   const double small = kGammaSmallLanes, large = kGammaLargeLanes;
-  if (lanes <= small || c.gamma_large < 0) return c.gamma;
-  if (lanes >= large) return c.gamma_large;
+  if (lanes <= small || at_large < 0) return at_small;
+  if (lanes >= large) return at_large;
   const double f = std::log2(lanes / small) / std::log2(large / small);
-  return c.gamma + f * (c.gamma_large - c.gamma);
+  return at_small + f * (at_large - at_small);
 }
+
+}  // namespace
+
+double gamma_at(const CostParams& c, double lanes) { return by_lanes(c.gamma, c.gamma_large, lanes); }
+double local_at(const CostParams& c, double lanes) { return by_lanes(c.local, c.local_large, lanes); }
 
 const char* name(Algorithm a) {
   switch (a) {
@@ -223,8 +231,12 @@ std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParam
   }
   if (!t || algo == Algorithm::SWITCH) return t;
   if (pr.p == 1) return 0.0;
+  const double lanes = work_lanes(algo, pr, segments);
+  // Each rank's own input (not a broadcast's or an allgather's: those only move bytes).
+  const bool reduces = pr.coll != C::BROADCAST && pr.coll != C::ALLGATHER;
+  const double own = reduces ? n * local_at(c, lanes) : 0;
   const double share = std::max(1.0, c.ranks_per_host) / (double(pr.p) * std::max(1.0, c.host_cores));
-  return std::max(*t, total_work(algo, pr, c, n, work_lanes(algo, pr, segments)) * share);
+  return std::max(*t + own, (total_work(algo, pr, c, n, lanes) + pr.p * own) * share);
 }
 
 std::vector<Choice> candidates(const Problem& pr, const CostParams& c, std::span<const Algorithm> allowed) {

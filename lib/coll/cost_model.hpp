@@ -15,6 +15,10 @@
 //          chain's segment)
 //   w      a partial's bytes per input byte (KULISCH lane records are wider
 //          than fp32; the fp32 policies over bf16 carry fp32: 2)
+//   local  seconds per input byte of a rank's own input: an accumulator
+//          emptied, the input added, the result rounded (every algorithm
+//          pays it once per rank: n local on every critical path, p n local
+//          of work)
 //   o      a result's bytes per input byte, with its status byte (what the
 //          allreduces' broadcasts and allgathers carry: fp32 -> fp32 is 5/4)
 // so a reduction step over x input bytes costs alpha + x (w beta + gamma)
@@ -104,6 +108,10 @@ struct CostParams {
   // encoding (KULISCH over fp32: the elements themselves): every algorithm's
   // first hop (< 0: as gamma, partial_ratio).
   double gamma_single = -1, partial_ratio_single = -1;
+  // s per input byte of what every rank does to its own input whatever the
+  // algorithm: an accumulator emptied, the input added, the result rounded
+  // (at kGammaSmallLanes lanes; local_large at kGammaLargeLanes, < 0: as local).
+  double local = 0, local_large = -1;
   double out_ratio = 1;  // o: result bytes per input byte
   // Ranks that share a host share its cores: the most ranks on one host, and
   // that host's cores (the work bound below).
@@ -119,6 +127,7 @@ struct CostParams {
 // 55 bytes a lane). gamma_at interpolates in log2(lanes) between them.
 inline constexpr size_t kGammaSmallLanes = 4096, kGammaLargeLanes = 65536;
 double gamma_at(const CostParams& c, double lanes);
+double local_at(const CostParams& c, double lanes);
 
 struct Problem {
   CollectiveKind coll = CollectiveKind::ALLREDUCE;

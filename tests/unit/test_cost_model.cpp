@@ -135,6 +135,20 @@ TEST(CostModel, TheFirstHopCarriesOneRanksOwnInput) {
   EXPECT_DOUBLE_EQ(pred(Algorithm::CHAIN, RED, 3, 1000, c, 4), n / 4 * 5);
 }
 
+// A rank's own input (an accumulator emptied, the input added, the result rounded): once on every
+// critical path, p times in the work.
+TEST(CostModel, EveryRankPaysForItsOwnInputOnce) {
+  const double n = 4000;
+  CostParams c = only(0, 0, 0);
+  c.local = 1;
+  for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
+    EXPECT_DOUBLE_EQ(pred(a, AR, 8, 1000, c), n) << name(a);
+  c.ranks_per_host = 8, c.host_cores = 2;  // eight inputs on two cores
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 8, 1000, c), 4 * n);
+  const Problem bc{CollectiveKind::BROADCAST, 8, 1000, 4, 0};  // a broadcast reduces nothing
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::BINOMIAL, bc, c), 0);
+}
+
 // Ranks that share a host cannot finish before the host has done their work: W * ranks_per_host
 // / (p * host_cores), W = (p-1) n (w beta + gamma + o beta) for any allreduce.
 TEST(CostModel, SharedCoresBoundEveryAlgorithmByTheWork) {
@@ -253,7 +267,9 @@ TEST(Calibration, JsonRoundTripAndErrors) {
   const CostParams back = cost_params_from_json(to_json(c));
   EXPECT_EQ(back.gamma_large, c.gamma_large);
   EXPECT_EQ(back.gamma_single, c.gamma);  // not given: as gamma
-  c.gamma_single = 1.25e-9, c.partial_ratio_single = 1.0;
+  c.gamma_single = 1.25e-9, c.partial_ratio_single = 1.0, c.local = 2.5e-10, c.local_large = 5e-10;
+  EXPECT_EQ(cost_params_from_json(to_json(c)).local, 2.5e-10);
+  EXPECT_EQ(cost_params_from_json(to_json(c)).local_large, 5e-10);
   EXPECT_EQ(cost_params_from_json(to_json(c)).gamma_single, 1.25e-9);
   EXPECT_EQ(cost_params_from_json(to_json(c)).partial_ratio_single, 1.0);
   c.ranks_per_host = 8, c.host_cores = 2;
@@ -286,6 +302,8 @@ TEST(Calibration, ReduceCostFromTheReducersThemselves) {
   EXPECT_NEAR(a.partial_ratio, 1, 0.001);         // fp32 sums as fp32
   EXPECT_NEAR(k.partial_ratio_single, 1, 0.001);  // one rank's fp32 input: its elements
   EXPECT_GT(k.gamma_single, 0);
+  EXPECT_GT(k.local, 0);
+  EXPECT_GT(k.local_large, 0);
   const CostParams i = measure_reduce({Format::INT8, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4,
                                       make_input(Format::INT8, 1000, 3).data(), 1000, 2);
   EXPECT_NEAR(i.partial_ratio, 4, 0.02);  // int8 in, int32 partials
