@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/buffer_cache.hpp"
+
 namespace prism::coll {
 namespace {
 
@@ -72,8 +74,9 @@ void binomial_reduce(Transport& t, const void* in, size_t count, const ReduceOp&
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc = make_accumulator(d);
-  std::vector<LaneExact> lanes;
-  std::vector<uint8_t> msg, rx(max_partial_bytes(full));
+  Reused<LaneExact> lanes;  // from this thread's buffer_cache
+  Reused<uint8_t> msg, rx;
+  rx.resize(max_partial_bytes(full));
   const int top = tr.send_step();
   for (size_t off = 0; off < count; off += kBinomialBlock) {
     const uint32_t n = uint32_t(std::min<size_t>(count - off, kBinomialBlock));

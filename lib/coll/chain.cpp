@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "coll/buffer_cache.hpp"
+
 namespace prism::coll {
 namespace {
 
@@ -52,8 +54,9 @@ void chain_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc;
-  std::vector<LaneExact> lanes;
-  std::vector<uint8_t> msg, rx(r + 1 < p ? max_partial_bytes(uint32_t(big)) : 0);
+  Reused<LaneExact> lanes;  // from this thread's buffer_cache
+  Reused<uint8_t> msg, rx;
+  rx.resize(r + 1 < p ? max_partial_bytes(uint32_t(big)) : 0);
   for (size_t s = 0; s < m; ++s) {
     const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;
     if (n == 0) continue;

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "coll/acc_cache.hpp"
 #include "coll/blocks.hpp"
+#include "coll/buffer_cache.hpp"
 
 namespace prism::coll {
 namespace {
@@ -86,10 +88,10 @@ struct Block {
   const ReduceOp& op;
   int p;
   const Layout* lay = nullptr;
-  std::vector<size_t> at;  // the layout the accumulators were made for
-  std::vector<std::unique_ptr<Accumulator>> acc;
-  std::vector<LaneExact> lanes;
-  std::vector<uint8_t> part;
+  std::vector<size_t> at;     // the layout the accumulators were made for
+  std::vector<AccLease> acc;  // from this thread's acc_cache
+  Reused<LaneExact> lanes;    // from this thread's buffer_cache
+  Reused<uint8_t> part;
 
   Block(const ReduceOp& op_, int p_) : op(op_), p(p_) {}
 
@@ -100,10 +102,11 @@ struct Block {
       acc.clear();
       acc.resize(at.size() - 1);
       for (size_t u = 0; u + 1 < at.size(); ++u)
-        if (at[u + 1] > at[u]) acc[u] = make_accumulator(node_desc(op, p, uint32_t(at[u + 1] - at[u])));
+        if (at[u + 1] > at[u]) acc[u] = AccLease(node_desc(op, p, uint32_t(at[u + 1] - at[u])));  // empty
+    } else {
+      for (auto& a : acc)
+        if (a) a->reset();
     }
-    for (auto& a : acc)
-      if (a) a->reset();
   }
   void add(size_t u, const uint8_t* src, int index) {
     if (acc[u]) acc[u]->add(src, uint32_t(index));
@@ -165,7 +168,7 @@ struct Steps {
   uint8_t* o = nullptr;
   uint8_t* fl = nullptr;
   size_t esz = 0;
-  std::vector<uint8_t> msg, res, rx;
+  Reused<uint8_t> msg, res, rx;  // from this thread's buffer_cache
 
   Steps(Transport& t_, const Shape& sh_, const char* what_, const Layout& lay_)
       : t(t_), sh(sh_), what(what_), lay(lay_) {}

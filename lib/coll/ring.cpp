@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "coll/acc_cache.hpp"
 #include "coll/blocks.hpp"
+#include "coll/buffer_cache.hpp"
 
 namespace prism::coll {
 namespace {
@@ -36,9 +38,9 @@ struct Ring {
   const char* what;
   int p, r, next, prev;
   std::vector<size_t> at;
-  std::vector<std::unique_ptr<Accumulator>> acc;
-  std::vector<LaneExact> lanes;
-  std::vector<uint8_t> msg, rx;
+  std::vector<AccLease> acc;  // from this thread's acc_cache
+  Reused<LaneExact> lanes;    // from this thread's buffer_cache
+  Reused<uint8_t> msg, rx;
 
   Ring(Transport& t_, const char* what_)
       : t(t_), what(what_), p(t_.size()), r(t_.rank()), next((r + 1) % p), prev((r + p - 1) % p) {}
@@ -46,7 +48,7 @@ struct Ring {
   size_t seg(int s) const { return size_t(((s % p) + p) % p); }
   size_t len(size_t s) const { return at[s + 1] - at[s]; }
 
-  // A new round's layout; accumulators (when op) made again when it changed.
+  // A new round's layout; accumulators (when op) empty, taken again when it changed.
   void layout(const std::vector<size_t>& at_, const ReduceOp* op, size_t esz) {
     size_t most = 0;
     for (size_t s = 0; s + 1 < at_.size(); ++s) most = std::max(most, at_[s + 1] - at_[s]);
@@ -55,7 +57,10 @@ struct Ring {
       acc.clear();
       acc.resize(size_t(p));
       for (size_t s = 0; s < size_t(p); ++s)
-        if (at_[s + 1] > at_[s]) acc[s] = make_accumulator(node_desc(*op, p, uint32_t(at_[s + 1] - at_[s])));
+        if (at_[s + 1] > at_[s]) acc[s] = AccLease(node_desc(*op, p, uint32_t(at_[s + 1] - at_[s])));
+    } else {
+      for (auto& a : acc)
+        if (a) a->reset();
     }
     at = at_;
   }
@@ -120,10 +125,7 @@ void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& 
     for (int s = 0; s <= p; ++s) at[size_t(s)] = coll_block_start(nb, p, s);
     ring.layout(at, &op, osz);
     for (size_t s = 0; s < size_t(p); ++s)
-      if (ring.acc[s]) {
-        ring.acc[s]->reset();
-        ring.acc[s]->add(src + (off + at[s]) * isz, uint32_t(r));
-      }
+      if (ring.acc[s]) ring.acc[s]->add(src + (off + at[s]) * isz, uint32_t(r));
     ring.reduce_scatter(op, 1);
     uint8_t* o = dst + off * osz;
     const size_t own = ring.seg(r + 1);
@@ -153,10 +155,7 @@ void ring_reduce_scatter(Transport& t, const void* in, size_t count, const Reduc
     br.starts(j, at);
     ring.layout(at, &op, osz);
     for (int s = 0; s < p; ++s)
-      if (auto& a = ring.acc[size_t(s)]) {
-        a->reset();
-        a->add(src + br.first(j, s) * isz, uint32_t(r));
-      }
+      if (auto& a = ring.acc[size_t(s)]) a->add(src + br.first(j, s) * isz, uint32_t(r));
     ring.reduce_scatter(op, 0);
     if (auto& a = ring.acc[size_t(r)]) {
       a->finalize(dst + j * br.piece * osz, fl.data());
