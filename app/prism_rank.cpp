@@ -1,10 +1,14 @@
-// prism-rank: one rank of a PRISM job, through libprism. Allreduce (or
-// reduce) of a file or of generated data, repeated; prints the time, the
-// algorithm bandwidth, retransmissions and a digest of the result, and with
-// --check compares the result with the reference model computed from every
-// rank's inputs (reproducible from the seed).
+// prism-rank: one rank of a PRISM job: allreduce or reduce through the
+// switch (libprism), or any collective among the hosts by one of the seeds'
+// algorithms or the one the cost model picks (lib/coll), of a file or of
+// generated data, repeated; prints the time, the algorithm bandwidth,
+// retransmissions and a digest of the result, and with --check compares the
+// result with the reference model computed from every rank's inputs
+// (reproducible from the seed).
 //
 //   prism-rank --config switch.yaml --rank 3 --size 1MiB --repeat 10 --check
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -88,13 +92,13 @@ std::string usage() {
          "  --collective C        " +
          choices<Collective>() +
          " (default allreduce)\n"
-         "  --root R              reduce's root rank (default 0)\n"
+         "  --root R              reduce's and broadcast's root rank (default 0)\n"
          "  --algo A              " +
          choices<Algo>() +
          " (default switch): the host algorithms reduce among the hosts, over\n"
          "                        TCP, with PRISM's arithmetic (KULISCH partials travel losslessly: the same bits)\n"
          "  --segments M          the chain's segments (default: the model's m with --calibration or auto, else 8;\n"
-         "                        at least count / 65536 either way)\n"
+         "                        the default is at least count / 65536: a segment is the chain's memory)\n"
          "  --candidates LIST     what auto chooses among (default switch,binomial,chain,rhd,ring; the switch is\n"
          "                        joined, and measured, only when listed)\n"
          "  --calibration FILE    the cost model's parameters (a JSON object, as --calibrate writes): auto uses\n"
@@ -106,7 +110,7 @@ std::string usage() {
          "  --repeat N            collectives in a row, each timed (default 1)\n"
          "  --warmup N            untimed collectives first (default 0)\n"
          "  --split K             each collective as K ops in flight at once (non-blocking), waited last first\n"
-         "  --in-place            the input buffer receives the result (same widths only)\n"
+         "  --in-place            the input buffer receives the result (allreduce and reduce; same widths only)\n"
          "  --window W            chunks in flight (default 64; capped by the job's slot_quota)\n"
          "  --chunk-elems C       elements per packet (default: the most the path MTU fits)\n"
          "  --timeout-ms T        an op fails when none of its chunks completed for T ms (default 10000)\n"
@@ -116,7 +120,8 @@ std::string usage() {
          "  --check               compare every collective's result with the reference model (generated data\n"
          "                        only; the reference is computed once, before the first): KULISCH_FIXED,\n"
          "                        FP32_BINOMIAL and integers bit for bit, FP32_ARRIVAL within its error bound\n"
-         "  --output FILE         write the last result's raw elements to FILE\n"
+         "  --output FILE         write the last result's raw elements to FILE ({rank} in FILE: this rank's number;\n"
+         "                        reduce_scatter's ranks each hold a different block)\n"
          "  --json                one JSON object on stdout instead of the text lines\n"
          "\n"
          "Prints the time per collective (min, median), the algorithm bandwidth (input bytes / time),\n"
@@ -139,6 +144,7 @@ struct Run {
   Algo algo = Algo::SWITCH;
   uint64_t segments = 0;  // 0: the model's m (with a calibration), else 8
   std::vector<Algo> candidates;
+  bool candidates_given = false;
   std::string calibration, calibrate_out;
   uint16_t root = 0;
   uint64_t repeat = 1, warmup = 0, split = 1;
@@ -215,6 +221,19 @@ Run parse(int argc, char** argv) {
   if (r.candidates.empty()) fail("--candidates is empty: list at least one of switch,binomial,chain,rhd,ring");
   if (a.has("--candidates") && r.algo != Algo::AUTO && !a.has("--calibrate"))
     fail("--candidates is what --algo auto chooses among: give it with --algo auto (or --calibrate)");
+  r.candidates_given = a.has("--candidates");
+  if (r.algo == Algo::AUTO) {  // some candidate must run the collective
+    coll::CostParams any;
+    any.have_switch = true;
+    const coll::Problem pr{coll::CollectiveKind(uint8_t(r.coll)), 2, 1, 4, r.root};
+    bool runs = false;
+    for (Algo c : r.candidates) runs = runs || coll::predict(coll::Algorithm(uint8_t(c)), pr, any).has_value();
+    if (!runs)
+      fail(std::string("no algorithm of --candidates runs ") + name(r.coll) +
+           (r.root ? " with --root " + std::to_string(r.root) : std::string()) +
+           " (switch: allreduce, reduce; binomial: allreduce, reduce, broadcast; chain: those three, rank 0 as "
+           "root; rhd: all five; ring: allreduce, reduce_scatter, allgather)");
+  }
   r.calibration = a.str("--calibration");
   r.calibrate_out = a.str("--calibrate");
   if (a.has("--calibration") && a.has("--calibrate"))
@@ -226,6 +245,8 @@ Run parse(int argc, char** argv) {
   r.repeat = a.num("--repeat", 1, 1000000, 1);
   r.warmup = a.num("--warmup", 0, 1000000, 0);
   r.split = a.num("--split", 1, 4096, 1);
+  if (r.split != 1 && r.algo != Algo::SWITCH)
+    fail("--split needs --algo switch (the host algorithms run one op at a time)");
   r.in_place = a.has("--in-place");
   r.check = a.has("--check");
   r.json = a.has("--json");
@@ -353,7 +374,12 @@ ResultShape result_shape(const Run& run, uint16_t rank, uint16_t group) {
   return {};
 }
 
-Reference make_reference(const Run& run, uint16_t group) {
+// The policy's order is `algo`'s own where it is not the reference's:
+// FP32_ARRIVAL always (the switch's arrival order, the host algorithms'
+// rounding where they add), FP32_BINOMIAL through the chain, RHD and the ring;
+// these are checked against the bound of the exact sum. The binomial tree is
+// FP32_BINOMIAL's order over its ranks relabelled (rank - root) mod p.
+Reference make_reference(const Run& run, Algo algo, uint16_t group) {
   Reference ref;
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
   ref.ins.resize(group);
@@ -365,21 +391,24 @@ Reference make_reference(const Run& run, uint16_t group) {
   d.out = run.out;
   d.exceptions = run.exceptions;
   d.group = group;
-  ref.arrival = run.policy == Policy::FP32_ARRIVAL && is_float(run.dtype);
+  const bool own_order = run.policy == Policy::FP32_ARRIVAL ||
+                         (run.policy == Policy::FP32_BINOMIAL && algo != Algo::SWITCH && algo != Algo::BINOMIAL);
+  ref.arrival = own_order && is_float(run.dtype);
+  const uint16_t root = algo == Algo::BINOMIAL && run.coll == Collective::REDUCE ? run.root : 0;
   d.policy = ref.arrival ? Policy::KULISCH_FIXED : run.policy;
   std::vector<uint8_t> flags(block);
   for (size_t at = 0; at < run.count; at += block) {
     const size_t n = std::min(block, size_t(run.count - at));
     d.lanes = uint32_t(n);
     auto acc = make_accumulator(d);
-    for (uint16_t r = 0; r < group; ++r) acc->add(ref.ins[r].data() + at * ib, r);
+    for (uint16_t r = 0; r < group; ++r) acc->add(ref.ins[r].data() + at * ib, uint16_t((r + group - root) % group));
     acc->finalize(ref.out.data() + at * ob, flags.data());
   }
   return ref;
 }
 
 // The reference for this rank's result of any collective.
-Reference make_expected(const Run& run, uint16_t rank, uint16_t group) {
+Reference make_expected(const Run& run, Algo algo, uint16_t rank, uint16_t group) {
   const ResultShape sh = result_shape(run, rank, group);
   const size_t ib = info(run.dtype).bytes;
   if (run.coll == Collective::BROADCAST || run.coll == Collective::ALLGATHER) {
@@ -398,7 +427,7 @@ Reference make_expected(const Run& run, uint16_t rank, uint16_t group) {
     }
     return ref;
   }
-  Reference ref = make_reference(run, group);
+  Reference ref = make_reference(run, algo, group);
   ref.esz = sh.esz;
   ref.first = sh.first;
   ref.expect.assign(ref.out.begin() + sh.first * sh.esz, ref.out.begin() + (sh.first + sh.elems) * sh.esz);
@@ -446,15 +475,31 @@ static_assert(uint8_t(Collective::ALLGATHER) == uint8_t(coll::CollectiveKind::AL
 
 bool listed(const std::vector<Algo>& v, Algo a) { return std::find(v.begin(), v.end(), a) != v.end(); }
 
-coll::CostParams read_calibration(const std::string& path) {
+// What a calibration was measured for: gamma and w belong to one op, the
+// host figures to one group. --calibrate writes them beside the parameters.
+std::string op_of(const Run& run) {
+  return std::string(info(run.dtype).name) + "->" + info(run.out).name + " " + name(run.policy) + " " +
+         name(run.exceptions);
+}
+
+// The parameters, refused when the file says they were measured for another op.
+coll::CostParams read_calibration(const Run& run, int* ranks) {
+  const std::string& path = run.calibration;
   std::ifstream in(path);
   if (!in) fail("cannot read --calibration " + path + ": " + std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  coll::CostParams c;
   try {
-    return coll::cost_params_from_json(text);
+    c = coll::cost_params_from_json(text);
   } catch (const std::invalid_argument& e) {
     fail("--calibration " + path + ": " + e.what() + " (make one with --calibrate FILE)");
   }
+  const YAML::Node n = YAML::Load(text);
+  if (n["op"] && n["op"].as<std::string>("") != op_of(run))
+    fail("--calibration " + path + " was measured for " + n["op"].as<std::string>("?") + ", this run is " + op_of(run) +
+         ": gamma and w are the op's own; make one for it with --calibrate FILE");
+  *ranks = n["ranks"] ? n["ranks"].as<int>(0) : 0;
+  return c;
 }
 
 // The switch as auto's candidate: switch_alpha is the least time of a
@@ -527,17 +572,28 @@ int run_rank(const Run& run0) {
   const bool calibrating = !run.calibrate_out.empty();
   // A given calibration first: a bad file is refused before any rank is waited for.
   std::optional<coll::CostParams> params;
-  if (!run.calibration.empty()) params = read_calibration(run.calibration);
-  const bool switch_candidate = (run.algo == Algo::AUTO || calibrating) && listed(run.candidates, Algo::SWITCH);
+  int calibrated_ranks = 0;  // the group the given calibration was measured in (0: not said)
+  if (!run.calibration.empty()) params = read_calibration(run, &calibrated_ranks);
+  // The switch is a candidate when listed, unless the given calibration has no figures for it.
+  const bool switch_candidate = (run.algo == Algo::AUTO || calibrating) && listed(run.candidates, Algo::SWITCH) &&
+                                (!params || params->have_switch);
   std::optional<Communicator> comm;      // --algo switch, or the switch as auto's candidate
   std::unique_ptr<coll::Transport> tcp;  // the host algorithms (and auto's calibration)
   Endpoints ep;
   if ((run.algo == Algo::SWITCH && !calibrating) || switch_candidate) {
-    comm.emplace(Communicator::from_config(run.config, run.sel, run.tune));
+    try {
+      comm.emplace(Communicator::from_config(run.config, run.sel, run.tune));
+    } catch (const prism::Error& e) {
+      if (run.algo == Algo::SWITCH || run.candidates_given) throw;
+      std::fprintf(stderr,
+                   "prism-rank: %s\nprism-rank: the switch is one of auto's default candidates; to choose among the "
+                   "host algorithms alone, give --candidates binomial,chain,rhd,ring\n",
+                   e.what());
+      return e.code() == Errc::INVALID_ARGUMENT ? 2 : 1;
+    }
     ep = comm->endpoints();
   }
   if (run.algo != Algo::SWITCH || calibrating) {
-    if (run.split != 1) fail("--split needs --algo switch (the host algorithms run one op at a time)");
     const coll::TcpPeers peers = coll::tcp_peers_from_config(run.config, run.sel.job);
     if (size_t(run.sel.rank) >= peers.ranks.size())
       fail("--rank " + std::to_string(run.sel.rank) + " is not below the job's group of " +
@@ -548,6 +604,10 @@ int run_rank(const Run& run0) {
     ep.group = uint16_t(peers.ranks.size());
   }
   const uint32_t first_op = comm ? comm->next_op() : 0;  // the session's first op number (joined) or --first-op
+  if (calibrated_ranks && calibrated_ranks != ep.group)
+    fail("--calibration " + run.calibration + " was measured in a group of " + std::to_string(calibrated_ranks) +
+         " ranks, this one has " + std::to_string(ep.group) +
+         " (ranks sharing a host change what the model predicts); make one with --calibrate FILE");
   if ((run.coll == Collective::REDUCE || run.coll == Collective::BROADCAST) && run.root >= ep.group)
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
@@ -573,7 +633,8 @@ int run_rank(const Run& run0) {
   if (calibrating) {
     if (ep.rank == 0) {
       app::OutputFile f(run.calibrate_out);
-      const std::string text = coll::to_json(*params) + "\n";
+      const std::string text = "{\"op\":" + app::json_str(op_of(run)) + ",\"ranks\":" + std::to_string(ep.group) + "," +
+                               coll::to_json(*params).substr(1) + "\n";
       f.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
       f.commit();
       std::printf("%s", text.c_str());
@@ -613,7 +674,7 @@ int run_rank(const Run& run0) {
   std::vector<uint8_t> result(keep && !run.in_place ? shape.elems * shape.esz : 0);
   std::vector<uint8_t> work = run.in_place ? input : std::vector<uint8_t>{};
 
-  const Reference ref = run.check && keep ? make_expected(run, ep.rank, ep.group) : Reference{};
+  const Reference ref = run.check && keep ? make_expected(run, algo, ep.rank, ep.group) : Reference{};
   CheckResult cr;  // over every collective: --check compares each one's result
   uint64_t checked = 0;
   std::vector<double> times;
@@ -658,7 +719,9 @@ int run_rank(const Run& run0) {
   const std::vector<uint8_t>& res = run.in_place ? work : result;
   const uint64_t digest = keep ? fnv1a(res.data(), res.size()) : 0;
   if (!run.output.empty() && keep) {
-    app::OutputFile f(run.output);
+    std::string path = run.output;
+    for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(ep.rank));
+    app::OutputFile f(path);
     f.write(res.data(), res.size());
     f.commit();
   }

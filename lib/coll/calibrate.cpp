@@ -183,6 +183,7 @@ Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size
   CostParams& c = cal.params;
   if (t.size() < 2) {
     c = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
+    c.host_cores = double(this_host().cores);
     return cal;
   }
   // Each figure measured alone, the other ranks waiting, as the model's

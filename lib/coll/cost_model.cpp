@@ -252,7 +252,7 @@ Choice choose(const Problem& pr, const CostParams& c, std::span<const Algorithm>
   const std::vector<Choice> all = candidates(pr, c, allowed);
   if (all.empty())
     throw std::invalid_argument(std::string("no allowed algorithm runs ") + name(pr.coll) +
-                                (pr.root ? " to a root other than rank 0" : ""));
+                                (pr.root ? " with a root other than rank 0" : ""));
   Choice best = all.front();
   for (const Choice& ch : all)
     if (ch.seconds < best.seconds) best = ch;

@@ -29,42 +29,50 @@
 // alpha terms are paid once per block (B blocks), the n terms once. The
 // binomial tree's blocks of 4096 stream (its sends do not wait), so its alpha
 // is paid once per level, as the seed counts it. With L = ceil(log2 p),
-// k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0):
+// k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0),
+// R = w beta + gamma (a partial holding a sum, sent and merged), R1 = w1 beta
+// + gamma1 (a partial of one rank's own input: every algorithm's first hop;
+// gamma_single, partial_ratio_single), O = o beta (a result moved):
 //
 //  binomial (seed 000: ceil(log2 p)(T_start + n T_byte), the plain tree, a
-//  step per level; the root takes L partials per block):
-//    reduce     L (alpha + n (w beta + gamma))
+//  step per level; the root's level-0 partial is a leaf's own input):
+//    reduce     L alpha + n R1 + (L - 1) n R
 //    broadcast  L (alpha + n beta)
-//    allreduce  reduce + L (alpha + n o beta)
+//    allreduce  reduce + L (alpha + n O)
 //  chain (seed 000's pipelined chain in m segments:
-//  T(n, p, m) = (T_start + n/m T_byte)(p + m - 2)):
-//    reduce     (alpha + n/m (w beta + gamma))(p + m - 2)        to rank 0 only
-//    broadcast  (alpha + n/m beta)(p + m - 2)                    from rank 0 only
-//    allreduce  (2 alpha + n/m (w beta + gamma + o beta))(p + m - 2)
+//  T(n, p, m) = (T_start + n/m T_byte)(p + m - 2), paced by its slowest hop:
+//  R from p = 3 on, R1 at p = 2):
+//    reduce     (alpha + n/m R)(p + m - 2)              to rank 0 only
+//    broadcast  (alpha + n/m beta)(p + m - 2)           from rank 0 only
+//    allreduce  (2 alpha + n/m (R + O))(p + m - 2)
 //    m for auto: the seed's m = sqrt(n (p - 2) T_byte / T_start) with that
 //    phase's T_start and T_byte (allreduce: 2 alpha and the sum of both), but
 //    no fewer than count / kChainMaxSegment: a segment is the chain's memory
 //    (its accumulator), bounded as the other algorithms' blocks are.
-//  RHD (seed 001's table; the fold and unfold are its non-power-of-two terms):
-//    allreduce  (2k + 2f) B alpha + (f + (q-1)/q) n (w beta + gamma) + (f + (q-1)/q) n o beta
-//    reduce     (2k + f) B alpha  + (f + (q-1)/q) n (w beta + gamma) + (q-1)/q n o beta
-//    broadcast  L (B alpha + n beta)
-//    reduce-scatter, p = q: k B alpha + (p-1)/p n (w beta + gamma); otherwise the
-//      seed's three steps: B alpha + n (w beta + gamma) (the fold),
-//      sum_{i=1..k} (B alpha + s_i/p n (w beta + gamma)) (the uneven
-//      halving), B alpha + n/p o beta (the odd ranks' blocks), where s_i =
+//  RHD (seed 001's table; the fold and unfold are its non-power-of-two
+//  terms), with P = n R1 + (q-1)/q n R when it folds (the odd rank's own
+//  input) and n/2 R1 + ((q-1)/q - 1/2) n R at a power of two (the first
+//  halving step passes the rank's own half):
+//    allreduce  (2k + 2f) B alpha + P + (f + (q-1)/q) n O
+//    reduce     (2k + f) B alpha + P + (q-1)/q n O
+//    broadcast  L (B' alpha + n beta), B' = the 256 KiB segments of n bytes
+//    reduce-scatter, p = q: k B alpha + P; otherwise the seed's three steps:
+//      B alpha + n R1 (the fold), sum_{i=1..k} (B alpha + s_i/p n R) (the
+//      uneven halving), B alpha + n/p O (the odd ranks' blocks), where s_i =
 //      2^(k-i) + min(r, 2^(k-i)) rank blocks is the most step i moves (a
 //      folded pair's segment is two blocks): the seed writes ceil(p/2^i), which
 //      assumes the pairs spread evenly; s_i lies within the seed's bounds and
 //      equals it at p = q + 1 and p = 2q - 1
-//    allgather  the same with beta for (w beta + gamma) and beta for o beta
-//  ring (Open MPI's and NCCL's):
-//    allreduce       2(p-1) B alpha + (p-1)/p n (w beta + gamma) + (p-1)/p n o beta
-//    reduce-scatter  (p-1) B alpha + (p-1)/p n (w beta + gamma)
+//    allgather  the same with beta for R, R1 and O
+//  ring (Open MPI's and NCCL's; the reduce-scatter's first step passes the
+//  rank's own input on):
+//    allreduce       2(p-1) B alpha + n/p R1 + (p-2)/p n R + (p-1)/p n O
+//    reduce-scatter  (p-1) B alpha + n/p R1 + (p-2)/p n R
 //    allgather       (p-1) B alpha + (p-1)/p n beta
 //  switch (measured end to end through the PRISM switch: a rank sends n and
 //  receives the result at once, the switch reduces in flight):
 //    allreduce, reduce  switch_alpha + n switch_beta
+// Every host algorithm's reduction adds n local (a rank's own input).
 //
 // The work bound. The formulas above are critical paths: they assume every
 // rank has a core of its own. Where ranks share a host, they also cannot
@@ -72,10 +80,12 @@
 // least W * ranks_per_host / (p * host_cores), W being the per-byte work of
 // every rank together (each partial moved and merged, each result moved; the
 // alpha terms are waiting, not work):
-//    allreduce  (p-1) n (w beta + gamma + o beta)   (any algorithm: p-1 merges
-//                                                    and p-1 copies per element)
-//    reduce     (p-1) n (w beta + gamma), + n o beta for RHD's gather
-//    reduce-scatter (p-1) n (w beta + gamma); allgather, broadcast (p-1) n beta
+//    allreduce  s n R1 + (p-1-s) n R + (p-1) n O + p n local   (any algorithm:
+//               p-1 merges and p-1 copies per element; s of the partials carry
+//               one rank's own input: floor(p/2) for the binomial tree, 1 for
+//               the chain and the ring, r + (q-r)/2 for RHD)
+//    reduce     the same without the copies (+ n O for RHD's gather)
+//    reduce-scatter the same without the copies; allgather, broadcast (p-1) n beta
 // (gamma at the algorithm's accumulator size). With one rank per core it
 // never binds (a rank's share is at most its critical path); with more
 // ranks than cores (the benchmark's p > 2 on two vCPUs) it is Brent's lower

@@ -153,9 +153,8 @@ def test_auto_picks_the_seed_formulas_argmin(tmp_path, p):
                 # the least prediction (an exact tie, rounded differently here and there, either way)
                 tied = {x for x in want if want[x] <= want[best] * (1 + 1e-9)}
                 assert ln['algo_requested'] == 'auto' and ln['algo'] in tied, f'{ctx}: {ln["algo"]} not {tied} {want}'
-                best = ln['algo']
-                assert ln['predicted_seconds'] == pytest.approx(want[best], rel=1e-5), ctx
-                if best == 'chain':
+                assert ln['predicted_seconds'] == pytest.approx(want[ln['algo']], rel=1e-5), ctx
+                if ln['algo'] == 'chain':
                     t_start, t_byte = ((2 * cal['alpha'], cal['partial_ratio'] * cal['beta'] + cal['gamma'] +
                                         cal['out_ratio'] * cal['beta']) if coll == 'allreduce' else
                                        (cal['alpha'], cal['partial_ratio'] * cal['beta'] + cal['gamma']))
@@ -218,3 +217,69 @@ def test_usage_errors(tmp_path):
         r = subprocess.run([str(RANK), '--config', str(cfg), '--rank', '0'] + args, capture_output=True, text=True,
                            timeout=30)
         assert r.returncode == 2 and says in r.stderr, (args, r.stderr)
+
+
+def test_a_calibration_is_for_its_op_and_group(tmp_path):
+    """--calibrate records what it measured: gamma and w belong to one op, the hosts to one group."""
+    su.require_binaries(RANK)
+    cfg3, cfg2 = loopback_config(tmp_path, 3), loopback_config(tmp_path, 2)
+    cal = tmp_path / 'cal.json'
+    runs = run_ranks(cfg3, 3, ['--calibrate', str(cal), '--candidates', 'ring', '--size', '64KiB'])
+    assert all(r.returncode == 0 for r in runs), '\n'.join(r.stdout + r.stderr for r in runs)
+    rec = json.loads(cal.read_text())
+    assert rec['op'] == 'fp32->fp32 kulisch ieee' and rec['ranks'] == 3, rec
+    r = subprocess.run([str(RANK), '--config', str(cfg3), '--rank', '0', '--algo', 'ring', '--calibration', str(cal),
+                        '--policy', 'fp32_arrival'], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and 'was measured for fp32->fp32 kulisch ieee' in r.stderr, r.stderr
+    runs = run_ranks(cfg2, 2, ['--algo', 'ring', '--calibration', str(cal)])
+    assert all(x.returncode == 2 and 'measured in a group of 3 ranks, this one has 2' in x.stderr for x in runs), \
+        [x.stderr for x in runs]
+
+
+def test_auto_without_a_switch_says_how_to_leave_it_out(tmp_path):
+    """auto's default candidates include the switch; with none there (loopback: no switch's MAC
+    on lo), the error says how to choose among the host algorithms alone."""
+    su.require_binaries(RANK)
+    cfg = loopback_config(tmp_path, 2)
+    r = subprocess.run([str(RANK), '--config', str(cfg), '--rank', '0', '--algo', 'auto'], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0 and '--candidates binomial,chain,rhd,ring' in r.stderr, r.stderr
+    r = subprocess.run([str(RANK), '--config', str(cfg), '--rank', '0', '--algo', 'auto', '--candidates',
+                        'binomial,chain', '--collective', 'allgather'], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and 'no algorithm of --candidates runs allgather' in r.stderr, r.stderr
+
+
+def test_each_algorithms_fp32_binomial_bits_are_checked_for_what_they_are(tmp_path):
+    """FP32_BINOMIAL through the binomial tree is the accumulator's binomial order over its ranks
+    relabelled (rank - root) mod p: bit for bit, at any root. Through the chain, RHD and the ring it
+    is their own order: within the bound of the exact sum."""
+    su.require_binaries(RANK)
+    cfg = loopback_config(tmp_path, 5)
+    for args in (['--algo', 'binomial', '--collective', 'reduce', '--root', '2'],
+                 ['--algo', 'binomial'], ['--algo', 'chain'], ['--algo', 'rhd'], ['--algo', 'ring'],
+                 ['--algo', 'rhd', '--collective', 'reduce_scatter']):
+        runs = run_ranks(cfg, 5, args + ['--policy', 'fp32_binomial', '--count', '70001', '--check', '--json'])
+        assert all(r.returncode == 0 for r in runs), (args, '\n'.join(r.stdout + r.stderr for r in runs))
+        lines = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+        if args[1] == 'binomial':  # exact
+            assert all(ln['check_differ'] == 0 for ln in lines), (args, lines)
+
+
+def test_reduce_scatter_blocks_put_together_are_the_allreduce(tmp_path):
+    """Each rank's reduce_scatter block, written to its own --output (FILE with {rank}), in rank
+    order, gives the allreduce's bytes (KULISCH_FIXED: one rounding per element wherever)."""
+    su.require_binaries(RANK)
+    p, count = 5, 100003
+    cfg = loopback_config(tmp_path, p)
+    for algo in ('rhd', 'ring'):
+        runs = run_ranks(cfg, p, ['--algo', algo, '--collective', 'reduce_scatter', '--count', str(count),
+                                  '--output', str(tmp_path / f'rs_{algo}_{{rank}}.bin')])
+        assert all(r.returncode == 0 for r in runs), '\n'.join(r.stdout + r.stderr for r in runs)
+    runs = run_ranks(cfg, p, ['--algo', 'binomial', '--count', str(count), '--output', str(tmp_path / 'ar.bin')])
+    assert all(r.returncode == 0 for r in runs), '\n'.join(r.stdout + r.stderr for r in runs)
+    whole = (tmp_path / 'ar.bin').read_bytes()
+    for algo in ('rhd', 'ring'):
+        parts = [(tmp_path / f'rs_{algo}_{r}.bin').read_bytes() for r in range(p)]
+        # blocks in rank order, the first count % p one element larger
+        assert [len(x) // 4 for x in parts] == [count // p + (r < count % p) for r in range(p)], algo
+        assert b''.join(parts) == whole, algo

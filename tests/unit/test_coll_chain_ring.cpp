@@ -251,6 +251,24 @@ TEST(CollChain, SeedsPipeline) {
 //  n = 1000, p = 2 (p - 2 = 0) -> 1; n = 1000, p = 3, T_byte = 1e-9, T_start = 1: sqrt(1e-6) < 1 -> 1.
 //  n = 2, p = 11, T_byte = 1, T_start = 9: sqrt(2 * 9 / 9) = 1.414 -> T(1) = 11 * 10 = 110,
 //    T(2) = 10 * 11 = 110: a tie, the smaller -> 1.
+// The chain's broadcast on its own (the allreduce runs its own loop): 0 -> 1 -> ... -> p-1,
+// in m segments, an uneven split and empty segments (m > bytes) included.
+TEST(CollChain, Broadcast) {
+  for (int p = 1; p <= 9; ++p)
+    for (size_t m : {size_t(1), size_t(3), size_t(64)})
+      for (size_t n : {size_t(0), size_t(5), size_t(40001)}) {
+        std::vector<uint8_t> src(n);
+        for (size_t i = 0; i < n; ++i) src[i] = uint8_t(i * 13 + p);
+        std::vector<std::vector<uint8_t>> got(static_cast<size_t>(p), std::vector<uint8_t>(n));
+        run_group(p, [&](int r, prism::coll::Transport& t) {
+          if (r == 0) got[0] = src;
+          prism::coll::chain_broadcast(t, got[size_t(r)].data(), n, m);
+        });
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(got[size_t(r)], src) << "p=" << p << " m=" << m << " n=" << n << " rank " << r;
+      }
+}
+
 TEST(CollChain, OptimalSegments) {
   using prism::coll::chain_optimal_segments;
   EXPECT_EQ(chain_optimal_segments(1000000, 10, 1e-5, 1e-9), 28u);
