@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 
 #include "arith/accumulator.hpp"
 #include "coll/binomial.hpp"
@@ -88,7 +89,27 @@ double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& bu
   return median(half);
 }
 
-// alpha, beta from ranks 0 and 1 (the others wait); rank 0's points.
+// A token of 8 bytes passed around every rank (0 -> 1 -> ... -> p-1 -> 0),
+// `laps` times: on rank 0, the median lap over p, the latency of one message
+// as a collective's ranks see it (each waiting, idle, for its peer; on a VM a
+// vCPU that has halted takes tens of microseconds to wake, one that has just
+// gone idle a few, and a ping-pong alone catches mostly the second).
+double token_ring(Transport& t, int laps) {
+  const int me = t.rank(), p = t.size(), next = (me + 1) % p, prev = (me + p - 1) % p;
+  uint64_t token = 0;
+  std::vector<double> lap;
+  for (int i = 0; i < laps; ++i) {
+    const auto t0 = Clock::now();
+    if (me == 0) t.send(next, &token, sizeof token);
+    if (t.recv(prev, &token, sizeof token) != sizeof token)
+      throw TransportError("calibration: a token of another size");
+    if (me != 0) t.send(next, &token, sizeof token);
+    lap.push_back(since(t0));
+  }
+  return me == 0 ? median(lap) / p : 0;
+}
+
+// beta (and the points) from ranks 0 and 1 (the others wait); rank 0's points.
 std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, double* alpha, double* beta) {
   static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
@@ -99,7 +120,7 @@ std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, dou
     const int trips = s >= (4u << 20) ? std::max(2, o.round_trips / 4) : s <= 8 ? 4 * o.round_trips : o.round_trips;
     pts.push_back({s, ping_pong(t, s, trips, buf)});
   }
-  *alpha = pts.front().half_rtt;
+  *alpha = pts.front().half_rtt;  // replaced by the token ring's figure (calibrate)
   // Least squares of half_rtt = a + s * beta over the large messages.
   double sx = 0, sy = 0, sxx = 0, sxy = 0, k = 0;
   for (const PingPoint& p : pts)
@@ -116,8 +137,10 @@ std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, dou
 
 // The median seconds per input byte of encoding a partial of n lanes and
 // merging it (see calibrate.hpp); *ratio gets the partial's bytes per input
-// byte. The partial holds x + y, or with `own` x alone (one rank's input).
-double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs, double* ratio, bool own = false) {
+// byte, and *merge_share the merge's part of the time. The partial holds
+// x + y, or with `own` x alone (one rank's input).
+double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int runs, double* ratio,
+                   double* merge_share, bool own = false) {
   const size_t ib = info(node.dtype).bytes;
   const OpDesc d = block_desc(node, uint32_t(std::max(p, 2)), uint32_t(n));
   std::vector<uint8_t> y(n * ib);
@@ -128,17 +151,21 @@ double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int 
   if (!own) theirs->add(y.data(), 1);
   std::vector<LaneExact> scratch;
   std::vector<uint8_t> msg;
-  std::vector<double> took;
+  std::vector<double> took, merging;
   for (int i = 0; i < std::max(1, runs); ++i) {
     mine->reset();
     mine->add(x, 0);
     const auto t0 = Clock::now();
     encode_partial(*theirs, node, scratch, msg);
+    const auto t1 = Clock::now();
     merge_partial(*mine, node, msg.data(), msg.size(), 1, scratch);
     took.push_back(since(t0));
+    merging.push_back(since(t1));
   }
   *ratio = double(msg.size()) / double(n * ib);
-  return median(took) / double(n * ib);
+  const double all = median(took);
+  *merge_share = all > 0 ? std::min(1.0, median(merging) / all) : 1;
+  return all / double(n * ib);
 }
 
 // The median seconds per input byte of emptying an accumulator of n lanes,
@@ -166,13 +193,14 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
   ReduceOp node = op;
   if (node.policy == Policy::FP32_BINOMIAL) node.policy = Policy::FP32_ARRIVAL;
   const auto* x = static_cast<const uint8_t*>(sample);
-  double ratio_small = 1;
-  c.gamma = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &ratio_small);
+  double ratio_small = 1, share_large = 1;
+  c.gamma = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &ratio_small, &c.merge_share);
   c.gamma_large = count > kGammaSmallLanes
-                      ? reduce_cost(node, p, x, std::min(count, kGammaLargeLanes), runs, &c.partial_ratio)
+                      ? reduce_cost(node, p, x, std::min(count, kGammaLargeLanes), runs, &c.partial_ratio, &share_large)
                       : c.gamma;
   if (count <= kGammaSmallLanes) c.partial_ratio = ratio_small;
-  c.gamma_single = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &c.partial_ratio_single, true);
+  c.gamma_single = reduce_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4, &c.partial_ratio_single,
+                               &c.merge_share_single, true);
   c.local = local_cost(node, p, x, std::min(count, kGammaSmallLanes), runs * 4);
   c.local_large = count > kGammaSmallLanes ? local_cost(node, p, x, std::min(count, kGammaLargeLanes), runs) : c.local;
   return c;
@@ -191,18 +219,15 @@ Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size
   gather_hosts(t, &c.ranks_per_host, &c.host_cores);
   double alpha = 0, beta = 0;
   if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta);
+  alpha = token_ring(t, 4 * o.round_trips);
   if (t.rank() == 0) {
     const double rph = c.ranks_per_host, cores = c.host_cores;
     c = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
     c.alpha = alpha, c.beta = beta, c.ranks_per_host = rph, c.host_cores = cores;
   }
   cal.ping.resize(t.rank() == 0 ? cal.ping.size() : 0);
-  double v[12] = {c.alpha,          c.beta,       c.gamma,        c.partial_ratio,        c.out_ratio, c.gamma_large,
-                  c.ranks_per_host, c.host_cores, c.gamma_single, c.partial_ratio_single, c.local,     c.local_large};
-  binomial_broadcast(t, v, sizeof v, 0);
-  c.alpha = v[0], c.beta = v[1], c.gamma = v[2], c.partial_ratio = v[3], c.out_ratio = v[4];
-  c.gamma_large = v[5], c.ranks_per_host = v[6], c.host_cores = v[7], c.gamma_single = v[8];
-  c.partial_ratio_single = v[9], c.local = v[10], c.local_large = v[11];
+  static_assert(std::is_trivially_copyable_v<CostParams>);
+  binomial_broadcast(t, &c, sizeof c, 0);  // rank 0's figures, every field
   return cal;
 }
 
@@ -212,12 +237,14 @@ std::string to_json(const CostParams& c) {
                 "{\"alpha\":%.9g,\"beta\":%.9g,\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,"
                 "\"gamma_single\":%.9g,"
                 "\"partial_ratio\":%.9g,\"partial_ratio_single\":%.9g,"
-                "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,"
+                "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,\"merge_share\":%.9g,"
+                "\"merge_share_single\":%.9g,"
                 "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
                 c.alpha, c.beta, c.local, c.local_large < 0 ? c.local : c.local_large, c.gamma,
                 c.gamma_large < 0 ? c.gamma : c.gamma_large, c.gamma_single < 0 ? c.gamma : c.gamma_single,
                 c.partial_ratio, c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single, c.out_ratio,
-                c.ranks_per_host, c.host_cores, c.have_switch ? "true" : "false", c.switch_alpha, c.switch_beta);
+                c.ranks_per_host, c.host_cores, c.merge_share, c.merge_share_single, c.have_switch ? "true" : "false",
+                c.switch_alpha, c.switch_beta);
   return b;
 }
 
@@ -252,6 +279,8 @@ CostParams cost_params_from_json(const std::string& text) {
   c.partial_ratio = num("partial_ratio", true);
   c.partial_ratio_single = n["partial_ratio_single"] ? num("partial_ratio_single", false) : c.partial_ratio;
   c.local = num("local", false);
+  c.merge_share = n["merge_share"] ? std::min(1.0, num("merge_share", false)) : 1;
+  c.merge_share_single = n["merge_share_single"] ? std::min(1.0, num("merge_share_single", false)) : 1;
   c.local_large = n["local_large"] ? num("local_large", false) : c.local;
   c.ranks_per_host = n["ranks_per_host"] ? std::max(1.0, num("ranks_per_host", false)) : 1;
   c.host_cores = n["host_cores"] ? std::max(1.0, num("host_cores", false)) : 1;

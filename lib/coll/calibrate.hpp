@@ -1,10 +1,13 @@
 // Measuring the cost model's parameters (cost_model.hpp) on this machine,
 // each alone (the other ranks wait), as the model's critical paths assume:
-//  - alpha and beta by ping-pong between ranks 0 and 1 over the group's own
-//    Transport: alpha is half the median round trip of an 8-byte message (32
-//    round trips),
-//    beta the least-squares slope of the half round trip over messages of
-//    64 KiB to 4 MiB (each size's median of several round trips);
+//  - alpha by a token of 8 bytes passed around every rank, 32 laps: the
+//    median lap over p (each rank waits for its peer, idle, as in a
+//    collective: on a VM a halted vCPU takes tens of microseconds to wake,
+//    one that has just gone idle a few; a lone ping-pong sees mostly the
+//    second, the collectives mostly the first);
+//  - beta by ping-pong between ranks 0 and 1 over the group's own
+//    Transport: the least-squares slope of the half round trip over messages
+//    of 64 KiB to 4 MiB (each size's median of several round trips);
 //  - gamma, w and o by the reducers' own code on a sample of rank 0's input:
 //    one accumulator holding x, another holding x + y (y: x shifted by one
 //    element, so the partial is a real sum), and the median time of

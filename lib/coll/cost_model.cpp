@@ -53,7 +53,12 @@ double block_lanes(const Problem& pr, size_t block) { return double(std::min<siz
 std::optional<double> binomial(const Problem& pr, const CostParams& c, double n) {
   const double L = ceil_log2(pr.p);
   const Rates r = rates(c, block_lanes(pr, kBinomialBlock));
-  const double reduce = L * c.alpha + n * r.first + (L - 1) * n * r.reduce;
+  // The children encode the next block while the root merges this one: on
+  // the root's path, each partial's bytes and its merge.
+  const double w1 = c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single;
+  const double merge = c.partial_ratio * c.beta + c.merge_share * (r.reduce - c.partial_ratio * c.beta);
+  const double merge1 = w1 * c.beta + c.merge_share_single * (r.first - w1 * c.beta);
+  const double reduce = L * c.alpha + n * merge1 + (L - 1) * n * merge;
   switch (pr.coll) {
     case C::REDUCE: return reduce;
     case C::BROADCAST: return L * (c.alpha + n * r.raw);

@@ -35,8 +35,10 @@
 // gamma_single, partial_ratio_single), O = o beta (a result moved):
 //
 //  binomial (seed 000: ceil(log2 p)(T_start + n T_byte), the plain tree, a
-//  step per level; the root's level-0 partial is a leaf's own input):
-//    reduce     L alpha + n R1 + (L - 1) n R
+//  step per level; the root's level-0 partial is a leaf's own input; its
+//  blocks stream, so the children's encoding overlaps the root's merging and
+//  Rm = w beta + merge_share gamma, Rm1 likewise, are on its path):
+//    reduce     L alpha + n Rm1 + (L - 1) n Rm
 //    broadcast  L (alpha + n beta)
 //    allreduce  reduce + L (alpha + n O)
 //  chain (seed 000's pipelined chain in m segments:
@@ -122,6 +124,10 @@ struct CostParams {
   // algorithm: an accumulator emptied, the input added, the result rounded
   // (at kGammaSmallLanes lanes; local_large at kGammaLargeLanes, < 0: as local).
   double local = 0, local_large = -1;
+  // Merging's part of gamma (and of gamma_single); encoding is the rest. The
+  // binomial tree's blocks stream, so a parent merges one block while its
+  // child encodes the next: only the merges are on the root's path.
+  double merge_share = 1, merge_share_single = 1;
   double out_ratio = 1;  // o: result bytes per input byte
   // Ranks that share a host share its cores: the most ranks on one host, and
   // that host's cores (the work bound below).

@@ -149,6 +149,22 @@ TEST(CostModel, EveryRankPaysForItsOwnInputOnce) {
   EXPECT_DOUBLE_EQ(*predict(Algorithm::BINOMIAL, bc, c), 0);
 }
 
+// The binomial tree's blocks stream: the root merges block b while its children encode b + 1, so
+// only the merging share of gamma is on its path (the work bound still counts both).
+TEST(CostModel, TheBinomialRootPaysOnlyForMerging) {
+  const double n = 4000;
+  CostParams c = only(0, 1, 2);  // beta 1, gamma 2
+  c.merge_share = 0.25, c.merge_share_single = 0.5;
+  // p = 2: one level, rank 1's own input: beta + 0.5 gamma per byte
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 2, 1000, c), n * (1 + 0.5 * 2));
+  // p = 4: the second level merges a sum: w beta + 0.25 gamma
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 1000, c), n * (1 + 0.5 * 2) + n * (1 + 0.25 * 2));
+  // the ring encodes and merges on every rank's path: all of gamma
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 2, 1000, c), n / 2 * (1 + 2) + n / 2 * 1);
+  c.ranks_per_host = 2, c.host_cores = 1;  // both ranks on one core: the whole work, encoding included
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 2, 1000, c), n * (1 + 2));
+}
+
 // Ranks that share a host cannot finish before the host has done their work: W * ranks_per_host
 // / (p * host_cores), W = (p-1) n (w beta + gamma + o beta) for any allreduce.
 TEST(CostModel, SharedCoresBoundEveryAlgorithmByTheWork) {
@@ -262,6 +278,9 @@ TEST(Calibration, JsonRoundTripAndErrors) {
   c.gamma_single = 1.25e-9, c.partial_ratio_single = 1.0, c.local = 2.5e-10, c.local_large = 5e-10;
   EXPECT_EQ(cost_params_from_json(to_json(c)).local, 2.5e-10);
   EXPECT_EQ(cost_params_from_json(to_json(c)).local_large, 5e-10);
+  c.merge_share = 0.375, c.merge_share_single = 0.75;
+  EXPECT_EQ(cost_params_from_json(to_json(c)).merge_share, 0.375);
+  EXPECT_EQ(cost_params_from_json(to_json(c)).merge_share_single, 0.75);
   EXPECT_EQ(cost_params_from_json(to_json(c)).gamma_single, 1.25e-9);
   EXPECT_EQ(cost_params_from_json(to_json(c)).partial_ratio_single, 1.0);
   c.ranks_per_host = 8, c.host_cores = 2;
@@ -296,6 +315,8 @@ TEST(Calibration, ReduceCostFromTheReducersThemselves) {
   EXPECT_GT(k.gamma_single, 0);
   EXPECT_GT(k.local, 0);
   EXPECT_GT(k.local_large, 0);
+  EXPECT_GT(k.merge_share, 0);
+  EXPECT_LE(k.merge_share, 1);
   const CostParams i = measure_reduce({Format::INT8, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE}, 4,
                                       make_input(Format::INT8, 1000, 3).data(), 1000, 2);
   EXPECT_NEAR(i.partial_ratio, 4, 0.02);  // int8 in, int32 partials
