@@ -201,7 +201,7 @@ Run parse(int argc, char** argv) {
   r.segments = a.num("--segments", 1, 1 << 20, 0);
   if (a.has("--segments") && r.algo != Algo::CHAIN) fail("--segments is the chain's: give it with --algo chain");
   r.root = uint16_t(a.num("--root", 0, 65534, 0));
-  if (r.algo != Algo::AUTO) {
+  if (r.algo != Algo::AUTO && !a.has("--calibrate")) {  // --calibrate runs no collective
     coll::CostParams any;
     any.have_switch = true;
     const coll::Problem pr{coll::CollectiveKind(uint8_t(r.coll)), 2, 1, 4, r.root};
@@ -684,6 +684,13 @@ int run_rank(const Run& run0) {
     const uint8_t* in = run.in_place ? work.data() : input.data();
     uint8_t* out = run.in_place ? work.data() : (keep ? result.data() : nullptr);
     const uint64_t per = (run.count + run.split - 1) / run.split;
+    // A reduce's other ranks and a broadcast's root need nobody's data: without a barrier they run
+    // ahead into the next collective and time how fast the root drains them, not the collective.
+    if (algo != Algo::SWITCH && (run.coll == Collective::REDUCE || run.coll == Collective::BROADCAST)) {
+      const coll::ReduceOp count_op{Format::INT32, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE};
+      int32_t one = 1, all = 0;
+      coll::binomial_allreduce(*tcp, &one, 1, count_op, &all, nullptr);  // untimed
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (algo != Algo::SWITCH) {  // the hosts' algorithms (lib/coll)
       std::vector<uint8_t> flags(keep ? shape.elems : 0);

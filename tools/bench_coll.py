@@ -74,6 +74,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RANKS = '2,3,4,5,6,7,8'
 DEFAULT_SIZES = '1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB'
+RUNS = {'allreduce': ('binomial', 'chain', 'rhd', 'ring'), 'reduce': ('binomial', 'chain', 'rhd'),
+        'broadcast': ('binomial', 'chain', 'rhd'), 'reduce_scatter': ('rhd', 'ring'), 'allgather': ('rhd', 'ring')}
 DEFAULT_ALGOS = 'binomial,chain,rhd,ring,auto'
 CANDIDATES = 'binomial,chain,rhd,ring'
 ELEM = {'fp32': 4, 'fp16': 2, 'bf16': 2, 'e4m3fn': 1, 'e4m3fnuz': 1, 'e5m2': 1, 'e5m2fnuz': 1,
@@ -296,7 +298,7 @@ def repeat_for(est: float | None, target: float) -> int:
     return max(MIN_REPEAT, min(MAX_REPEAT, int(round(target / est))))
 
 
-def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str, op: list[str],
+def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str, op: list[str], collective: str,
             cal_file: Path, est: float | None, target: float, timeout: float, fixed_repeat: int | None,
             counter: list[int]) -> dict:
     """One (p, n, algo): the collective's time (slowest rank), the prediction, the digests."""
@@ -333,7 +335,8 @@ def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str,
             continue
         break
     r0 = next((x for x in lines if x.get('rank') == 0), lines[0])
-    digests = sorted({x.get('digest') for x in lines})
+    by_rank = {x.get('rank'): x.get('digest') for x in lines}
+    digests = sorted({d for d in by_rank.values() if d})
     res.update({
         'algo': r0.get('algo'),
         'segments': r0.get('segments'),
@@ -343,7 +346,9 @@ def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str,
         'predicted_seconds': r0.get('predicted_seconds'),
         'predictions': r0.get('predictions') or {},
         'digests': digests,
-        'digests_agree': len(digests) == 1,
+        'digest_by_rank': [by_rank.get(r, '') for r in range(len(lines))],
+        # every rank the same result; reduce: only the root has one; reduce_scatter: a block each
+        'digests_agree': len(digests) == 1 or (collective == 'reduce_scatter' and len(digests) >= 1),
         'per_rank': lines,
     })
     pred = res['predicted_seconds']
@@ -367,8 +372,9 @@ def analyse_row(row: dict, policy: str) -> list[str]:
     ok = {a: e for a, e in A.items() if 'error' not in e}
     all_digests = sorted({d for e in ok.values() for d in e['digests']})
     row['digests'] = all_digests
-    row['digests_agree'] = len(all_digests) <= 1
-    if policy == 'kulisch' and len(all_digests) > 1:
+    results = {tuple(e['digest_by_rank']) for e in ok.values()}  # each rank's result, per algorithm
+    row['digests_agree'] = len(results) <= 1
+    if policy == 'kulisch' and len(results) > 1:
         fails.append(f"p={row['ranks']} n={size_name(row['bytes'])}: algorithms disagree on the KULISCH "
                      f"digest: " + ', '.join(f"{a}={e['digests']}" for a, e in ok.items()))
     measured = {a: e['seconds_median'] for a, e in ok.items() if a != 'auto'}
@@ -551,7 +557,8 @@ def parse_args(argv):
     ap.add_argument('--algos', default=DEFAULT_ALGOS, help=f'algorithms (default {DEFAULT_ALGOS})')
     ap.add_argument('--policy', default='kulisch', help='fp32_arrival kulisch fp32_binomial (default kulisch)')
     ap.add_argument('--dtype', default='fp32', help='input format (default fp32)')
-    ap.add_argument('--collective', default='allreduce', choices=['allreduce', 'reduce'])
+    ap.add_argument('--collective', default='allreduce',
+                    choices=['allreduce', 'reduce', 'broadcast', 'reduce_scatter', 'allgather'])
     ap.add_argument('--repeat', type=int, help='collectives per run (default adaptive, 2..20)')
     ap.add_argument('--target-seconds', type=float, default=0.3,
                     help='measurement per run that the adaptive repeat aims at (default 0.3)')
@@ -594,6 +601,7 @@ def main(argv: list[str]) -> int:
         for x in algos:
             if x not in ('binomial', 'chain', 'rhd', 'ring', 'auto'):
                 raise ValueError(f'--algos: unknown algorithm {x!r}')
+        algos = [x for x in algos if x == 'auto' or x in RUNS[a.collective]]  # those that run it
         if a.repeat is not None and not 1 <= a.repeat:
             raise ValueError('--repeat: at least 1')
         pairs = [(p, n) for p in ranks for n in sizes if not skipped(p, n, a.skip)]
@@ -662,7 +670,7 @@ def main(argv: list[str]) -> int:
                     n0, t0 = prev[(p, algo)]
                     ests.append(t0 * n / n0)
                 est = max(ests) if ests else None
-                e = measure(rank_bin, work, ports, p, n, algo, op, cal_file, est, a.target_seconds,
+                e = measure(rank_bin, work, ports, p, n, algo, op, a.collective, cal_file, est, a.target_seconds,
                             a.timeout, a.repeat, counter)
                 row['algos'][algo] = e
                 if 'error' not in e:
