@@ -58,7 +58,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import re
 import shutil
@@ -70,6 +69,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_util import fmt_time, machine_info, parse_size, size_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RANKS = '2,3,4,5,6,7,8'
@@ -91,49 +92,6 @@ class Interrupted(Exception):
 
 def log(msg: str):
     print(f'bench_coll: {msg}', file=sys.stderr, flush=True)
-
-
-def parse_size(s: str, elem: int = 4) -> int:
-    m = re.fullmatch(r'(\d+)\s*(B|KiB|K|k|MiB|M|GiB|G)?', s.strip())
-    if not m:
-        raise ValueError(f'bad size {s!r}: bytes, e.g. 4096, 64KiB, 1MiB')
-    mul = {None: 1, 'B': 1, 'KiB': 1 << 10, 'K': 1 << 10, 'k': 1 << 10, 'MiB': 1 << 20, 'M': 1 << 20,
-           'GiB': 1 << 30, 'G': 1 << 30}[m.group(2)]
-    n = int(m.group(1)) * mul
-    if n <= 0 or n % elem:
-        raise ValueError(f'size {s!r}: a positive whole number of {elem}-byte elements')
-    return n
-
-
-def size_name(n: int) -> str:
-    for unit, v in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
-        if n % v == 0:
-            return f'{n // v} {unit}'
-    return f'{n} B'
-
-
-def fmt_time(s: float | None) -> str:
-    if s is None:
-        return '-'
-    if s < 1e-3:
-        return f'{s * 1e6:.0f} us'
-    if s < 1:
-        return f'{s * 1e3:.2f} ms'
-    return f'{s:.2f} s'
-
-
-def machine_info() -> dict:
-    out = {'hostname': platform.node(), 'kernel': platform.release(), 'cpus': os.cpu_count()}
-    try:
-        text = subprocess.run(['lscpu'], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(ln.split(':', 1) for ln in text.splitlines() if ':' in ln)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        out['cpu_model'] = fields.get('Model name', '')
-        out['hypervisor'] = fields.get('Hypervisor vendor', '')
-        out['lscpu'] = {k: v for k, v in fields.items() if k != 'Flags'}
-    except (OSError, subprocess.SubprocessError):
-        out['cpu_model'] = platform.processor()
-    return out
 
 
 # ---------------------------------------------------------------- processes

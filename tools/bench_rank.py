@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -48,6 +47,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import bench_util  # noqa: E402
+from bench_util import fmt_time, size_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = '4KiB,64KiB,1MiB,16MiB,64MiB'
@@ -63,35 +65,6 @@ def load_testbed():
 
 def log(msg: str):
     print(f'bench_rank: {msg}', file=sys.stderr, flush=True)
-
-
-def parse_size(s: str) -> int:
-    m = re.fullmatch(r'(\d+)\s*(B|KiB|K|k|MiB|M|GiB|G)?', s.strip())
-    if not m:
-        raise ValueError(f'bad size {s!r}: bytes, e.g. 4096, 64KiB, 1MiB')
-    mul = {None: 1, 'B': 1, 'KiB': 1 << 10, 'K': 1 << 10, 'k': 1 << 10, 'MiB': 1 << 20, 'M': 1 << 20,
-           'GiB': 1 << 30, 'G': 1 << 30}[m.group(2)]
-    n = int(m.group(1)) * mul
-    if n <= 0 or n % ELEM:
-        raise ValueError(f'size {s!r}: a positive whole number of fp32 elements')
-    return n
-
-
-def size_name(n: int) -> str:
-    for unit, v in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
-        if n % v == 0:
-            return f'{n // v} {unit}'
-    return f'{n} B'
-
-
-def fmt_time(s: float | None) -> str:
-    if s is None:
-        return '-'
-    if s < 1e-3:
-        return f'{s * 1e6:.0f} us'
-    if s < 1:
-        return f'{s * 1e3:.2f} ms'
-    return f'{s:.2f} s'
 
 
 def fmt_num(v: float | None, digits: int = 3) -> str:
@@ -112,16 +85,7 @@ def default_repeat(nbytes: int) -> int:
 
 
 def machine_info() -> dict:
-    out = {'hostname': platform.node(), 'kernel': platform.release(), 'cpus': os.cpu_count()}
-    try:
-        text = subprocess.run(['lscpu'], capture_output=True, text=True, timeout=10).stdout
-        fields = dict(ln.split(':', 1) for ln in text.splitlines() if ':' in ln)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        out['cpu_model'] = fields.get('Model name', '')
-        out['hypervisor'] = fields.get('Hypervisor vendor', '')
-        out['lscpu'] = {k: v for k, v in fields.items() if k != 'Flags'}
-    except (OSError, subprocess.SubprocessError):
-        out['cpu_model'] = platform.processor()
+    out = bench_util.machine_info()
     try:
         v = subprocess.run(['mpirun', '--version'], capture_output=True, text=True, timeout=10).stdout
         out['mpi'] = v.splitlines()[0].strip() if v else ''
@@ -449,7 +413,7 @@ def parse_args(argv):
         a.ranks, a.sizes, a.repeat, a.policies = '2', '4KiB,64KiB', a.repeat or 2, 'kulisch'
     try:
         a.ranks = [int(x) for x in a.ranks.split(',') if x]
-        a.sizes = [parse_size(x) for x in a.sizes.split(',') if x]
+        a.sizes = [bench_util.parse_size(x, ELEM) for x in a.sizes.split(',') if x]
     except ValueError as e:
         p.error(str(e))
     a.policies = [x.strip() for x in a.policies.split(',') if x.strip()]
