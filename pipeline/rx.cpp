@@ -13,6 +13,7 @@ RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir
       dpdk_port_(dpdk_port),
       dir_(dir),
       shards_(shards),
+      ports_(dir.config().udp_port, uint16_t(dir.config().reducer_shards)),
       kernel_link_(kernel_link),
       next_(std::move(next)),
       nacks_(std::move(nacks)),
@@ -81,8 +82,8 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     const bool sums_good = (m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_GOOD &&
                            (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
     if (sums_good) c_.hw_checksums.add();
-    const wire::Refusal r = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)},
-                                        dir_.config().udp_port, &mt->p, true, sums_good, kernel_link_);
+    const wire::Refusal r = wire::parse({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, ports_, &mt->p,
+                                        true, sums_good, kernel_link_);
     if (mt->p.partial_checksum) c_.partial_checksums.add();
     // Not PRISM's: ARP (not IPv4) and ICMP (not UDP) for the port's own address are answered.
     if ((r == wire::Refusal::NOT_IPV4 || r == wire::Refusal::NOT_UDP) && answer_local(m)) continue;
@@ -92,8 +93,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       refuse(m, mt->p, mt->v);
       continue;
     }
-    pending_shard_[pending_n_] =
-        uint16_t(shards_ == 1 ? 0 : sw::shard_of(mt->p.h, shards_));
+    pending_shard_[pending_n_] = uint16_t(shards_ == 1 ? 0 : sw::shard_of(mt->p.h, shards_));
     pending_[pending_n_++] = m;
   }
   if (pending_n_) hand_on(now_tsc);  // what does not fit waits for the next poll

@@ -65,6 +65,7 @@ class RxStage final : public Stage {
   uint16_t cfg_port_, dpdk_port_;
   const sw::Directory& dir_;
   uint32_t shards_;
+  wire::PortRange ports_;  // the switch's UDP ports, one per shard
   bool kernel_link_;
   std::unique_ptr<Handoff> next_;
   std::unique_ptr<Emitter> nacks_;

@@ -249,10 +249,15 @@ void read_switch(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
     c.udp_port = uint16_t(rd.uint_or(s, "udp_port", "switch", 1, 65535, wire::kDefaultPort));
     if (const YAML::Node r = s["role"]) c.role = rd.word<Role>(r, "switch.role", "a role");
     if (const YAML::Node p = s["parent"]) {
-      rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port"});
+      rd.only(p, "switch.parent", {"port", "mac", "ip", "udp_port", "shards"});
       ParentConfig pc;
       pc.port = uint16_t(rd.uint_or(p, "port", "switch.parent", 0, 65535, 0));
       pc.addr = rd.endpoint(p, "switch.parent");
+      pc.shards = uint32_t(rd.uint_or(p, "shards", "switch.parent", 1, 64, 1));
+      if (uint32_t(pc.addr.port) + pc.shards - 1 > 65535)
+        rd.fail(p["shards"], "switch.parent.shards",
+                "the parent's shard ports " + std::to_string(pc.addr.port) + " + 0.." + std::to_string(pc.shards - 1) +
+                    " run past 65535: lower udp_port or shards");
       c.parent = pc;
     }
     if (c.role == Role::LEAF && !c.parent)
@@ -417,16 +422,23 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
     if (const YAML::Node m = a["mode"]) c.arbiter = rd.word<ArbiterMode>(m, "arbiter.mode", "an arbiter mode");
     c.arbiter_seed = rd.uint_or(a, "seed", "arbiter", 0, ~uint64_t(0), 1);
   }
-  if (const YAML::Node r = root["reducers"]) {
-    rd.only(r, "reducers", {"shards", "slots"});
-    c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, 1));
-    c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
-  }
   if (const YAML::Node f = root["fanout"]) c.fanout = rd.word<Fanout>(f, "fanout", "a fan-out");
+  if (const YAML::Node l = root["layout"]) c.layout = rd.word<Layout>(l, "layout", "a layout");
   if (const YAML::Node l = root["lcores"]) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));
   }
+  // Shards: one per listed lcore unless given. Clients read the same key (the steering rule's S).
+  c.reducer_shards = uint32_t(std::max<size_t>(1, c.lcores.size()));
+  if (const YAML::Node r = root["reducers"]) {
+    rd.only(r, "reducers", {"shards", "slots"});
+    c.reducer_shards = uint32_t(rd.uint_or(r, "shards", "reducers", 1, 64, c.reducer_shards));
+    c.slots_per_shard = uint32_t(rd.uint_or(r, "slots", "reducers", 1, 1u << 20, 4096));
+  }
+  if (uint32_t(c.udp_port) + c.reducer_shards - 1 > 65535)
+    rd.fail(root["reducers"] ? root["reducers"] : root, "reducers.shards",
+            "the shard ports " + std::to_string(c.udp_port) + " + 0.." + std::to_string(c.reducer_shards - 1) +
+                " run past 65535: lower switch.udp_port or the shards");
 }
 
 }  // namespace
@@ -443,7 +455,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
   rd.only(root, "",
           {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
-           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "lcores"});
+           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);

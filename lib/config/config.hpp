@@ -90,9 +90,24 @@ inline constexpr Entry<ArbiterMode> kArbiterModes[] = {
 static_assert(std::size(kArbiterModes) == kArbiterModeCount, "every ArbiterMode has a row in kArbiterModes");
 constexpr std::span<const Entry<ArbiterMode>> entries(ArbiterMode) { return kArbiterModes; }
 
+// How the lcores share the work (docs/PERFORMANCE.md measures both).
+enum class Layout : uint8_t { SHARED_NOTHING, PIPELINED };
+inline constexpr size_t kLayoutCount = 2;
+inline constexpr Entry<Layout> kLayouts[] = {
+    {Layout::SHARED_NOTHING, "shared_nothing",
+     "every lcore polls its own queue of every port and runs its own shards to completion (RX, reduce, TX); the "
+     "ports steer each shard's UDP port to its lcore"},
+    {Layout::PIPELINED, "pipelined",
+     "the main lcore runs RX and TX of every port, the others the reducer shards, through rings (the earlier "
+     "layout, kept to compare)"},
+};
+static_assert(std::size(kLayouts) == kLayoutCount, "every Layout has a row in kLayouts");
+constexpr std::span<const Entry<Layout>> entries(Layout) { return kLayouts; }
+
 struct ParentConfig {
   uint16_t port = 0;
   wire::Endpoint addr;
+  uint32_t shards = 1;  // the parent's reducers.shards: its PARTIALs and JOINs go to the parent's shard ports
 };
 
 struct SwitchConfig {
@@ -111,10 +126,11 @@ struct SwitchConfig {
   uint32_t ring_size = 1024;        // VOQ ring entries (power of two)
   ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;
   uint64_t arbiter_seed = 1;
-  uint32_t reducer_shards = 1;
+  uint32_t reducer_shards = 1;  // default: one per listed lcore; the steering rule's S (proto/steer.hpp)
   uint32_t slots_per_shard = 4096;
   Fanout fanout = Fanout::COPY;
   std::vector<unsigned> lcores;  // lcores that run stages; one lcore may run them all
+  Layout layout = Layout::SHARED_NOTHING;
 
   const JobConfig* job(uint32_t id) const;
   const PortConfig* port(uint16_t id) const;

@@ -344,7 +344,7 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
 }
 }  // namespace
 
-Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial, bool sums_verified,
+Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool check_partial, bool sums_verified,
               bool kernel_link) {
   const uint8_t* f = frame.data();
   const size_t n = frame.size();
@@ -387,7 +387,7 @@ Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool c
   }
   r.src.port = be16(udp);
   r.dst.port = be16(udp + 2);
-  if (r.dst.port != port) return Refusal::WRONG_PORT;
+  if (!port.has(r.dst.port)) return Refusal::WRONG_PORT;
   return parse_prism(udp + kUdpSize, udp_len - kUdpSize, r, check_partial);
 }
 

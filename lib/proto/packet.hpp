@@ -124,8 +124,8 @@ struct Parsed {
 };
 
 // Parses one frame into *out (partly filled when refused: the source endpoint
-// is valid for refusals after WRONG_PORT). `port` is the UDP destination port of the receiver: the
-// switch's port (20562 by default), or a rank's own port for RESULTs and NACKs.
+// is valid for refusals after WRONG_PORT). `port` is the UDP destination ports of the receiver: the
+// switch's (20562 by default, one per shard), or a rank's own port for RESULTs and NACKs.
 // `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
 // `sums_verified`: the receiving device has already verified the IPv4 header
 // and UDP checksums (a NIC's RX checksum offload reported both good), so
@@ -136,7 +136,15 @@ struct Parsed {
 // sum of the pseudo-header). Such a checksum is taken as not given, as a
 // checksum of 0 is, and out->partial_checksum says so; a wrong one is still
 // UDP_BAD_CHECKSUM.
-Refusal parse(std::span<const uint8_t> frame, uint16_t port, Parsed* out, bool check_partial = true,
+// The UDP destination ports a receiver takes: a switch takes one per reducer
+// shard (udp_port, udp_port + 1, ...: proto/steer.hpp), a rank its own one.
+struct PortRange {
+  uint16_t first;
+  uint16_t count = 1;
+  PortRange(uint16_t port, uint16_t n = 1) : first(port), count(n) {}  // NOLINT: a port is a range of one
+  bool has(uint16_t p) const { return uint16_t(p - first) < count; }
+};
+Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool check_partial = true,
               bool sums_verified = false, bool kernel_link = false);
 
 // The same checks from the PRISM header on, for a UDP payload a socket

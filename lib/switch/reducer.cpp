@@ -381,7 +381,8 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
     Out o;
     o.port = parent.port;
     o.src = dir_.self(parent.port);
-    o.dst = parent.addr;
+    o.dst = parent.addr;  // at the parent's port for this chunk's shard (proto/steer.hpp)
+    o.dst.port = wire::shard_port(parent.addr.port, wire::shard_of(hh, parent.shards));
     o.h = hh;
     o.body = std::move(body);
     out.send(std::move(o));

@@ -24,6 +24,7 @@
 
 #include "arith/accumulator.hpp"
 #include "proto/fragment.hpp"
+#include "proto/steer.hpp"
 #include "switch/directory.hpp"
 #include "switch/ingress.hpp"
 #include "switch/key_table.hpp"
@@ -33,14 +34,10 @@
 
 namespace prism::sw {
 
-// Which shard owns a key (the RX stage and the reducer agree on it).
-inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return uint32_t(SlotKeyHash{}(k) % shards); }
-// Which shard takes a packet: its op chunk's, or for JOIN and JOINED (whose op
-// field is a nonce) the one shard that keeps the job's session, (job, 0, 0)'s.
-inline uint32_t shard_of(const wire::Header& h, uint32_t shards) {
-  const bool session = h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED;
-  return shard_of(session ? SlotKey{h.job, 0, 0} : SlotKey{h.job, h.op, h.chunk}, shards);
-}
+// Which shard owns a key, and which takes a packet: the protocol's steering
+// rule (proto/steer.hpp), which RX, the reducer and every client share.
+inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return wire::shard_of(k.job, k.op, k.chunk, shards); }
+inline uint32_t shard_of(const wire::Header& h, uint32_t shards) { return wire::shard_of(h, shards); }
 
 // Maps keys to slot indices. The pipeline backs it with rte_hash; tests and
 // tools with an unordered_map.

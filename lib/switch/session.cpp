@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "proto/steer.hpp"
+
 namespace prism::sw {
 namespace {
 
@@ -53,6 +55,7 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
     o.src = dir_.self(parent.port);
     o.dst = parent.addr;
     o.h = p.h;
+    o.dst.port = wire::shard_port(parent.addr.port, wire::shard_of(o.h, parent.shards));  // the session's shard
     if (fresh && serial_after(*fresh, o.h.chunk)) o.h.chunk = *fresh;
     out.send(std::move(o));
     return true;

@@ -252,6 +252,28 @@ TEST(ConfigValid, DefaultsWhenKeysAreLeftOut) {
   EXPECT_EQ(c.arbiter_seed, 1u);
   EXPECT_EQ(c.reducer_shards, 1u);
   EXPECT_EQ(c.slots_per_shard, 4096u);
+  EXPECT_EQ(c.layout, prism::Layout::SHARED_NOTHING);
+}
+
+// Shards default to one per listed lcore; the steering rule's ports must fit.
+TEST(ConfigValid, ShardsDefaultToTheLcoresAndTheirPortsFit) {
+  const std::string job = "jobs:\n  - id: 1\n    members: [{rank: 0, mac: \"02:00:00:00:00:01\", ip: 1.2.3.4}]\n";
+  EXPECT_EQ(parse_config(job + "lcores: [0, 1, 2]\n").reducer_shards, 3u);
+  EXPECT_EQ(parse_config(job + "lcores: [0, 1, 2]\nreducers: {shards: 5}\n").reducer_shards, 5u);
+  EXPECT_EQ(parse_config(job + "layout: pipelined\n").layout, prism::Layout::PIPELINED);
+  EXPECT_EQ(parse_config(job + "switch: {udp_port: 65534}\nreducers: {shards: 2}\n").reducer_shards, 2u);
+  try {
+    parse_config(job + "switch: {udp_port: 65535}\nreducers: {shards: 2}\n");
+    ADD_FAILURE() << "shard ports past 65535 were accepted";
+  } catch (const prism::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("run past 65535"), std::string::npos) << e.what();
+  }
+  try {
+    parse_config(job + "layout: staged\n");
+    ADD_FAILURE() << "an unknown layout was accepted";
+  } catch (const prism::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a layout (shared_nothing, pipelined)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ConfigValid, LeafWithParentAndGroup) {
@@ -279,7 +301,7 @@ TEST(ConfigValid, RootWithChildrenCoversTheGroup) {
 
 TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
   const SwitchConfig c = parse_config(
-      "switch: {id: 65535, udp_port: 65535}\n"
+      "switch: {id: 65535, udp_port: 65472}\n"
       "ports: [{id: 1023, mac: \"02:00:00:00:00:01\", ip: 255.255.255.254}]\n"
       "jobs: [{id: 4294967295, slot_quota: 16777216, members: "
       "[{rank: 0, port: 1023, mac: \"fe:ff:ff:ff:ff:ff\", ip: 0.0.0.1, udp_port: 1}]}]\n"
@@ -287,7 +309,7 @@ TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
       "rings: {size: 1048576}\narbiter: {seed: 18446744073709551615}\nreducers: {shards: 64, slots: 1048576}\n"
       "lcores: [1023, 0]\n");
   EXPECT_EQ(c.id, 65535);
-  EXPECT_EQ(c.udp_port, 65535);
+  EXPECT_EQ(c.udp_port, 65472) << "the highest base whose 64 shard ports fit below 65536";
   EXPECT_EQ(c.ports[0].id, 1023);
   EXPECT_EQ(c.jobs[0].id, 4294967295u);
   EXPECT_EQ(c.jobs[0].slot_quota, 16777216u);
