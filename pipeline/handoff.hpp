@@ -11,9 +11,23 @@
 
 namespace prism::pipe {
 
+// Shared nothing: where an RX stage's admitted packets went. A device that
+// steers (steer.hpp) leaves `dispatched` at 0.
+struct RouteCounters {
+  Counter local, dispatched, inbox_full;
+};
+inline constexpr CounterField<RouteCounters> kRouteCounters[] = {
+    {"local", "admitted packets of this lcore's own shards (steered to it, or on the only queue)",
+     &RouteCounters::local},
+    {"dispatched", "admitted packets of another lcore's shards, passed to it through its inbox ring",
+     &RouteCounters::dispatched},
+    {"inbox_full", "hand-ons cut short because another lcore's inbox ring was full", &RouteCounters::inbox_full},
+};
+
 class Handoff {
  public:
   virtual ~Handoff() = default;
+  virtual const RouteCounters* route() const { return nullptr; }
   // False while what was handed on cannot move on (its frames wait for TX
   // room): RX then takes no more from its port.
   virtual bool ready() = 0;
@@ -35,6 +49,7 @@ class VoqHandoff final : public Handoff {
   std::vector<rte_ring*> voq_;
 };
 
+// `shards` by shard id: this lcore's, null for any other's.
 class DirectHandoff final : public Handoff {
  public:
   DirectHandoff(std::vector<ReduceStage*> shards, uint16_t in_port) : shards_(std::move(shards)), port_(in_port) {}
@@ -44,6 +59,26 @@ class DirectHandoff final : public Handoff {
  private:
   std::vector<ReduceStage*> shards_;
   uint16_t port_;
+};
+
+// Shared nothing: packets of this lcore's shards go on through `local`
+// (DirectHandoff, or VoqHandoff for an arbiter), those of another lcore's
+// to that lcore's inbox ring (multi-producer: every lcore may feed it).
+class RouteHandoff final : public Handoff {
+ public:
+  // `owner[shard]`: the lcore index that owns it; `inbox[lcore index]`.
+  RouteHandoff(std::unique_ptr<Handoff> local, std::vector<uint16_t> owner, uint16_t self, std::vector<rte_ring*> inbox)
+      : local_(std::move(local)), owner_(std::move(owner)), self_(self), inbox_(std::move(inbox)) {}
+  const RouteCounters* route() const override { return &c_; }
+  bool ready() override { return local_->ready(); }
+  unsigned put(rte_mbuf** burst, const uint16_t* shard, unsigned n, uint64_t now_tsc) override;
+
+ private:
+  std::unique_ptr<Handoff> local_;
+  std::vector<uint16_t> owner_;
+  uint16_t self_;
+  std::vector<rte_ring*> inbox_;
+  RouteCounters c_;
 };
 
 }  // namespace prism::pipe

@@ -1,5 +1,6 @@
 #include "runtime.hpp"
 
+#include <net/if.h>
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_errno.h>
@@ -62,16 +63,22 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   if (!pool_)
     throw SetupError(std::string("cannot create the mbuf pool: ") + rte_strerror(rte_errno) +
                      " (give the EAL more memory, e.g. -m 1024)");
-  // 2. Ports, started.
-  start_ports();
-  // 3. The layout: one lcore runs each packet to completion unless an
+  // 2. The layout. Each packet runs to completion on one lcore unless an
   // arbiter must vary the order (random, reverse: it needs the VOQs) or a
-  // benchmark asks for the rings.
-  run_to_completion_ = lcores.size() == 1 && !opt.staged && cfg.arbiter == ArbiterMode::ROUND_ROBIN;
-  // 4. Stages, from the ports' end back to RX, each made with what it hands on to.
-  wire_stages();
-  // 5. Lcores.
-  assign_lcores(lcores);
+  // benchmark asks for the rings; pipelined, only when one lcore runs all.
+  const bool shared_nothing = cfg.layout == Layout::SHARED_NOTHING;
+  const bool in_order = !opt.staged && cfg.arbiter == ArbiterMode::ROUND_ROBIN;
+  run_to_completion_ = in_order && (shared_nothing || lcores.size() == 1);
+  // 3. Ports, started (shared nothing: a queue pair per lcore where the device has them, and steered).
+  start_ports(shared_nothing ? uint32_t(lcores.size()) : 1);
+  // 4. Stages, from the ports' end back to RX, each made with what it hands on to; 5. their lcores.
+  if (shared_nothing) {
+    for (unsigned id : lcores) lcores_.push_back({id, {}});
+    wire_shared_nothing();
+  } else {
+    wire_stages();
+    assign_lcores(lcores);
+  }
   g_rt = this;
   register_telemetry(this);
 }
@@ -79,12 +86,15 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
 Runtime::~Runtime() {
   register_telemetry(nullptr);
   g_rt = nullptr;
+  for (const auto& p : cfg_.ports)
+    if (dpdk_port_[p.id] != UINT16_MAX) unsteer_port(dpdk_port_[p.id], port_info_[p.id].steering);
   for (uint16_t pid : started_) {
     rte_eth_dev_stop(pid);
     rte_eth_dev_close(pid);
   }
   for (const std::string& name : probed_) rte_eal_hotplug_remove("vdev", name.c_str());
   rx_.clear();
+  inbox_.clear();
   red_.clear();
   tx_.clear();
   for (rte_ring* r : rings_) {
@@ -115,13 +125,15 @@ std::vector<unsigned> Runtime::choose_lcores() const {
   return ids;
 }
 
-// Probes configured devices, then one RX and one TX queue each; learns
-// whether each device sends chained mbufs and how a fan-out's copies to it
-// are made.
-void Runtime::start_ports() {
+// Probes configured devices, then an RX and a TX queue each per lcore (as
+// many as the device has, at least one) and steers each shard's UDP port to
+// its lcore's queue; learns whether each device sends chained mbufs and how a
+// fan-out's copies to it are made.
+void Runtime::start_ports(uint32_t lcores) {
   for (const auto& p : cfg_.ports) ports_ = std::max<uint16_t>(ports_, uint16_t(p.id + 1));
   dpdk_port_.assign(ports_, UINT16_MAX);
-  port_info_.assign(ports_, PortInfo{});
+  port_info_.clear();
+  port_info_.resize(ports_);
   copies_.assign(ports_, Copies::WHOLE);
   for (const auto& p : cfg_.ports) {
     uint16_t pid = p.id;
@@ -149,9 +161,14 @@ void Runtime::start_ports() {
     if (chains) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     // Where the device verifies checksums on RX, RX takes its word for the good ones (see RxStage::poll).
     conf.rxmode.offloads |= info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
-    int rc = rte_eth_dev_configure(pid, 1, 1, &conf);
-    if (rc == 0) rc = rte_eth_rx_queue_setup(pid, 0, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, pool_);
-    if (rc == 0) rc = rte_eth_tx_queue_setup(pid, 0, kTxDesc, rte_eth_dev_socket_id(pid), nullptr);
+    PortInfo& pi = port_info_[p.id];
+    pi.rxq = uint16_t(std::clamp<uint32_t>(info.max_rx_queues, 1, lcores));
+    pi.txq = uint16_t(std::clamp<uint32_t>(info.max_tx_queues, 1, lcores));
+    int rc = rte_eth_dev_configure(pid, pi.rxq, pi.txq, &conf);
+    for (uint16_t q = 0; rc == 0 && q < pi.rxq; ++q)
+      rc = rte_eth_rx_queue_setup(pid, q, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, pool_);
+    for (uint16_t q = 0; rc == 0 && q < pi.txq; ++q)
+      rc = rte_eth_tx_queue_setup(pid, q, kTxDesc, rte_eth_dev_socket_id(pid), nullptr);
     if (rc == 0) rte_eth_dev_set_mtu(pid, 9000);  // jumbo where the device can; virtual devices may refuse
     if (rc == 0) rc = rte_eth_dev_start(pid);
     if (rc != 0)
@@ -162,10 +179,18 @@ void Runtime::start_ports() {
               info.driver_name ? info.driver_name : "?",
               (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) ? "on" : "off (checksums verified in software)");
     const bool can_chain = chains || opt_.assume_chains;
-    port_info_[p.id].can_chain = can_chain;
+    pi.can_chain = can_chain;
     const std::string driver = info.driver_name ? info.driver_name : "";
-    port_info_[p.id].kernel_link = driver == "net_af_packet" || driver == "net_tap";
-    if (driver == "net_af_packet") port_info_[p.id].ring_ifindex = info.if_index;
+    pi.kernel_link = driver == "net_af_packet" || driver == "net_tap";
+    if (driver == "net_af_packet") pi.ring_ifindex = info.if_index;
+    if (lcores > 1) {
+      char ifname[IF_NAMESIZE] = {};
+      if (info.if_index) if_indextoname(info.if_index, ifname);
+      std::string why;
+      pi.steering = steer_port(pid, driver, ifname, {cfg_.udp_port, cfg_.reducer_shards, lcores, pi.rxq}, &why);
+      PRISM_LOG(INFO, "port %u: %u RX and %u TX queues for %u lcores; steering: %s%s%s\n", p.id, pi.rxq, pi.txq, lcores,
+                name(pi.steering), why.empty() ? "" : " (", why.empty() ? "" : (why + "fell back)").c_str());
+    }
     switch (cfg_.fanout) {
       case Fanout::COPY: break;
       case Fanout::CHAIN:
@@ -196,8 +221,8 @@ std::unique_ptr<Emitter> Runtime::emitter() const {
   return std::make_unique<Emitter>(egress(), pool_, copies_, ports_);
 }
 
-// TX first, then the shards that send to it, then RX that feeds them: each
-// stage is made with everything it hands on to, and never told again.
+// Pipelined. TX first, then the shards that send to it, then RX that feeds
+// them: each stage is made with everything it hands on to, and never told again.
 void Runtime::wire_stages() {
   const uint32_t shards = cfg_.reducer_shards;
   // TX: a ring per port when stages run apart (RX's NACKs and every shard feed it).
@@ -217,8 +242,7 @@ void Runtime::wire_stages() {
                                    RING_F_SP_ENQ | RING_F_SC_DEQ));
   // Reducer shards.
   for (uint32_t s = 0; s < shards; ++s) {
-    const WorkContext ctx{s, dir_, cfg_.slots_per_shard, !run_to_completion_};
-    std::unique_ptr<ShardWork> work = opt_.work ? opt_.work(ctx) : std::make_unique<ReducerWork>(ctx);
+    std::unique_ptr<ShardWork> work = make_work(s, !run_to_completion_);
     std::vector<VoqInput> in;
     if (!run_to_completion_)
       for (size_t i = 0; i < voq.size(); ++i) in.push_back({voq[i][s], cfg_.ports[i].id});
@@ -235,15 +259,120 @@ void Runtime::wire_stages() {
       next = std::make_unique<DirectHandoff>(direct, id);
     else
       next = std::make_unique<VoqHandoff>(voq[i]);
-    rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], dir_, shards, std::move(next), emitter(),
+    rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], 0, dir_, shards, std::move(next), emitter(),
                                             port_info_[id].kernel_link, port_info_[id].ring_ifindex));
   }
   if (run_to_completion_)
     PRISM_LOG(INFO, "one lcore runs every stage: packets run to completion (RX -> reducer -> TX, no rings)\n");
 }
 
-// RX and TX on the main lcore, reducers spread over the others; one lcore
-// runs them all when it is the only one.
+std::unique_ptr<ShardWork> Runtime::make_work(uint32_t shard, bool prefetch) const {
+  const WorkContext ctx{shard, dir_, cfg_.slots_per_shard, prefetch};
+  return opt_.work ? opt_.work(ctx) : std::make_unique<ReducerWork>(ctx);
+}
+
+// Shared nothing: lcore w owns shards s with s mod W = w and polls queue w of
+// every port (where the device has it); it runs RX, its inbox, its shards
+// and its own TX queue of every port, each packet to completion. Packets of
+// another lcore's shard (a device that did not steer them) go to that
+// lcore's inbox ring: the only ring between lcores on the data path.
+void Runtime::wire_shared_nothing() {
+  const uint32_t lcores = uint32_t(lcores_.size()), shards = cfg_.reducer_shards;
+  if (shards < lcores)
+    PRISM_LOG(WARNING, "%u lcores but %u reducer shards: %u lcores own no shard (set reducers.shards: %u or more)\n",
+              lcores, shards, lcores - shards, lcores);
+  std::vector<uint16_t> owner(shards);
+  for (uint32_t s = 0; s < shards; ++s) owner[s] = uint16_t(s % lcores);
+  std::vector<rte_ring*> inbox(lcores, nullptr);
+  if (lcores > 1)
+    for (uint32_t w = 0; w < lcores; ++w)
+      inbox[w] = make_ring("inbox_l" + std::to_string(lcores_[w].id), RING_F_SC_DEQ);
+  for (const auto& p : cfg_.ports) {  // TX queues shared by several lcores need a lock each
+    PortInfo& pi = port_info_[p.id];
+    if (pi.txq < lcores) {
+      pi.tx_locks = std::make_unique<rte_spinlock_t[]>(pi.txq);
+      for (uint16_t q = 0; q < pi.txq; ++q) rte_spinlock_init(&pi.tx_locks[q]);
+    }
+  }
+  for (uint32_t w = 0; w < lcores; ++w) {
+    Lcore& l = lcores_[w];
+    // TX: this lcore's queue of each port.
+    std::vector<TxStage*> tx(ports_, nullptr);
+    std::vector<Stage*> tx_stages;
+    for (const auto& p : cfg_.ports) {
+      PortInfo& pi = port_info_[p.id];
+      const uint16_t q = uint16_t(w % pi.txq);
+      tx_.push_back(std::make_unique<TxStage>(p.id, dpdk_port_[p.id], nullptr, !pi.can_chain, q,
+                                              pi.tx_locks ? &pi.tx_locks[q] : nullptr));
+      tx[p.id] = tx_.back().get();
+      tx_stages.push_back(tx[p.id]);
+    }
+    auto emitter = [&] {
+      return std::make_unique<Emitter>(std::make_unique<DirectEgress>(tx), pool_, copies_, ports_);
+    };
+    // Its shards, with VOQs [port][shard] on this lcore when an arbiter orders them.
+    std::vector<ReduceStage*> mine(shards, nullptr);
+    std::vector<std::vector<rte_ring*>> voq(cfg_.ports.size(), std::vector<rte_ring*>(shards, nullptr));
+    std::vector<Stage*> shard_stages;
+    for (uint32_t s = w; s < shards; s += lcores) {
+      std::vector<VoqInput> in;
+      if (!run_to_completion_)
+        for (size_t i = 0; i < cfg_.ports.size(); ++i) {
+          voq[i][s] = make_ring("voq_p" + std::to_string(cfg_.ports[i].id) + "_s" + std::to_string(s),
+                                RING_F_SP_ENQ | RING_F_SC_DEQ);
+          in.push_back({voq[i][s], cfg_.ports[i].id});
+        }
+      red_.push_back(std::make_unique<ReduceStage>(s, make_work(s, false), emitter(), std::move(in), cfg_.arbiter,
+                                                   cfg_.arbiter_seed, tsc_hz_, ports_));
+      mine[s] = red_.back().get();
+      shard_stages.push_back(mine[s]);
+    }
+    auto local = [&](size_t i) -> std::unique_ptr<Handoff> {
+      if (run_to_completion_) return std::make_unique<DirectHandoff>(mine, cfg_.ports[i].id);
+      return std::make_unique<VoqHandoff>(voq[i]);
+    };
+    // RX: queue w of each port that has it.
+    for (size_t i = 0; i < cfg_.ports.size(); ++i) {
+      const uint16_t id = cfg_.ports[i].id;
+      const PortInfo& pi = port_info_[id];
+      if (w >= pi.rxq) continue;
+      std::unique_ptr<Handoff> next = local(i);
+      if (lcores > 1) next = std::make_unique<RouteHandoff>(std::move(next), owner, uint16_t(w), inbox);
+      rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], uint16_t(w), dir_, shards, std::move(next), emitter(),
+                                              pi.kernel_link, w == 0 ? pi.ring_ifindex : 0));
+      l.stages.push_back(rx_.back().get());
+    }
+    // Its inbox.
+    if (lcores > 1) {
+      std::vector<std::unique_ptr<Handoff>> by_port(ports_);
+      for (size_t i = 0; i < cfg_.ports.size(); ++i) by_port[cfg_.ports[i].id] = local(i);
+      inbox_.push_back(std::make_unique<InboxStage>(l.id, inbox[w], std::move(by_port)));
+      l.stages.push_back(inbox_.back().get());
+    }
+    l.stages.insert(l.stages.end(), shard_stages.begin(), shard_stages.end());
+    l.stages.insert(l.stages.end(), tx_stages.begin(), tx_stages.end());
+  }
+  PRISM_LOG(INFO, "shared nothing: %u lcores, %u shards, %s\n", lcores, shards,
+            run_to_completion_ ? "each packet run to completion on its lcore"
+                               : "each lcore's shards served from their VOQs by the arbiter");
+}
+
+std::vector<Runtime::LcoreView> Runtime::lcores() const {
+  std::vector<LcoreView> v;
+  for (const Lcore& l : lcores_) {
+    LcoreView lv{l.id, {}, nullptr, {}};
+    for (Stage* s : l.stages) {
+      if (auto* r = dynamic_cast<const RxStage*>(s)) lv.rx.push_back(r);
+      if (auto* b = dynamic_cast<const InboxStage*>(s)) lv.inbox = b;
+      if (auto* r = dynamic_cast<const ReduceStage*>(s)) lv.shards.push_back(r);
+    }
+    v.push_back(std::move(lv));
+  }
+  return v;
+}
+
+// Pipelined: RX and TX on the main lcore, reducers spread over the others;
+// one lcore runs them all when it is the only one.
 void Runtime::assign_lcores(const std::vector<unsigned>& ids) {
   for (unsigned id : ids) lcores_.push_back({id, {}});
   for (auto& s : rx_) lcores_[0].stages.push_back(s.get());

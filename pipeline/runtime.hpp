@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "inbox.hpp"
 #include "reduce.hpp"
 #include "rx.hpp"
+#include "steer.hpp"
 #include "switch/directory.hpp"
 #include "tx.hpp"
 
@@ -39,9 +41,9 @@ struct RunOptions {
   // Every port takes chained mbufs whatever its device advertises (benchmarks
   // whose net_pcap ports only free what they are sent): with `fanout: chain`.
   bool assume_chains = false;
-  // Keep the VOQ and TX rings between the stages even when one lcore runs
-  // them all (which otherwise runs each packet to completion): benchmarks
-  // compare the two.
+  // Keep the VOQ rings between RX and the shards even where an lcore would
+  // run each packet to completion (and, pipelined, the TX rings):
+  // benchmarks compare the two.
   bool staged = false;
 };
 
@@ -70,6 +72,19 @@ class Runtime {
   const std::vector<std::unique_ptr<RxStage>>& rx() const { return rx_; }
   const std::vector<std::unique_ptr<ReduceStage>>& reducers() const { return red_; }
   const std::vector<std::unique_ptr<TxStage>>& tx() const { return tx_; }
+  const std::vector<std::unique_ptr<InboxStage>>& inboxes() const { return inbox_; }
+  // Each lcore and what it runs: its RX queues, inbox, shards and TX queues.
+  struct LcoreView {
+    unsigned id;
+    std::vector<const RxStage*> rx;
+    const InboxStage* inbox = nullptr;
+    std::vector<const ReduceStage*> shards;
+  };
+  std::vector<LcoreView> lcores() const;
+  // How a port steers each shard to its lcore (shared nothing), and its queues.
+  Steering steering(uint16_t cfg_port) const { return port_info_.at(cfg_port).steering; }
+  uint16_t rx_queues(uint16_t cfg_port) const { return port_info_.at(cfg_port).rxq; }
+  uint16_t tx_queues(uint16_t cfg_port) const { return port_info_.at(cfg_port).txq; }
   const SwitchConfig& config() const { return cfg_; }
   std::vector<std::pair<std::string, unsigned>> ring_fill() const;
   // NACKs sent out of a switch port, by RX and every shard.
@@ -77,8 +92,8 @@ class Runtime {
   // The DPDK port behind a configured port.
   uint16_t dpdk_port(uint16_t cfg_port) const { return dpdk_port_.at(cfg_port); }
   uint64_t tsc_hz() const { return tsc_hz_; }
-  // One lcore runs every stage and each packet goes RX -> reducer -> TX in
-  // one call chain, without the rings.
+  // Each packet goes RX -> reducer -> TX in one call chain on one lcore,
+  // without rings (shared nothing, or one lcore pipelined; round_robin).
   bool run_to_completion() const { return run_to_completion_; }
 
  private:
@@ -91,8 +106,13 @@ class Runtime {
     bool kernel_link =
         false;  // a Linux interface (net_af_packet, net_tap): local senders may leave checksums to offload
     unsigned ring_ifindex = 0;  // net_af_packet: its interface, whose ring drops RX counts (0: none)
+    uint16_t rxq = 1, txq = 1;  // queues configured (shared nothing: up to one per lcore)
+    Steering steering = Steering::NONE;
+    std::unique_ptr<rte_spinlock_t[]> tx_locks;  // one per TX queue, when lcores share them
   };
-  void start_ports();
+  void start_ports(uint32_t lcores);
+  void wire_shared_nothing();
+  std::unique_ptr<ShardWork> make_work(uint32_t shard, bool prefetch) const;
   std::vector<unsigned> choose_lcores() const;
   rte_ring* make_ring(const std::string& name, unsigned flags);
   std::unique_ptr<Egress> egress() const;
@@ -121,6 +141,7 @@ class Runtime {
   std::vector<TxStage*> tx_by_port_;
   std::vector<std::unique_ptr<ReduceStage>> red_;
   std::vector<std::unique_ptr<RxStage>> rx_;
+  std::vector<std::unique_ptr<InboxStage>> inbox_;
   std::vector<Lcore> lcores_;
   uint64_t tsc_hz_ = 0, start_tsc_ = 0;
   bool run_to_completion_ = false;

@@ -7,10 +7,11 @@
 
 namespace prism::pipe {
 
-RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
+RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw::Directory& dir, uint32_t shards,
                  std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex)
     : cfg_port_(cfg_port),
       dpdk_port_(dpdk_port),
+      queue_(queue),
       dir_(dir),
       shards_(shards),
       ports_(dir.config().udp_port, uint16_t(dir.config().reducer_shards)),
@@ -63,7 +64,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     next_drops_tsc_ = now_tsc + rte_get_tsc_hz() / 10;
   }
   rte_mbuf* burst[kBurst];
-  const uint16_t n = rte_eth_rx_burst(dpdk_port_, 0, burst, kBurst);
+  const uint16_t n = rte_eth_rx_burst(dpdk_port_, queue_, burst, kBurst);
   if (n == 0) return 0;
   last_rx_.store(now_tsc, std::memory_order_relaxed);
   c_.packets.add(n);
@@ -93,7 +94,9 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       refuse(m, mt->p, mt->v);
       continue;
     }
-    pending_shard_[pending_n_] = uint16_t(shards_ == 1 ? 0 : sw::shard_of(mt->p.h, shards_));
+    mt->in_port = cfg_port_;
+    mt->shard = uint16_t(sw::shard_of(mt->p.h, shards_));
+    pending_shard_[pending_n_] = mt->shard;
     pending_[pending_n_++] = m;
   }
   if (pending_n_) hand_on(now_tsc);  // what does not fit waits for the next poll

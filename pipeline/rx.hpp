@@ -47,7 +47,8 @@ class RxStage final : public Stage {
   // `kernel_link`: the port is a Linux interface (net_af_packet, net_tap),
   // whose local senders may leave UDP checksums to offload (wire::parse).
   // `ring_ifindex`: a net_af_packet port's interface, whose ring drops are counted.
-  RxStage(uint16_t cfg_port, uint16_t dpdk_port, const sw::Directory& dir, uint32_t shards,
+  // `queue`: the device's RX queue this stage polls (one stage per queue, each on its lcore).
+  RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw::Directory& dir, uint32_t shards,
           std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex = 0);
   const char* kind() const override { return "rx"; }
   unsigned poll(uint64_t now_tsc) override;
@@ -56,13 +57,16 @@ class RxStage final : public Stage {
   const Emitter& emitter() const { return *nacks_; }
   uint64_t last_rx_tsc() const { return last_rx_.load(std::memory_order_relaxed); }
   uint16_t port() const { return cfg_port_; }
+  uint16_t queue() const { return queue_; }
+  // Where its packets went, when lcores share the work (null otherwise).
+  const RouteCounters* route() const { return next_->route(); }
 
  private:
   void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v);
   // ARP or ICMP echo for this port's address: answered (true), or not for us.
   bool answer_local(rte_mbuf* m);
   bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here
-  uint16_t cfg_port_, dpdk_port_;
+  uint16_t cfg_port_, dpdk_port_, queue_;
   const sw::Directory& dir_;
   uint32_t shards_;
   wire::PortRange ports_;  // the switch's UDP ports, one per shard

@@ -48,6 +48,8 @@ struct CounterField {
 struct Meta {
   wire::Parsed p;
   sw::Verdict v;
+  uint16_t in_port;  // the switch port it came in on
+  uint16_t shard;    // the shard that owns it (proto/steer.hpp)
 };
 inline Meta* meta(rte_mbuf* m) { return static_cast<Meta*>(rte_mbuf_to_priv(m)); }
 inline constexpr uint16_t kPrivSize = uint16_t((sizeof(Meta) + RTE_MBUF_PRIV_ALIGN - 1) & ~(RTE_MBUF_PRIV_ALIGN - 1));

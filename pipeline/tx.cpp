@@ -6,8 +6,9 @@
 
 namespace prism::pipe {
 
-TxStage::TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize)
-    : cfg_port_(cfg_port), dpdk_port_(dpdk_port), ring_(ring), linearize_(linearize) {}
+TxStage::TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, uint16_t queue,
+                 rte_spinlock_t* lock)
+    : cfg_port_(cfg_port), dpdk_port_(dpdk_port), queue_(queue), lock_(lock), ring_(ring), linearize_(linearize) {}
 
 TxStage::~TxStage() {
   if (pending_at_ < pending_n_) rte_pktmbuf_free_bulk(pending_ + pending_at_, unsigned(pending_n_ - pending_at_));
@@ -19,7 +20,9 @@ uint16_t TxStage::burst(rte_mbuf** m, uint16_t k) {
       if (m[i]->nb_segs > 1 && rte_pktmbuf_linearize(m[i]) != 0) c_.retries.add();
   uint32_t len[kBurst];
   for (uint16_t i = 0; i < k; ++i) len[i] = rte_pktmbuf_pkt_len(m[i]);  // before the device may free them
-  const uint16_t sent = rte_eth_tx_burst(dpdk_port_, 0, m, k);
+  if (lock_) rte_spinlock_lock(lock_);
+  const uint16_t sent = rte_eth_tx_burst(dpdk_port_, queue_, m, k);
+  if (lock_) rte_spinlock_unlock(lock_);
   uint64_t bytes = 0;
   for (uint16_t i = 0; i < sent; ++i) bytes += len[i];
   c_.bytes.add(bytes);

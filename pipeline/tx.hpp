@@ -5,6 +5,7 @@
 #pragma once
 
 #include <rte_ring.h>
+#include <rte_spinlock.h>
 
 #include "stage.hpp"
 
@@ -27,7 +28,10 @@ class TxStage final : public Stage {
   // `ring`: the port's TX ring, or null when only send() feeds this stage.
   // `linearize`: the device cannot send chained mbufs (a fan-out's shared
   // payload is then copied behind each header here).
-  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize);
+  // `queue`: the device's TX queue; `lock`: held around each burst when
+  // lcores share that queue (the device has fewer TX queues than lcores).
+  TxStage(uint16_t cfg_port, uint16_t dpdk_port, rte_ring* ring, bool linearize, uint16_t queue = 0,
+          rte_spinlock_t* lock = nullptr);
   ~TxStage() override;
   const char* kind() const override { return "tx"; }
   unsigned poll(uint64_t now_tsc) override;
@@ -37,6 +41,7 @@ class TxStage final : public Stage {
   }
   const TxCounters& counters() const { return c_; }
   uint16_t port() const { return cfg_port_; }
+  uint16_t queue() const { return queue_; }
   // Run to completion: sends frames made on this lcore straight to the
   // device, behind what the ring already gave it. Returns how many it took.
   unsigned send(rte_mbuf** m, unsigned n);
@@ -45,7 +50,8 @@ class TxStage final : public Stage {
   // One rte_eth_tx_burst of k <= kBurst frames (linearized first where the
   // device cannot send chains), counted; returns how many the device took.
   uint16_t burst(rte_mbuf** m, uint16_t k);
-  uint16_t cfg_port_, dpdk_port_;
+  uint16_t cfg_port_, dpdk_port_, queue_;
+  rte_spinlock_t* lock_;
   rte_ring* ring_;
   bool linearize_;
   rte_mbuf* pending_[kBurst];  // taken from the ring, not yet taken by the device
