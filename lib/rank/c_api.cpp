@@ -109,6 +109,7 @@ int prism_comm_create(const prism_endpoints* e, const prism_tuning* t, prism_com
     ep.switch_ip = e->switch_ip;
     ep.switch_port = e->switch_port ? e->switch_port : 20562;
     ep.slot_quota = e->slot_quota;
+    ep.switch_shards = e->switch_shards ? e->switch_shards : 1;
     *out = new prism_comm{prism::Communicator(ep, tuning(t))};
   });
 }

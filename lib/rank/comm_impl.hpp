@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "proto/packet.hpp"
+#include "proto/steer.hpp"
 #include "rank/prism.hpp"
 #include "rank/rtt.hpp"
 #include "rank/udp_link.hpp"
@@ -67,6 +68,11 @@ struct Communicator::Impl {
   };
 
   std::string who(const rank::Op& op) const;
+  // The switch's UDP port for a packet of (op, chunk): its shard's (docs/PROTOCOL.md, Steering).
+  uint16_t port_of(uint32_t op, uint32_t chunk) const {
+    return wire::shard_port(ep.switch_port, wire::shard_of(ep.job, op, chunk, ep.switch_shards));
+  }
+  std::string switch_where() const;  // "ip:port", or "ip:first-last" with more than one shard
   void queue(rank::Op& op, uint32_t c, bool retransmit);
   void send_due(uint64_t t);
   void receive(int wait_ms, uint64_t t);

@@ -71,12 +71,25 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
                 "rank " + std::to_string(e.rank) + " is not below the group size " + std::to_string(e.group));
   if (t.window == 0) throw Error(Errc::INVALID_ARGUMENT, "the window must be 1 chunk or more");
   if (t.timeout_ms == 0) throw Error(Errc::INVALID_ARGUMENT, "timeout_ms must be above 0");
+  if (e.switch_shards < 1 || e.switch_shards > 64)
+    throw Error(Errc::INVALID_ARGUMENT,
+                "switch_shards " + std::to_string(e.switch_shards) + ": give the switch's reducers.shards (1..64)");
+  if (uint32_t(e.switch_port) + e.switch_shards - 1 > 65535)
+    throw Error(Errc::INVALID_ARGUMENT, "the switch's shard ports " + std::to_string(e.switch_port) + " + 0.." +
+                                            std::to_string(e.switch_shards - 1) +
+                                            " run past 65535: check switch_port and switch_shards");
   window = t.window;
   if (e.slot_quota && e.slot_quota < window) window = e.slot_quota;  // the quota can always complete a window
   mtu = link.path_mtu();
   heads.resize(kMaxBatch);
   batch.reserve(kMaxBatch);
   if (t.join) join();
+}
+
+std::string Communicator::Impl::switch_where() const {
+  std::string s = ep.switch_ip + ":" + std::to_string(ep.switch_port);
+  if (ep.switch_shards > 1) s += "-" + std::to_string(ep.switch_port + ep.switch_shards - 1);
+  return s;
 }
 
 std::string Communicator::Impl::who(const Op& op) const {
@@ -209,7 +222,8 @@ void Communicator::Impl::queue(Op& op, uint32_t c, bool retransmit) {
   const size_t k = batch.size();
   wire::put_header(h, heads[k].data());
   batch.push_back({&op, c, retransmit});
-  dgrams[k] = {heads[k].data(), wire::kHeaderSize, op.in + first * op.in_bytes, size_t(h.count) * op.in_bytes};
+  dgrams[k] = {heads[k].data(), wire::kHeaderSize, op.in + first * op.in_bytes, size_t(h.count) * op.in_bytes,
+               port_of(op.op, c)};
 }
 
 // Sends what is due: retransmissions of chunks whose timer ran out, then new
@@ -374,8 +388,7 @@ void Communicator::Impl::check_deadlines(uint64_t t) {
       if (!o.chunks[c].done) ++missing, tries = std::max(tries, o.chunks[c].tries);
     std::string msg = who(o) + ": no RESULT for " + std::to_string(missing) + " of " + std::to_string(o.nchunks) +
                       " chunks (" + list_chunks(o, 8) + ") in " + std::to_string(tune.timeout_ms) +
-                      " ms, each sent up to " + std::to_string(tries) + " times to the switch at " + ep.switch_ip +
-                      ":" + std::to_string(ep.switch_port);
+                      " ms, each sent up to " + std::to_string(tries) + " times to the switch at " + switch_where();
     if (stats.results == 0 && stats.nacks == 0)
       msg += ". The switch never answered this rank: is it running, does its config register this rank at " +
              (ep.local_ip.empty() ? std::string("this host") : ep.local_ip) + ":" + std::to_string(ep.local_port) +

@@ -1,8 +1,9 @@
 // A Communicator from the switch's own YAML: the rank finds its member
-// entry in its job, the switch port in front of it and the switch's UDP
-// port, and checks that this host really has the registered address and
-// MAC (a mismatch would make the switch drop every packet as spoofed, and
-// the rank would only ever see timeouts).
+// entry in its job, the switch port in front of it, the switch's UDP port
+// and reducer shards (where its chunks are steered), and checks that this
+// host really has the registered address and MAC (a mismatch would make the
+// switch drop every packet as spoofed, and the rank would only ever see
+// timeouts).
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -104,6 +105,7 @@ Communicator Communicator::from_config(const std::string& yaml_path, ConfigSelec
   e.switch_ip = format_ipv4(port->ip);
   e.switch_port = cfg.udp_port;
   e.slot_quota = job->slot_quota;
+  e.switch_shards = cfg.reducer_shards;  // the steering rule's S: chunks go to the shards' ports
   return Communicator(e, t);
 }
 

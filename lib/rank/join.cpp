@@ -56,7 +56,7 @@ void Communicator::Impl::join() {
     const uint64_t t = now_ms();
     if (t >= deadline) break;
     if (t >= next_send) {
-      const rank::UdpLink::Datagram d{msg.data(), msg.size(), nullptr, 0};
+      const rank::UdpLink::Datagram d{msg.data(), msg.size(), nullptr, 0, port_of(0, 0)};  // the session's shard
       if (link.send(&d, 1) == 1) ++stats.joins_sent;
       next_send = t + interval;
       interval = std::min<uint64_t>(interval * 2, 500);  // the others may take a while to start
@@ -94,8 +94,8 @@ void Communicator::Impl::join() {
   }
   const std::string who = "job " + std::to_string(ep.job) + ", rank " + std::to_string(ep.rank);
   if (!answered)
-    throw Error(Errc::TIMEOUT, who + ": the switch at " + ep.switch_ip + ":" + std::to_string(ep.switch_port) +
-                                   " never answered JOIN in " + std::to_string(tune.join_timeout_ms) +
+    throw Error(Errc::TIMEOUT, who + ": the switch at " + switch_where() + " never answered JOIN in " +
+                                   std::to_string(tune.join_timeout_ms) +
                                    " ms: is it running, does its config register this rank at " +
                                    (ep.local_ip.empty() ? std::string("this host") : ep.local_ip) + ":" +
                                    std::to_string(ep.local_port) +

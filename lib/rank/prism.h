@@ -62,8 +62,12 @@ typedef struct {
   const char* local_ip; /* NULL: any */
   uint16_t local_port;  /* 0: 20562 */
   const char* switch_ip;
-  uint16_t switch_port; /* 0: 20562 */
+  uint16_t switch_port; /* 0: 20562; the switch's replies come from this port */
   uint32_t slot_quota;
+  /* The switch's reducers.shards (0: 1): each chunk goes to UDP port
+   * switch_port + (job + op + chunk) mod switch_shards (docs/PROTOCOL.md, Steering).
+   * Added after slot_quota: a program built against an older prism.h must be rebuilt. */
+  uint32_t switch_shards;
 } prism_endpoints;
 
 /* Zero fields: out = fp32 (int32 for integer inputs), policy kulisch, transport kulisch, overflow ieee. */

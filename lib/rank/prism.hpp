@@ -76,8 +76,10 @@ struct Endpoints {
   std::string local_ip;          // the rank's registered address ("" or "0.0.0.0": any)
   uint16_t local_port = 20562;   // its registered UDP port (RESULTs come here)
   std::string switch_ip;         // the switch port's address
-  uint16_t switch_port = 20562;  // the switch's UDP port
+  uint16_t switch_port = 20562;  // the switch's UDP port (switch.udp_port): its replies come from there
   uint32_t slot_quota = 0;       // the job's slot_quota at the switch (0: none)
+  uint32_t switch_shards = 1;    // the switch's reducers.shards, 1..64: chunk c of op o goes to UDP port
+                                 // switch_port + (job + o + c) mod switch_shards (docs/PROTOCOL.md, Steering)
 };
 
 struct Tuning {

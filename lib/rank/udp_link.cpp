@@ -42,9 +42,8 @@ void grow_buffer(int fd, int opt, int force_opt, int bytes) {
 }  // namespace
 
 UdpLink::UdpLink(const std::string& local_ip, uint16_t local_port, const std::string& switch_ip, uint16_t switch_port)
-    : bufs_(kBatch * kBufSize), lens_(kBatch), iov_(kBatch) {
+    : remote_(address(switch_ip, switch_port, "the switch's")), bufs_(kBatch * kBufSize), lens_(kBatch), iov_(kBatch) {
   const sockaddr_in local = address(local_ip, local_port, "the rank's");
-  const sockaddr_in remote = address(switch_ip, switch_port, "the switch's");
   fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) fail_errno("socket(AF_INET, SOCK_DGRAM)", "the system is out of sockets?");
   const int one = 1;
@@ -61,7 +60,7 @@ UdpLink::UdpLink(const std::string& local_ip, uint16_t local_port, const std::st
                "the rank's address must be one of this host's (the member's ip in the switch's config) and its UDP "
                "port free");
   }
-  if (connect(fd_, reinterpret_cast<const sockaddr*>(&remote), sizeof remote) != 0) {
+  if (connect(fd_, reinterpret_cast<const sockaddr*>(&remote_), sizeof remote_) != 0) {
     const int e = errno;
     close(fd_);
     errno = e;
@@ -84,6 +83,7 @@ size_t UdpLink::path_mtu() const {
 size_t UdpLink::send(const Datagram* d, size_t n) {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch][2];
+  sockaddr_in to[kBatch];
   size_t sent = 0;
   while (sent < n) {
     const size_t k = std::min(n - sent, kBatch);
@@ -94,6 +94,12 @@ size_t UdpLink::send(const Datagram* d, size_t n) {
       msgs[i] = mmsghdr{};
       msgs[i].msg_hdr.msg_iov = iov[i];
       msgs[i].msg_hdr.msg_iovlen = g.body_len ? 2 : 1;
+      if (g.port && htons(g.port) != remote_.sin_port) {  // another of the switch's ports: named per message
+        to[i] = remote_;
+        to[i].sin_port = htons(g.port);
+        msgs[i].msg_hdr.msg_name = &to[i];
+        msgs[i].msg_hdr.msg_namelen = sizeof to[i];
+      }
     }
     const int r = sendmmsg(fd_, msgs, unsigned(k), 0);
     if (r < 0) {

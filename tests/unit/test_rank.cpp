@@ -4,7 +4,10 @@
 // contributions itself (int64 adds: independent of PRISM's arithmetic),
 // keeps a contributor bitmap per chunk, retains results for retransmissions,
 // and impairs the traffic on purpose: loss both ways, duplication,
-// reordering, NACKs of each kind, silence. The real switch and real
+// reordering, NACKs of each kind, silence. With S shards it listens on S
+// UDP ports, answers from the first, and checks that every CONTRIB and JOIN
+// came to the port the steering rule of docs/PROTOCOL.md names (computed
+// here, not by PRISM's code). The real switch and real
 // arithmetic are tested end to end in tests/py/test_rank.py.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -41,26 +44,35 @@ struct Impair {
   bool silent = false;                                  // never answer
 };
 
-// The fake switch: one UDP socket on 127.0.0.1, members at 127.0.0.(2+r).
+// The fake switch: UDP sockets on 127.0.0.1, one per shard at ports
+// port .. port + shards - 1 (it answers from the first), members at 127.0.0.(2+r).
 class FakeSwitch {
  public:
-  FakeSwitch(uint16_t group, Impair im) : group_(group), im_(im), port_(next_port.fetch_add(1)) {
-    fd_ = socket(AF_INET, SOCK_DGRAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(0x7F000001);
-    const int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind fake switch");
+  FakeSwitch(uint16_t group, Impair im, uint32_t shards = 1)
+      : group_(group), im_(im), port_(next_port.fetch_add(uint16_t(shards))), per_shard_(shards) {
+    for (uint32_t k = 0; k < shards; ++k) {
+      const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(uint16_t(port_ + k));
+      a.sin_addr.s_addr = htonl(0x7F000001);
+      const int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("bind fake switch");
+      fds_.push_back(fd);
+    }
+    fd_ = fds_[0];
     thread_ = std::thread([this] { loop(); });
   }
   ~FakeSwitch() {
     stop_ = true;
     thread_.join();
-    close(fd_);
+    for (int fd : fds_) close(fd);
   }
   uint16_t port() const { return port_; }
+  uint32_t shards() const { return uint32_t(fds_.size()); }
+  uint64_t missteered() const { return missteered_; }                      // CONTRIBs and JOINs at another shard's port
+  uint64_t arrived_at(uint32_t shard) const { return per_shard_[shard]; }  // datagrams received at a shard's port
   uint64_t duplicates_dropped() const { return dups_; }
   uint64_t contribs() const { return contribs_; }
 
@@ -188,17 +200,32 @@ class FakeSwitch {
     for (uint16_t r = 0; r < group_; ++r) send_to(r, c.result);
   }
 
+  // The steering rule (docs/PROTOCOL.md, Steering): a CONTRIB's shard is
+  // (job + op + chunk) mod S, summed without wrapping; a JOIN's is job mod S.
+  void check_port(const uint8_t* p, size_t n, uint32_t at) {
+    ++per_shard_[at];
+    if (n < 32 || be16(p) != 0x5052 || (p[3] != 1 && p[3] != 5)) return;
+    const uint64_t sum = p[3] == 5 ? uint64_t(be32(p + 4)) : uint64_t(be32(p + 4)) + be32(p + 8) + be32(p + 12);
+    if (sum % fds_.size() != at) ++missteered_;
+  }
+
   void loop() {
     std::vector<uint8_t> buf(9216);
+    std::vector<pollfd> pf(fds_.size());
     while (!stop_) {
-      pollfd pf{fd_, POLLIN, 0};
-      if (poll(&pf, 1, 2) > 0) {
-        for (;;) {
-          const ssize_t n = recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
-          if (n <= 0) break;
-          if (pct(im_.loss_in)) continue;
-          const int copies = pct(im_.dup) ? 2 : 1;
-          for (int i = 0; i < copies; ++i) on_contrib(buf.data(), size_t(n));
+      for (size_t k = 0; k < fds_.size(); ++k) pf[k] = {fds_[k], POLLIN, 0};
+      if (poll(pf.data(), nfds_t(pf.size()), 2) > 0) {
+        for (bool any = true; any;) {  // every port's datagrams, one from each in turn, until all are empty
+          any = false;
+          for (size_t k = 0; k < fds_.size(); ++k) {
+            const ssize_t n = recv(fds_[k], buf.data(), buf.size(), MSG_DONTWAIT);
+            if (n <= 0) continue;
+            any = true;
+            check_port(buf.data(), size_t(n), uint32_t(k));
+            if (pct(im_.loss_in)) continue;
+            const int copies = pct(im_.dup) ? 2 : 1;
+            for (int i = 0; i < copies; ++i) on_contrib(buf.data(), size_t(n));
+          }
         }
       }
       // Held datagrams go out late, in a shuffled order.
@@ -213,7 +240,10 @@ class FakeSwitch {
   uint16_t group_;
   Impair im_;
   uint16_t port_;
-  int fd_ = -1;
+  std::vector<int> fds_;  // one per shard port
+  int fd_ = -1;           // the first: where answers come from
+  std::vector<std::atomic<uint64_t>> per_shard_;
+  std::atomic<uint64_t> missteered_{0};
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mt19937 rng_{12345};
@@ -229,9 +259,11 @@ class FakeSwitch {
   uint64_t joins() const { return joins_; }
 
  public:
+  uint32_t job = kJob;  // the job the ranks of endpoints() belong to (the switch echoes any)
+
   prism::Endpoints endpoints(uint16_t rank) const {
     prism::Endpoints e;
-    e.job = kJob;
+    e.job = job;
     e.rank = rank;
     e.group = group_;
     char ip[32];
@@ -240,6 +272,7 @@ class FakeSwitch {
     e.local_port = rank_port(rank);
     e.switch_ip = "127.0.0.1";
     e.switch_port = port_;
+    e.switch_shards = shards();
     return e;
   }
 };
@@ -329,6 +362,52 @@ TEST(Rank, LossBothWaysDuplicationAndReordering) {
   }
   EXPECT_GT(retx, 0u);
   EXPECT_GT(sw.duplicates_dropped(), 0u);
+}
+
+// Every CONTRIB (retransmissions included) and every JOIN goes to the port
+// of its shard, which the fake switch checks by the rule; answers come from
+// the first port and are taken. A job id near 2^32 shows the sum does not wrap.
+TEST(Rank, ChunksAndJoinsGoToTheirShardsPort) {
+  Impair im;
+  im.loss_in = 10;
+  im.loss_out = 10;
+  for (uint32_t S : {1u, 2u, 3u, 5u})
+    for (uint32_t job : {kJob, 0xFFFFFFF0u}) {
+      FakeSwitch sw(3, im, S);
+      sw.job = job;
+      std::vector<prism::Stats> st;
+      run_ranks(sw, 3, 1000, 4, 2, fast(), &st);
+      uint64_t retx = 0;
+      for (const auto& s : st) {
+        EXPECT_EQ(s.results, 40u) << "S=" << S;
+        EXPECT_GT(s.joins_sent, 0u);
+        retx += s.retransmits;
+      }
+      EXPECT_GT(retx, 0u);
+      EXPECT_EQ(sw.missteered(), 0u) << "S=" << S << " job=" << job;
+      for (uint32_t k = 0; k < S; ++k) EXPECT_GT(sw.arrived_at(k), 0u) << "shard " << k << " of " << S;
+    }
+}
+
+TEST(Rank, ShardCountsOutsideTheSwitchsRangeAreRefused) {
+  FakeSwitch sw(1, {});
+  prism::Endpoints e = sw.endpoints(0);
+  auto msg = [&] {
+    try {
+      prism::Communicator c(e, fast());
+    } catch (const prism::Error& x) {
+      EXPECT_EQ(x.code(), prism::Errc::INVALID_ARGUMENT);
+      return std::string(x.what());
+    }
+    return std::string("no error");
+  };
+  e.switch_shards = 0;
+  EXPECT_NE(msg().find("switch_shards 0: give the switch's reducers.shards (1..64)"), std::string::npos);
+  e.switch_shards = 65;
+  EXPECT_NE(msg().find("switch_shards 65"), std::string::npos);
+  e.switch_shards = 2;
+  e.switch_port = 65535;
+  EXPECT_NE(msg().find("shard ports 65535 + 0..1 run past 65535"), std::string::npos) << msg();
 }
 
 TEST(Rank, ManyWindowsInFlight) {
@@ -566,6 +645,33 @@ TEST(Rank, CApiRunsAnAllreduceAndReportsErrors) {
   EXPECT_NE(std::string(prism_last_error()).find("output buffer is null"), std::string::npos);
   prism_comm_destroy(c);
   EXPECT_EQ(prism_comm_create(nullptr, nullptr, &c), PRISM_EINVAL);
+  e.switch_shards = 65;
+  EXPECT_EQ(prism_comm_create(&e, &t, &c), PRISM_EINVAL);
+  EXPECT_NE(std::string(prism_last_error()).find("switch_shards 65"), std::string::npos) << prism_last_error();
+}
+
+TEST(Rank, CApiSteersByTheShardCountGiven) {
+  FakeSwitch sw(1, {}, 4);
+  const prism::Endpoints ep = sw.endpoints(0);
+  prism_endpoints e{};
+  e.job = kJob;
+  e.group = 1;
+  e.local_ip = ep.local_ip.c_str();
+  e.local_port = ep.local_port;
+  e.switch_ip = "127.0.0.1";
+  e.switch_port = ep.switch_port;
+  e.switch_shards = 4;
+  prism_tuning t{};
+  t.chunk_elems = 10;
+  prism_comm* c = nullptr;
+  ASSERT_EQ(prism_comm_create(&e, &t, &c), PRISM_OK) << prism_last_error();
+  std::vector<int32_t> in(80, 5), out(80);
+  ASSERT_EQ(prism_allreduce(c, in.data(), out.data(), in.size(), PRISM_INT32, nullptr, nullptr), PRISM_OK)
+      << prism_last_error();
+  EXPECT_EQ(out, in);
+  prism_comm_destroy(c);
+  EXPECT_EQ(sw.missteered(), 0u);
+  for (uint32_t k = 0; k < 4; ++k) EXPECT_GE(sw.arrived_at(k), 2u) << "shard " << k;  // 8 chunks over 4 shards
 }
 
 }  // namespace
