@@ -17,7 +17,7 @@ unsigned VoqHandoff::put(rte_mbuf** burst, const uint16_t* shard, unsigned n, ui
 
 bool DirectHandoff::ready() {
   for (ReduceStage* r : shards_)
-    if (!r->ready()) return false;
+    if (r && !r->ready()) return false;
   return true;
 }
 

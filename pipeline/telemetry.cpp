@@ -34,6 +34,39 @@ std::string pairs(const S& block, const Table& table) {
     out += (out.empty() ? "" : ", ") + std::string(f.name) + " " + std::to_string(value(block, f));
   return out;
 }
+// The same over several blocks (a port's RX or TX queues, one stage each), summed.
+template <class S, class Table>
+std::vector<std::pair<const char*, uint64_t>> sums(const std::vector<const S*>& blocks, const Table& table) {
+  std::vector<std::pair<const char*, uint64_t>> v;
+  for (const auto& f : table) {
+    uint64_t n = 0;
+    for (const S* b : blocks) n += value(*b, f);
+    v.emplace_back(f.name, n);
+  }
+  return v;
+}
+std::string pairs(const std::vector<std::pair<const char*, uint64_t>>& v) {
+  std::string out;
+  for (const auto& [k, n] : v) out += (out.empty() ? "" : ", ") + std::string(k) + " " + std::to_string(n);
+  return out;
+}
+std::vector<const RxCounters*> rx_of(const Runtime& rt, uint16_t port) {
+  std::vector<const RxCounters*> v;
+  for (const auto& r : rt.rx())
+    if (r->port() == port) v.push_back(&r->counters());
+  return v;
+}
+std::vector<const TxCounters*> tx_of(const Runtime& rt, uint16_t port) {
+  std::vector<const TxCounters*> v;
+  for (const auto& t : rt.tx())
+    if (t->port() == port) v.push_back(&t->counters());
+  return v;
+}
+std::string shard_list(const Runtime::LcoreView& l) {
+  std::string s;
+  for (const ReduceStage* r : l.shards) s += (s.empty() ? "" : ",") + std::to_string(r->shard());
+  return s.empty() ? "none" : s;
+}
 
 std::map<uint32_t, sw::JobStats> job_totals(const Runtime& rt) {
   std::map<uint32_t, sw::JobStats> sum;
@@ -57,12 +90,48 @@ int with_runtime(rte_tel_data* d, F fill) {
 
 int tel_ports(const char*, const char*, rte_tel_data* d) {
   return with_runtime(d, [&](const Runtime& rt) {
-    for (const auto& r : rt.rx()) {
-      const std::string k = "port" + std::to_string(r->port()) + "_";
-      dict_add(d, k + "rx_", r->counters(), kRxCounters);
-      rte_tel_data_add_dict_u64(d, (k + "nacks").c_str(), rt.nacks(r->port()));
+    for (const auto& p : rt.config().ports) {  // each port's queues summed
+      const std::string k = "port" + std::to_string(p.id) + "_";
+      for (const auto& [name, n] : sums(rx_of(rt, p.id), kRxCounters))
+        rte_tel_data_add_dict_u64(d, (k + "rx_" + name).c_str(), n);
+      rte_tel_data_add_dict_u64(d, (k + "nacks").c_str(), rt.nacks(p.id));
+      for (const auto& [name, n] : sums(tx_of(rt, p.id), kTxCounters))
+        rte_tel_data_add_dict_u64(d, (k + "tx_" + name).c_str(), n);
     }
-    for (const auto& t : rt.tx()) dict_add(d, "port" + std::to_string(t->port()) + "_tx_", t->counters(), kTxCounters);
+  });
+}
+
+// Each lcore: the shards it owns, what its RX queues received and where it
+// went (its own shards, or other lcores' inboxes), and its inbox; each
+// port's queues and steering.
+int tel_lcores(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    rte_tel_data_add_dict_string(d, "layout", name(rt.config().layout));
+    for (const auto& p : rt.config().ports) {
+      const std::string k = "port" + std::to_string(p.id) + "_";
+      rte_tel_data_add_dict_string(d, (k + "steering").c_str(), name(rt.steering(p.id)));
+      rte_tel_data_add_dict_u64(d, (k + "rx_queues").c_str(), rt.rx_queues(p.id));
+      rte_tel_data_add_dict_u64(d, (k + "tx_queues").c_str(), rt.tx_queues(p.id));
+    }
+    for (const Runtime::LcoreView& l : rt.lcores()) {
+      const std::string k = "lcore" + std::to_string(l.id) + "_";
+      rte_tel_data_add_dict_string(d, (k + "shards").c_str(), shard_list(l).c_str());
+      uint64_t rx = 0;
+      std::vector<const RouteCounters*> routes;
+      for (const RxStage* r : l.rx) {
+        rx += r->counters().packets.get();
+        if (r->route()) routes.push_back(r->route());
+        rte_tel_data_add_dict_u64(
+            d, (k + "port" + std::to_string(r->port()) + "_q" + std::to_string(r->queue()) + "_rx_packets").c_str(),
+            r->counters().packets.get());
+      }
+      rte_tel_data_add_dict_u64(d, (k + "rx_packets").c_str(), rx);
+      for (const auto& [name, n] : sums(routes, kRouteCounters)) rte_tel_data_add_dict_u64(d, (k + name).c_str(), n);
+      if (l.inbox) dict_add(d, k + "inbox_", l.inbox->counters(), kInboxCounters);
+      for (const ReduceStage* r : l.shards)
+        rte_tel_data_add_dict_u64(d, (k + "shard" + std::to_string(r->shard()) + "_packets").c_str(),
+                                  r->counters().dequeued.get());
+    }
   });
 }
 
@@ -137,7 +206,9 @@ void register_telemetry(const Runtime* rt) {
   if (done || !rt) return;
   done = true;
   rte_telemetry_register_cmd("/prism/ports", tel_ports, "PRISM per port: RX and TX counters, NACKs sent");
-  rte_telemetry_register_cmd("/prism/rings", tel_rings, "PRISM VOQ and TX ring fill levels");
+  rte_telemetry_register_cmd("/prism/lcores", tel_lcores,
+                             "PRISM lcores: shards owned, RX queues, packets steered to them or dispatched, inboxes");
+  rte_telemetry_register_cmd("/prism/rings", tel_rings, "PRISM VOQ, inbox and TX ring fill levels");
   rte_telemetry_register_cmd("/prism/drops", tel_drops, "PRISM drops by reason (parser refusals and switch drops)");
   rte_telemetry_register_cmd("/prism/reducers", tel_reducers, "PRISM reducer shards: packets, results, slots");
   rte_telemetry_register_cmd("/prism/jobs", tel_jobs, "PRISM per job, in op chunks: opened, completed, in flight");
@@ -151,17 +222,33 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
     for (size_t i = from; i < n; ++i)
       if (c[i].get()) std::printf("    %s %-20s %llu\n", what, name_of(i), (unsigned long long)c[i].get());
   };
-  for (const auto& r : rt.rx()) {
-    std::printf("  port %u rx: %s\n", r->port(), pairs(r->counters(), kRxCounters).c_str());
+  for (const auto& p : rt.config().ports) {
+    std::printf("  port %u rx: %s\n", p.id, pairs(sums(rx_of(rt, p.id), kRxCounters)).c_str());
+    Counter refused[size_t(wire::Refusal::kCount)], dropped[size_t(sw::Drop::kCount)];
+    for (const RxCounters* c : rx_of(rt, p.id)) {
+      for (size_t i = 0; i < size_t(wire::Refusal::kCount); ++i) refused[i].add(c->refused[i].get());
+      for (size_t i = 0; i < size_t(sw::Drop::kCount); ++i) dropped[i].add(c->dropped[i].get());
+    }
     reasons(
-        "refused", r->counters().refused, size_t(wire::Refusal::kCount),
-        [](size_t i) { return wire::name(wire::Refusal(i)); }, 1);
+        "refused", refused, size_t(wire::Refusal::kCount), [](size_t i) { return wire::name(wire::Refusal(i)); }, 1);
     reasons(
-        "dropped", r->counters().dropped, size_t(sw::Drop::kCount), [](size_t i) { return name(sw::Drop(i)); }, 0);
+        "dropped", dropped, size_t(sw::Drop::kCount), [](size_t i) { return name(sw::Drop(i)); }, 0);
   }
-  for (const auto& t : rt.tx())
-    std::printf("  port %u tx: %s, nacks %llu\n", t->port(), pairs(t->counters(), kTxCounters).c_str(),
-                (unsigned long long)rt.nacks(t->port()));
+  for (const auto& p : rt.config().ports)
+    std::printf("  port %u tx: %s, nacks %llu\n", p.id, pairs(sums(tx_of(rt, p.id), kTxCounters)).c_str(),
+                (unsigned long long)rt.nacks(p.id));
+  if (rt.lcores().size() > 1)
+    for (const Runtime::LcoreView& l : rt.lcores()) {
+      std::vector<const RouteCounters*> routes;
+      uint64_t rx = 0;
+      for (const RxStage* r : l.rx) {
+        rx += r->counters().packets.get();
+        if (r->route()) routes.push_back(r->route());
+      }
+      std::printf("  lcore %u: shards %s; rx %llu (%s)%s\n", l.id, shard_list(l).c_str(), (unsigned long long)rx,
+                  pairs(sums(routes, kRouteCounters)).c_str(),
+                  l.inbox ? (", inbox " + pairs(l.inbox->counters(), kInboxCounters)).c_str() : "");
+    }
   for (const auto& rs : rt.reducers()) {
     const sw::Reducer* red = rs->work().reducer();
     const sw::ReducerStats s = red ? red->stats() : sw::ReducerStats{};
