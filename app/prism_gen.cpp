@@ -5,7 +5,10 @@
 //   prism-gen dump FILE.pcap [--port N]
 //
 // See --help and docs/PROTOCOL.md. Addresses come from the switch configs:
-// every rank of the job must be a member in exactly one of them.
+// every rank of the job must be a member in exactly one of them. Each frame
+// goes to its shard's UDP port at that switch (udp_port + (job + op + chunk)
+// mod reducers.shards: PROTOCOL.md, Steering), so a replay is steered as a
+// client's traffic is.
 //
 // `write` is a sequence of named steps: parse_request, find_job, then the
 // traffic (add_contributions, add_malformed, add_foreign, mix,
@@ -29,6 +32,7 @@
 #include "output_file.hpp"
 #include "pcap_io.hpp"
 #include "proto/packet.hpp"
+#include "proto/steer.hpp"
 #include "util/closed_set.hpp"
 #include "values.hpp"
 
@@ -61,9 +65,10 @@ constexpr std::span<const Entry<Order>> entries(Order) { return kOrders; }
 std::string usage() {
   return R"(usage:
   prism-gen write --config FILE [--config FILE...] --job ID --dtype D --policy P [options]
-  prism-gen dump FILE.pcap [--port N]
+  prism-gen dump FILE.pcap [--port N] [--shards S]
 
-write: the CONTRIBs of every rank of a job for a run of ops, as captures.
+write: the CONTRIBs of every rank of a job for a run of ops, as captures. Each goes to the UDP
+  port of its shard at the rank's switch: udp_port + (job + op + chunk) mod reducers.shards.
   --config FILE        switch config(s) naming the job's members (repeat for a tree)
   --job ID             job id
   --dtype D            )" +
@@ -97,6 +102,8 @@ write: the CONTRIBs of every rank of a job for a run of ops, as captures.
   Outputs appear together or not at all: each is written beside its place and renamed there
   when every one is complete. A symlink's target gets the data; a device or FIFO is written through.
 dump: parses every frame with PRISM's parser and prints one JSON object per line.
+  --port N             the switch's udp_port (default 20562)
+  --shards S           its reducers.shards: frames to ports N .. N+S-1 are PRISM's (default 1)
 )";
 }
 
@@ -301,8 +308,9 @@ class FrameMaker {
  public:
   FrameMaker(const Request& q, const Job& j) : q_(q), j_(j) {}
 
-  // Rank r's CONTRIB of chunk c of `op`, from its codes of the whole op;
-  // `edit` may change the header before it is written (malformed, foreign).
+  // Rank r's CONTRIB of chunk c of `op`, from its codes of the whole op, to
+  // the port of its shard (by its header as written); `edit` may change the
+  // header before it is written (malformed, foreign).
   Packet contrib(const Rank& r, uint32_t op, uint32_t c, const Codes& codes, uint8_t flags,
                  const std::function<void(wire::Header&)>& edit = {}) {
     wire::Header h;
@@ -323,10 +331,11 @@ class FrameMaker {
     h.flags = uint8_t(flags | (c + 1 == q_.chunks() ? wire::hflag::LAST_CHUNK : 0));
     if (edit) edit(h);
     const auto body = app::element_bytes(q_.dtype, std::span(codes).subspan(q_.first(c), q_.count(c)));
+    wire::Endpoint to = port_endpoint(*r.sw, r.member->port);
+    to.port = wire::shard_port(to.port, wire::shard_of(h, r.sw->reducer_shards));
     Packet p;
     p.frame.resize(wire::kMaxFrame);
-    p.frame.resize(wire::build(p.frame.data(), p.frame.size(), r.member->addr, port_endpoint(*r.sw, r.member->port), h,
-                               body, ip_id_++));
+    p.frame.resize(wire::build(p.frame.data(), p.frame.size(), r.member->addr, to, h, body, ip_id_++));
     p.sw = r.sw;
     p.port = r.member->port;
     p.rank = r.rank;
@@ -629,11 +638,14 @@ int cmd_write(const cli::Args& a) {
 int cmd_dump(const cli::Args& a) {
   if (a.positional.size() != 1) cli::fail("dump needs one capture: prism-gen dump FILE.pcap");
   const uint16_t port = uint16_t(a.num("--port", 1, 65535, wire::kDefaultPort));
+  const uint16_t shards = uint16_t(a.num("--shards", 1, 64, 1));
+  if (uint32_t(port) + shards - 1 > 65535)
+    cli::fail("--port " + std::to_string(port) + " --shards " + std::to_string(shards) + ": the ports run past 65535");
   uint64_t idx = 0;
   try {
     read_pcap(a.positional[0], [&](std::span<const uint8_t> f, uint64_t usec) {
       wire::Parsed p;
-      const wire::Refusal r = wire::parse(f, port, &p);
+      const wire::Refusal r = wire::parse(f, wire::PortRange(port, shards), &p);
       std::printf("{\"index\":%llu,\"usec\":%llu,\"len\":%zu,\"refusal\":\"%s\"", (unsigned long long)idx++,
                   (unsigned long long)usec, f.size(), wire::name(r));
       if (r == wire::Refusal::OK) {
@@ -678,7 +690,7 @@ int run(int argc, char** argv) {
     if (!a.positional.empty()) cli::fail("unexpected argument '" + a.positional[0] + "' (see --help)");
     return cmd_write(a);
   }
-  if (cmd == "dump") return cmd_dump(cli::Args(argc, argv, 2, {"--port"}, {}));
+  if (cmd == "dump") return cmd_dump(cli::Args(argc, argv, 2, {"--port", "--shards"}, {}));
   cli::fail("unknown command '" + cmd + "': use write or dump (see --help)");
 }
 

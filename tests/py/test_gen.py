@@ -365,6 +365,51 @@ def test_per_port_pcaps(tmp_path):
         assert r in senders
 
 
+def test_frames_follow_the_steering_rule(tmp_path):
+    """PROTOCOL.md, Steering: every frame goes to UDP port udp_port + (job + op + chunk) mod S of the
+    switch that receives it, S its reducers.shards (given: 3 at the root; by default one per listed
+    lcore: 2 at the leaf), the sum not wrapping at 2^32 -- computed here from the frame's own header,
+    noise included. PRISM's parser (prism-gen dump) takes them all with --shards, refuses the shard
+    ports above the base without it."""
+    root = ROOT_YAML + 'reducers: {shards: 3}\n'
+    leaf = LEAF_YAML + 'lcores: [0, 1]\n'
+    (tmp_path / 'root.yaml').write_text(root)
+    (tmp_path / 'leaf.yaml').write_text(leaf)
+    cfgs = [tmp_path / 'root.yaml', tmp_path / 'leaf.yaml']
+    net = Net(cfgs)
+    shards = {1: 3, 2: 2}   # switch id -> S, as written above
+    out, man = write(tmp_path, cfgs, '--dtype', 'fp32', '--policy', 'kulisch', '--elements', 3000, '--ops', 3,
+                     '--op-base', 0xFFFFFFFE, '--seed', 4, *FAULTS)
+    frames = [bytes(p) for p in rdpcap(str(out / 'm.pcap'))]
+    assert len(frames) == man['packets']
+    used = defaultdict(set)
+    for i, raw in enumerate(frames):
+        e = Ether(raw)
+        sid, _ = net.port_of[(e.dst, e[IP].dst)]
+        base, S = net.switches[sid][0], shards[sid]
+        h = dict(zip(FIELDS, HDR.unpack(bytes(e[UDP].payload)[:32])))
+        want = base + (h['job'] + h['op'] + h['chunk']) % S
+        assert e[UDP].dport == want, f'frame {i} to switch {sid}: port {e[UDP].dport}, the rule says {want} ({h})'
+        used[sid].add(e[UDP].dport - base)
+    assert used == {1: {0, 1, 2}, 2: {0, 1}}, used
+    # The ops run 2^32-2, 2^32-1, 0: job + op + chunk passes 2^32, where a 32-bit sum would pick other shards.
+    assert any((7 + 0xFFFFFFFE + c) % 3 != (7 + 0xFFFFFFFE + c) % (1 << 32) % 3 for c in range(man['chunks']))
+    for base, S in ((PORT, 3), (4791, 2)):
+        rows, plain = ([json.loads(x) for x in run([GEN, 'dump', out / 'm.pcap', '--port', base, *more]).stdout
+                        .splitlines()] for more in (['--shards', S], []))
+        for raw, row, row1 in zip(frames, rows, plain):
+            dport = Ether(raw)[UDP].dport
+            if row['refusal'] in ('ip_bad_checksum', 'udp_bad_checksum'):
+                continue   # checked before the port
+            if base <= dport < base + S:
+                assert row['refusal'] != 'wrong_port', row
+                assert (row1['refusal'] == 'wrong_port') == (dport != base), (dport, row1['refusal'])
+            else:
+                assert row['refusal'] == 'wrong_port', row
+    r = run([GEN, 'dump', out / 'm.pcap', '--port', 65535, '--shards', 2])
+    assert r.returncode == 2 and 'run past 65535' in r.stderr, r.stderr
+
+
 # ------------------------------------------------------------------ golden results vs prism-reduce
 def reduce_run(tmp_path, dtype, out_dtype, policy, exceptions, files, out):
     r = run([REDUCE, '--dtype', dtype, '--policy', policy, '--out-dtype', out_dtype, '--exceptions', exceptions,
