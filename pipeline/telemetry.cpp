@@ -245,9 +245,12 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
         rx += r->counters().packets.get();
         if (r->route()) routes.push_back(r->route());
       }
-      std::printf("  lcore %u: shards %s; rx %llu (%s)%s\n", l.id, shard_list(l).c_str(), (unsigned long long)rx,
-                  pairs(sums(routes, kRouteCounters)).c_str(),
-                  l.inbox ? (", inbox " + pairs(l.inbox->counters(), kInboxCounters)).c_str() : "");
+      std::string inbox;
+      if (l.inbox)
+        for (const auto& f : kInboxCounters)
+          inbox += ", inbox_" + std::string(f.name) + " " + std::to_string(value(l.inbox->counters(), f));
+      std::printf("  lcore %u (shards %s): rx %llu, %s%s\n", l.id, shard_list(l).c_str(), (unsigned long long)rx,
+                  pairs(sums(routes, kRouteCounters)).c_str(), inbox.c_str());
     }
   for (const auto& rs : rt.reducers()) {
     const sw::Reducer* red = rs->work().reducer();

@@ -129,6 +129,12 @@ Options:
   --dir DIR           configs, outputs and the state file (default /tmp/prism-tb<ID>)
   --build DIR         the build directory (default: $PRISM_BUILD or the repository's build/)
   --lcore N           the EAL lcore of the switch(es) (default 0)
+  --lcores LIST       the switch's lcores instead, e.g. 0,1 or 0-1: its EAL -l and its
+                      config's lcores: (shared nothing: one reducer shard each unless
+                      --set 'reducers={{shards: S}}')
+  --tap               with --bridge: the switch port is net_tap (one queue per lcore,
+                      each shard's UDP port steered to its lcore's queue by the tap's
+                      steering program), attached to the bridge once the switch made it
   --timeout SECONDS   a rank's command is killed after this long (default 300)
   --no-ping           skip the ARP/ping check before the command
   --keep-dir          keep DIR after a successful run
@@ -164,6 +170,19 @@ Examples:
 
 class TestbedError(Exception):
     """Something the testbed cannot do; the message says what and what to do."""
+
+
+def parse_lcores(text: str) -> list[int]:
+    """'0,1' or '0-3' or '0,2-3': the switch's lcores."""
+    out = []
+    for part in text.split(','):
+        a, sep, b = part.partition('-')
+        if not a.isdigit() or (sep and not b.isdigit()):
+            raise TestbedError(f'--lcores {text!r}: lcore ids such as 0,1 or 0-3')
+        out += list(range(int(a), int(b) + 1)) if sep else [int(a)]
+    if not out or len(set(out)) != len(out):
+        raise TestbedError(f'--lcores {text!r}: each lcore once')
+    return out
 
 
 def log(msg: str):
@@ -308,7 +327,7 @@ class Testbed:
                  mtu: int = 1500, job: int = 7, jobs: int = 1, settings: dict | None = None,
                  tb_id: str | None = None,
                  dir: Path | str | None = None, build: Path | str | None = None, lcore: int = 0,
-                 ping: bool = True):
+                 ping: bool = True, lcores: str | None = None, tap: bool = False):
         if layout not in LAYOUTS:
             raise TestbedError(f'layout {layout!r}: one of {", ".join(LAYOUTS)}')
         self.layout = layout
@@ -340,6 +359,10 @@ class Testbed:
         self.build = Path(build) if build else Path(os.environ.get('PRISM_BUILD') or REPO / 'build')
         self.switch_bin = self.build / 'app' / 'prism-switch'
         self.lcore = lcore
+        self.lcores = parse_lcores(lcores) if lcores else None
+        self.tap = tap
+        if tap and (not self.bridge or self.tree):
+            raise TestbedError('--tap: only with --bridge (one switch port, a tap on the bridge), not --tree')
         self.ping = ping
         self.ranks: list[Rank] = []
         self.switches: list[Switch] = []
@@ -433,7 +456,8 @@ class Testbed:
             if self.bridge:
                 net = 1 if name == 'leaf' else 0
                 sw.ports.append({'id': 0, 'iface': 'sw0', 'mac': f'02:50:54:{net:02x}:00:00',
-                                 'ip': f'10.88.{net}.254', 'bridge': 'br0', 'bridge_port': 'br0sw'})
+                                 'ip': f'10.88.{net}.254', 'bridge': 'br0', 'bridge_port': 'br0sw',
+                                 'tap': self.tap})
                 for i, k in enumerate(members):
                     self.ranks.append(Rank(k, self.ns_name(k), f'10.88.{net}.{i + 1}', switch=name, port=0,
                                            switch_ip=f'10.88.{net}.254', switch_mac=sw.ports[0]['mac'],
@@ -476,8 +500,9 @@ class Testbed:
                     # No STP, no multicast snooping (its IGMP reports would reach the switch).
                     sh('ip', '-n', sw.ns, 'link', 'add', 'name', p['bridge'], 'mtu', self.mtu, 'type', 'bridge',
                        'stp_state', '0', 'forward_delay', '0', 'mcast_snooping', '0')
-                    self._veth(sw.ns, p['iface'], sw.ns, p['bridge_port'])
-                    sh('ip', '-n', sw.ns, 'link', 'set', p['bridge_port'], 'master', p['bridge'], 'up')
+                    if not p.get('tap'):   # a tap is made by the switch, and joins the bridge then
+                        self._veth(sw.ns, p['iface'], sw.ns, p['bridge_port'])
+                        sh('ip', '-n', sw.ns, 'link', 'set', p['bridge_port'], 'master', p['bridge'], 'up')
                     sh('ip', '-n', sw.ns, 'link', 'set', p['bridge'], 'up')
         if self.tree:
             leaf, root = self.switches
@@ -492,7 +517,8 @@ class Testbed:
             sh('ip', '-n', r.switch_ns, 'link', 'set', r.switch_if, 'up')
         for sw in self.switches:
             for p in sw.ports:
-                sh('ip', '-n', sw.ns, 'link', 'set', p['iface'], 'up')
+                if not p.get('tap'):
+                    sh('ip', '-n', sw.ns, 'link', 'set', p['iface'], 'up')
         self._save()
 
     def _impair(self):
@@ -523,6 +549,8 @@ class Testbed:
                         p['impaired'] = True
 
     def _device(self, p: dict, index: int) -> str:
+        if p.get('tap'):
+            return f'net_tap{index},iface={p["iface"]}'
         dev = f'net_af_packet{index},iface={p["iface"]}'
         if self.mtu > 1500:   # net_af_packet's default 2048-byte frames hold a 1500-byte MTU, no more
             dev += ',blocksz=36864,framesz=9216'
@@ -557,13 +585,16 @@ class Testbed:
                     n = sum(1 for r in self.ranks if r.switch == 'leaf')
                     lines += ['    children:', f'      - {{id: {by_name["leaf"].id}, port: {down["id"]}, '
                               f'mac: "{up["mac"]}", ip: {up["ip"]}, ranks: {n}}}']
+            if self.lcores and 'lcores' not in self.settings:
+                lines.append(f'lcores: [{", ".join(str(c) for c in self.lcores)}]')
             for k, v in self.settings.items():
                 lines.append(f'{k}: {v}')
             sw.config.write_text('# written by scripts/testbed.py\n' + '\n'.join(lines) + '\n')
 
     def switch_cmd(self, sw: Switch) -> list[str]:
         return [str(self.switch_bin), '--no-huge', '-m', '512', '--no-pci', '--file-prefix', sw.prefix,
-                '-l', str(self.lcore), '--log-level=lib.eal:error', '--log-level=pmd.net.af_packet:error',
+                '-l', ','.join(str(c) for c in self.lcores) if self.lcores else str(self.lcore),
+                '--log-level=lib.eal:error', '--log-level=pmd.net.af_packet:error', '--log-level=pmd.net.tap:error',
                 '--', '--config', str(sw.config)]
 
     def telemetry_socket(self, sw: Switch) -> Path:
@@ -594,6 +625,9 @@ class Testbed:
                                        + (self.dir / f'{sw.name}.err').read_text()[-3000:]
                                        + (self.dir / f'{sw.name}.out').read_text()[-2000:])
                 time.sleep(0.05)
+            for p in sw.ports:   # the switch's tap, now that it exists, joins the bridge
+                if p.get('tap'):
+                    sh('ip', '-n', sw.ns, 'link', 'set', p['iface'], 'mtu', self.mtu, 'master', p['bridge'], 'up')
 
     def _ports_started(self, sw: Switch) -> bool:
         if not self.telemetry_socket(sw).exists():
@@ -955,6 +989,8 @@ def parse_args(argv: list[str]):
     p.add_argument('--dir')
     p.add_argument('--build')
     p.add_argument('--lcore', type=int, default=0)
+    p.add_argument('--lcores')
+    p.add_argument('--tap', action='store_true')
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--no-ping', action='store_true')
     p.add_argument('--keep-dir', action='store_true')
@@ -1026,7 +1062,8 @@ def main(argv: list[str]) -> int:
     try:
         tb = Testbed(args.ranks, layout, bridge=args.bridge, loss=args.loss, dup=args.dup, reorder=args.reorder,
                      reorder_rate=args.reorder_rate, mtu=args.mtu, job=args.job, jobs=args.jobs, settings=settings, tb_id=args.id,
-                     dir=args.dir, build=args.build, lcore=args.lcore, ping=not args.no_ping)
+                     dir=args.dir, build=args.build, lcore=args.lcore, ping=not args.no_ping,
+                     lcores=args.lcores, tap=args.tap)
         t0 = time.monotonic()
         tb.up()
         if not args.quiet:

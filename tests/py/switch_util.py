@@ -209,6 +209,7 @@ class Summary:
     rx_dropped: Counter = field(default_factory=Counter)  # RX drop reason -> n (all ports)
     shards: dict = field(default_factory=dict)      # shard -> {packets, contribs, ..., nacks_sent, ...}
     shard_dropped: Counter = field(default_factory=Counter)  # reducer drop reason -> n (all shards)
+    lcores: dict = field(default_factory=dict)      # lcore -> {shards: [..], rx, local, dispatched, inbox_packets, ...}
     jobs: dict = field(default_factory=dict)        # job -> Counter(opened, completed, ...) of op chunks, over shards
     incomplete: list = field(default_factory=list)  # (job, op, chunk, got, of)
     abandoned: dict = field(default_factory=dict)  # job -> op chunks abandoned after op_timeout_ms
@@ -234,6 +235,7 @@ _PAIRS = r'((?:[a-z_0-9]+ \d+)(?:, [a-z_0-9]+ \d+)*)'
 _RX = re.compile(r'^  port (\d+) rx: ' + _PAIRS + '$')
 _TX = re.compile(r'^  port (\d+) tx: ' + _PAIRS + '$')
 _SHARD = re.compile(r'^  shard (\d+): ' + _PAIRS + '$')
+_LCORE = re.compile(r'^  lcore (\d+) \(shards ([0-9,]+|none)\): ' + _PAIRS + '$')
 _JOB = re.compile(r'^    job (\d+) chunks: ' + _PAIRS + '$')
 _REFUSED = re.compile(r'^    refused (\S+)\s+(\d+)$')
 _DROPPED = re.compile(r'^    dropped (\S+)\s+(\d+)$')
@@ -263,6 +265,10 @@ def parse_summary(stdout: str) -> Summary:
         elif m := _TX.match(ln):
             section = 'tx'
             s.tx[int(m[1])] = _pairs(m[2])
+        elif m := _LCORE.match(ln):
+            section = 'lcore'
+            s.lcores[int(m[1])] = {'shards': [] if m[2] == 'none' else [int(x) for x in m[2].split(',')],
+                                   **_pairs(m[3])}
         elif m := _SHARD.match(ln):
             section = 'shard'
             s.shards[int(m[1])] = _pairs(m[2])

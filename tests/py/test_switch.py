@@ -872,15 +872,19 @@ def test_telemetry_socket(tmp_path):
     check_telemetry(data, sc, man)
 
 
-def test_rings_telemetry_when_staged(tmp_path):
+@pytest.mark.parametrize('layout', ['shared_nothing', 'pipelined'])
+def test_rings_telemetry_when_staged(tmp_path, layout):
     """A random arbiter keeps the VOQs even on one lcore (it must vary the order): /prism/rings
-    lists a VOQ per (port, shard) and a TX ring per port, all empty once every RESULT is out, and
-    the arbiter reports its mode."""
+    lists a VOQ per (port, shard) (and, pipelined, a TX ring per port; shared nothing, each lcore
+    sends on its own TX queue), all empty once every RESULT is out, and the arbiter reports its
+    mode."""
     sc, man, data = run_with_telemetry(tmp_path, lambda prefix: su.telemetry_query(prefix, COMMANDS),
-                                       extra={'arbiter': '{mode: random, seed: 3}'})
+                                       extra={'arbiter': '{mode: random, seed: 3}', 'layout': layout})
     rings = data['/prism/rings']
-    assert set(rings) == {f'voq_p{p}_s{s}' for p in range(sc.ports) for s in range(sc.shards)} | {
-        f'tx_p{p}' for p in range(sc.ports)}, rings
+    want = {f'voq_p{p}_s{s}' for p in range(sc.ports) for s in range(sc.shards)}
+    if layout == 'pipelined':
+        want |= {f'tx_p{p}' for p in range(sc.ports)}
+    assert set(rings) == want, rings
     assert not any(rings.values()), rings
     assert all(data['/prism/arbiter'][f'shard{s}_mode'] == 'random' for s in range(sc.shards)), data['/prism/arbiter']
 
