@@ -7,8 +7,10 @@ other test helpers: plain UDP sockets, struct, numpy for the element formats.
     minimal_client.py --config switch.yaml --rank 3 --join --ops 3     # in a session
 
 It reads its own address (member `rank` of the job: ip, udp_port, and its
-port's ip, the switch's) from the switch's YAML, binds that address, sends one
-CONTRIB per chunk (a window of chunks in flight), collects one RESULT per
+port's ip, the switch's) and the switch's udp_port and shard count from the
+switch's YAML, binds that address, sends one CONTRIB per chunk (a window of
+chunks in flight) to the chunk's shard port (PROTOCOL.md, Steering: udp_port +
+(job + op + chunk) mod S; its JOIN to udp_port + job mod S), collects one RESULT per
 chunk, re-sends a chunk whose RESULT is late with the RETRANSMIT flag (timeout
 doubling up to a cap), ignores duplicate RESULTs, and stops with a clear error
 on a NACK (NO_FREE_SLOT is retried later, as PROTOCOL.md says). It prints one
@@ -24,6 +26,10 @@ is not complete within --join-timeout fails (exit 4), naming the ranks that
 had not joined (from the last JOINED's bitmap).
 
 --ops N runs N allreduces in a row, op k with the inputs of seed + k.
+
+--shards S sends as if the switch had S shards (--shards 1: everything to
+udp_port, as a client that ignores steering does); by default S is the
+config's.
 
 Its inputs come from make_input(seed, rank, elements, dtype), so a test can
 compute the expected sum without it.
@@ -96,12 +102,20 @@ def chunk_elements(dtype: str, out_dtype: str, mtu: int) -> int:
     return min(body // isz, body // (osz + 1))
 
 
+def shard_port(sw_port: int, shards: int, job: int, op: int, chunk: int) -> int:
+    """PROTOCOL.md, Steering: the packet goes to UDP port udp_port + shard, shard = (job + op + chunk)
+    mod S, the three added without wrapping (Python's integers do not wrap). A JOIN passes op = chunk = 0."""
+    return sw_port + (job + op + chunk) % shards
+
+
 def read_member(config: str, rank: int, job: int | None):
-    """(job id, group, my ip, my udp port, switch ip, switch udp port) from the switch YAML."""
+    """(job id, group, my ip, my udp port, switch ip, switch udp port, switch shards) from the switch YAML."""
     import yaml   # Debian's python3-yaml
     with open(config) as f:
         cfg = yaml.safe_load(f)
     sw_port = int((cfg.get('switch') or {}).get('udp_port', 20562))
+    # PROTOCOL.md, Steering: reducers.shards; by default one per listed lcore, 1 when none is listed.
+    shards = int((cfg.get('reducers') or {}).get('shards', max(1, len(cfg.get('lcores') or []))))
     jobs = cfg.get('jobs') or []
     if job is None:
         if len(jobs) != 1:
@@ -120,7 +134,7 @@ def read_member(config: str, rank: int, job: int | None):
     port = next((p for p in cfg.get('ports') or [] if int(p['id']) == int(m['port'])), None)
     if port is None:
         raise SystemExit(f'{config}: rank {rank}\'s port {m["port"]} is not under ports')
-    return int(j['id']), group, str(m['ip']), int(m.get('udp_port', 20562)), str(port['ip']), sw_port
+    return int(j['id']), group, str(m['ip']), int(m.get('udp_port', 20562)), str(port['ip']), sw_port, shards
 
 
 class Failure(Exception):
@@ -142,11 +156,11 @@ def new_nonce() -> int:
             return n
 
 
-def join(sock: socket.socket, *, job: int, rank: int, group: int, nonce: int, rto: float, rto_max: float,
-         deadline: float) -> tuple[int, dict]:
+def join(sock: socket.socket, *, to: tuple[str, int], job: int, rank: int, group: int, nonce: int, rto: float,
+         rto_max: float, deadline: float) -> tuple[int, dict]:
     """Joins the job's session: JOIN (op = nonce, chunk 0, sender = rank, group = R, terms, count,
-    descriptor, flags and status 0, no body) until a JOINED for this nonce and rank says COMPLETE.
-    Returns the session's first op number and what happened."""
+    descriptor, flags and status 0, no body), sent to `to` (the session's shard port), until a JOINED
+    for this nonce and rank says COMPLETE. Returns the session's first op number and what happened."""
     pkt = HDR.pack(MAGIC, VERSION, JOIN, job, nonce, 0, rank, group, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     info = {'nonce': nonce, 'join_sends': 0, 'joined_received': 0, 'joined_ranks': None}
     t0 = time.monotonic()
@@ -156,7 +170,7 @@ def join(sock: socket.socket, *, job: int, rank: int, group: int, nonce: int, rt
         now = time.monotonic()
         if now >= due:
             try:
-                sock.send(pkt)
+                sock.sendto(pkt, to)
             except (BlockingIOError, ConnectionRefusedError, OSError):
                 pass                   # as if lost: the timer sends it again
             info['join_sends'] += 1
@@ -207,9 +221,9 @@ def join(sock: socket.socket, *, job: int, rank: int, group: int, nonce: int, rt
                 return chunk, info
 
 
-def allreduce(sock: socket.socket, *, job: int, op: int, rank: int, group: int, data: np.ndarray,
-              dtype: str, out_dtype: str, policy: str, chunk: int, window: int, rto: float,
-              rto_max: float, deadline: float, log=None) -> tuple[bytes, dict]:
+def allreduce(sock: socket.socket, *, sw_ip: str, sw_port: int, shards: int, job: int, op: int, rank: int,
+              group: int, data: np.ndarray, dtype: str, out_dtype: str, policy: str, chunk: int, window: int,
+              rto: float, rto_max: float, deadline: float, log=None) -> tuple[bytes, dict]:
     n = len(data)
     chunks = (n + chunk - 1) // chunk
     dcode, ocode = FORMATS[dtype][0], FORMATS[out_dtype][0]
@@ -235,8 +249,8 @@ def allreduce(sock: socket.socket, *, job: int, op: int, rank: int, group: int, 
         return h + payload[first * isz:(first + count) * isz]
 
     def send(c: int, retransmit: bool, timeout: float):
-        try:
-            sock.send(contrib(c, retransmit))
+        try:   # to the chunk's shard port; a RETRANSMIT to the same one
+            sock.sendto(contrib(c, retransmit), (sw_ip, shard_port(sw_port, shards, job, op, c)))
         except (BlockingIOError, ConnectionRefusedError, OSError) as e:
             if log:
                 log(f'send chunk {c}: {e}')   # counts as lost: the timer re-sends it
@@ -346,6 +360,8 @@ def main(argv=None) -> int:
     p.add_argument('--timeout-ms', type=float, default=200, help='first retransmission timeout')
     p.add_argument('--max-timeout-ms', type=float, default=1600, help='cap of the doubling timeout')
     p.add_argument('--deadline', type=float, default=60, help='give up after this many seconds')
+    p.add_argument('--shards', type=int,
+                   help='steer as if the switch had this many shards (default: the config\'s; 1: all to udp_port)')
     a = p.parse_args(argv)
     if a.elements < 1:
         p.error('--elements must be at least 1')
@@ -359,15 +375,21 @@ def main(argv=None) -> int:
     chunk = a.chunk or most
     if not 1 <= chunk <= most:
         p.error(f'--chunk {chunk}: 1..{most} for {a.dtype} -> {a.out_dtype} at MTU {a.mtu}')
-    job, group, ip, port, sw_ip, sw_port = read_member(a.config, a.rank, a.job)
+    if a.shards is not None and a.shards < 1:
+        p.error('--shards must be at least 1')
+    job, group, ip, port, sw_ip, sw_port, shards = read_member(a.config, a.rank, a.job)
+    shards = a.shards or shards
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     sock.bind((ip, port))
-    sock.connect((sw_ip, sw_port))   # RESULTs and NACKs come from the switch's port address
+    # RESULTs, NACKs and JOINEDs come from the switch's udp_port, whatever port a packet went to: a socket
+    # connected there hears nothing else, and still names each packet's shard port (Linux allows it).
+    sock.connect((sw_ip, sw_port))
     sock.setblocking(False)
-    line = {'rank': a.rank, 'job': job, 'op': a.op or 0, 'ops': a.ops, 'group': group, 'dtype': a.dtype,
+    line = {'rank': a.rank, 'job': job, 'shards': shards, 'op': a.op or 0, 'ops': a.ops, 'group': group,
+            'dtype': a.dtype,
             'out_dtype': a.out_dtype, 'policy': a.policy, 'elements': a.elements, 'chunk': chunk,
             'chunks': -(-a.elements // chunk), 'first_op': None}
     t0 = time.monotonic()
@@ -376,14 +398,16 @@ def main(argv=None) -> int:
     digests = []
     try:
         if a.join:
-            first, info = join(sock, job=job, rank=a.rank, group=group, nonce=new_nonce(), rto=rto,
+            first, info = join(sock, to=(sw_ip, shard_port(sw_port, shards, job, 0, 0)), job=job, rank=a.rank,
+                               group=group, nonce=new_nonce(), rto=rto,
                                rto_max=max(rto, min(rto_max, 1.0)), deadline=a.join_timeout)
             line.update(info, first_op=first, op=first)
         for k in range(a.ops):
             op = (line['op'] + k) & 0xFFFFFFFF      # op numbers wrap after 2^32
             data = make_input(a.seed + k, a.rank, a.elements, a.dtype)
             try:
-                out, st = allreduce(sock, job=job, op=op, rank=a.rank, group=group, data=data, dtype=a.dtype,
+                out, st = allreduce(sock, sw_ip=sw_ip, sw_port=sw_port, shards=shards, job=job, op=op, rank=a.rank,
+                                    group=group, data=data, dtype=a.dtype,
                                     out_dtype=a.out_dtype, policy=a.policy, chunk=chunk, window=a.window,
                                     rto=rto, rto_max=rto_max, deadline=a.deadline,
                                     log=lambda m: print(m, file=sys.stderr))

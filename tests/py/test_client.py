@@ -13,7 +13,9 @@ bridge, and across a leaf and a root switch; the switch's summary must show
 every element-contribution reduced exactly once. Sessions too: the clients join
 the job's session (JOIN, JOINED, from PROTOCOL.md alone) and number their ops
 from its first op number, run after run against one switch; a rank that never
-joins is named. Needs root; skips without it.
+joins is named. Steering too: with S reducer shards every packet goes to its
+shard's port (checked on captures by steering_check.py), and a client that
+ignores it is served all the same. Needs root; skips without it.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import numpy as np
 import pytest
 
 import prism_ref as ref
+import steering_check as sc
 import switch_util as su
 from minimal_client import make_input
 from testbed import PY, Capture, make_testbed, read_pcap, left_behind, skip_unless_possible, running_testbed  # noqa: F401
@@ -360,6 +363,38 @@ def test_clients_join_a_session_and_a_rerun_starts_past_it(make_testbed):
     check_once(s, R, SESSION_N * (1 + 2 * ops), chunks, text=str(s.jobs))
     # every JOIN the clients sent reached the switch (no loss here), and no op was refused
     assert s.shard_total('session_packets') == sum(ln['join_sends'] for ln in first + again), s.shards
+
+
+@pytest.mark.parametrize('S,ignore', [(1, False), (2, False), (3, False), (3, True)],
+                         ids=['S1', 'S2', 'S3', 'S3-ignored'])
+def test_clients_steer_each_packet_to_its_shards_port(make_testbed, tmp_path, S, ignore):
+    """PROTOCOL.md, Steering, followed by the client written from it: with the switch's
+    reducers.shards S, every CONTRIB (and RETRANSMIT) and JOIN the clients send, captured on their
+    links, goes to udp_port + (job + op + chunk) mod S (a JOIN: job mod S), computed here from each
+    captured header; every reply comes from udp_port. A client that ignores steering (--shards 1,
+    everything to udp_port) is served all the same. Exact results either way."""
+    tb = make_testbed(ranks=3, settings={'reducers': f'{{shards: {S}}}'})
+    R, ops = 3, 2
+    caps = [Capture('prism0', tmp_path / f'r{r.rank}.pcap', ns=r.ns) for r in tb.ranks]
+    try:
+        lines = joined_lines(tb.run([PY, CLIENT, '--config', '{config}', '--rank', '{rank}', '--elements',
+                                     str(SESSION_N), '--join', '--ops', str(ops), '--seed', '300', '--deadline', '30',
+                                     *(['--shards', '1'] if ignore else [])], timeout=60), ops)
+    finally:
+        for c in caps:
+            c.stop()
+    check_session_run(lines, R, ops, 300, first_op=0)
+    assert {ln['shards'] for ln in lines} == {1 if ignore else S}, lines
+    s = stop(tb)['switch']
+    check_once(s, R, SESSION_N * ops, lines[0]['chunks'] * ops, text=str(s.jobs))
+    frames = [f for c in caps for f in read_pcap(c.out)]
+    st = sc.check_steering(frames, {r.switch_ip for r in tb.ranks}, su.UDP_PORT, 1 if ignore else S)
+    assert not st.wrong, '\n'.join(st.wrong[:20])
+    assert len(st.keys) == ops * lines[0]['chunks'] and st.sent[sc.JOIN] >= R, (st.keys, st.sent)
+    assert st.shards_used == set(range(1 if ignore else S)), st.shards_used
+    assert st.replies[sc.RESULT] >= R * len(st.keys) and st.replies[sc.JOINED] >= R, st.replies
+    if ignore and S > 1:   # by the rule most packets belonged on other ports
+        assert sc.check_steering(frames, {r.switch_ip for r in tb.ranks}, su.UDP_PORT, S).wrong
 
 
 def test_a_rank_that_never_joins_is_named(make_testbed):

@@ -787,3 +787,24 @@ def test_worked_example_is_true(tmp_path):
     assert (r['kind'], r['sender'], r['terms'], r['encoding'], r['flags'], r['status']) == (3, 1, 2, 2, 6, 1)
     assert (r['src_ip'], r['dst_ip']) == ('10.0.0.254', '10.0.0.1')
     assert r['payload'] == body[:16].hex() and r['sideband'] == '00000001'
+
+
+# ------------------------------------------------ steering
+def test_steering_example_is_true():
+    """PROTOCOL.md, Steering: the worked example's ports, recomputed from the rule as the text states it
+    (shard = (job + op + chunk) mod S without wrapping; a JOIN's = job mod S; port = udp_port + shard)."""
+    text = DOC.read_text()
+    sec = text[text.index('## Steering'):text.index('## Reaching the switch')]
+    m = re.search(r'`udp_port` (\d+) and (\d+) shards; job (\d+), op (\d+)', sec)
+    base, S, job, op = map(int, m.groups())
+    rows = re.findall(r'^\| (CONTRIB chunk (\d+)[^|]*|chunk (\d+) again, RETRANSMIT|JOIN[^|]*) \| [^|]+ \| (\d+) \| '
+                      r'(\d+) \|$', sec, re.M)
+    assert len(rows) == 6, rows
+    for what, c1, c2, shard, port in rows:
+        want = job % S if what.startswith('JOIN') else (job + op + int(c1 or c2)) % S
+        assert (int(shard), int(port)) == (want, base + want), what
+    m = re.search(r'with (\d+) shards, job (\d+) \(2³² − 1\), op (\d+), chunk (\d+)\s+sums to (\d+), and \d+ mod \d+ '
+                  r'= (\d+): port (\d+)', sec)
+    S, job, op, chunk, total, shard, port = map(int, m.groups())
+    assert job == 2 ** 32 - 1 and total == job + op + chunk and shard == total % S and port == base + shard
+    assert (total % 2 ** 32) % S != shard, 'the example must show what wrapping would get wrong'

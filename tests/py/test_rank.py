@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 import prism_ref as ref
+import steering_check as sc
 import switch_util as su
-from testbed import make_testbed, running_testbed, skip_unless_possible  # noqa: F401
+from testbed import Capture, make_testbed, read_pcap, running_testbed, skip_unless_possible  # noqa: F401
 
 RANK = su.BUILD / 'app' / 'prism-rank'
 REPO = Path(__file__).resolve().parents[2]
@@ -175,6 +176,38 @@ def test_exact_under_loss_duplication_and_reordering(make_testbed, impair):
         assert retransmits > 0, 'loss, yet no rank retransmitted'
     if impair.get('dup'):
         assert s.shard_dropped['duplicate'] > 0, 'duplication, yet the switch dropped no duplicate'
+
+
+@pytest.mark.parametrize('S,impair', [(1, {}), (2, {}), (3, {'loss': 5})], ids=['S1', 'S2', 'S3-loss5'])
+def test_every_packet_goes_to_its_shards_port(make_testbed, tmp_path, S, impair):
+    """The switch with reducers.shards S (from its YAML, which prism-rank reads): every CONTRIB
+    (retransmissions too) and JOIN that libprism sends, captured on each rank's link, goes to UDP port
+    udp_port + (job + op + chunk) mod S (a JOIN: job mod S) -- computed here from each captured
+    header -- and every reply comes from udp_port; the results stay exact."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=3, settings={'reducers': f'{{shards: {S}}}'}, **impair)
+    caps = [Capture('prism0', tmp_path / f'r{r.rank}.pcap', ns=r.ns) for r in tb.ranks]   # each rank's link
+    elements = chunks = 0
+    try:
+        for i, (n, dt, pol, out) in enumerate([(64 * 288 + 7, 'fp32', 'kulisch', 'fp32'),
+                                               (20000, 'bf16', 'kulisch', 'fp32')]):
+            lines = allreduce_case(tb, n, dt, pol, out, 40 + i)
+            elements += n
+            chunks += lines[0]['chunks']
+    finally:
+        for c in caps:
+            c.stop()
+    s = stop(tb)['switch']
+    check_once(s, 3, elements, chunks, str(s))
+    st = sc.check_steering([f for c in caps for f in read_pcap(c.out)], {r.switch_ip for r in tb.ranks},
+                           su.UDP_PORT, S)
+    assert not st.wrong, '\n'.join(st.wrong[:20])
+    assert len(st.keys) == chunks and st.sent[sc.CONTRIB] >= 3 * chunks, (len(st.keys), chunks, st.sent)
+    assert st.sent[sc.JOIN] >= 3 * 2, st.sent            # each rank joined each run's session
+    assert st.shards_used == set(range(S)), st.shards_used
+    assert st.replies[sc.RESULT] >= 3 * chunks and st.replies[sc.JOINED] >= 3 * 2, st.replies
+    if impair:
+        assert st.retransmits > 0, 'loss, yet no retransmission was captured'
 
 
 def test_ranks_on_one_bridge(make_testbed):
