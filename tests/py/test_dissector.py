@@ -1027,3 +1027,74 @@ def test_port_preference_and_heuristic(tmp_path):
     assert 'prism.job' not in tshark(pcap2, '-o', f'{PROTO}.udp_port:30000')[0]
     assert num(tshark(pcap2)[0], 'prism.job') == 7
     assert dump(pcap, port=30000)[0]['refusal'] == 'ok'
+
+
+# --------------------------------------------------------------------------
+# Steering (PROTOCOL.md): a switch takes udp_port .. udp_port + S - 1
+
+STEER_FIELDS = ['frame.number', 'udp.dstport', 'prism.job', 'prism.op', 'prism.chunk', 'prism.kind',
+                'prism.shard_port', 'prism.shard', 'prism.wrong_shard_port', '_ws.expert.message', '_ws.lua.error']
+
+
+def test_shard_ports(tmp_path):
+    """By default every port of udp_port .. udp_port + 63 (the most shards a switch has) is PRISM's,
+    and a packet towards the switch shows which shard's port it went to; with prism_wire.shards = S
+    only udp_port .. udp_port + S - 1 are, and the port is checked against the rule, computed here:
+    (job + op + chunk) mod S without wrapping, a JOIN's job mod S."""
+    body = header(1, count=1) + struct.pack('<f', 1.0)         # CONTRIB job 7 op 42 chunk 0: 49
+    frames = [frame(body, sport=5001, dport=PORT + k) for k in range(66)]   # from a rank at port 5001
+    frames.append(frame(header(5, op=0x1234, chunk=0, terms=0, dtype=0, out_dtype=0, policy=0, encoding=0,
+                               transport=0, exceptions=0), sport=5001, dport=PORT + 3))   # JOIN job 7
+    frames.append(frame(header(1, job=0xFFFFFFFF, op=1, chunk=0, count=1) + struct.pack('<f', 1.0),
+                        sport=5001, dport=PORT + 1))   # 2^32 mod 3 = 1: right without wrapping, wrong with
+    pcap = write_pcap(tmp_path / 'shards.pcap', frames)
+    f = tshark(pcap, fields=STEER_FIELDS)
+    for k in range(66):
+        if k < 64:
+            assert num(f[k], 'prism.job') == 7 and num(f[k], 'prism.shard_port') == k, f[k]
+            assert 'prism.shard' not in f[k] and 'prism.wrong_shard_port' not in f[k], f[k]
+        else:
+            assert 'prism.job' not in f[k], f'port {PORT + k} is past the 64 shard ports: {f[k]}'
+    for S in (1, 3, 4):
+        f = tshark(pcap, '-o', f'{PROTO}.shards:{S}', fields=STEER_FIELDS)
+        for k in range(66):
+            if k >= S:
+                assert 'prism.job' not in f[k], f'port {PORT + k} with {S} shards: {f[k]}'
+                continue
+            want = (7 + 42 + 0) % S
+            assert num(f[k], 'prism.shard_port') == k and num(f[k], 'prism.shard') == want, f[k]
+            assert ('prism.wrong_shard_port' in f[k]) == (k != want), (S, k, f[k])
+        join, big = f[66], f[67]
+        if S == 4:      # JOIN: 7 mod 4 = 3, sent to port + 3
+            assert num(join, 'prism.shard') == 3 and 'prism.wrong_shard_port' not in join, join
+        if S == 3:      # (2^32 - 1 + 1 + 0) mod 3 = 1, sent to port + 1
+            assert num(big, 'prism.shard') == 1 and 'prism.wrong_shard_port' not in big, big
+    # Another udp_port moves the whole range.
+    f = tshark(write_pcap(tmp_path / 'moved.pcap', [frame(body, sport=5001, dport=30002),
+                                                    frame(body, sport=5001, dport=30003)]),
+               '-o', f'{PROTO}.udp_port:30000', '-o', f'{PROTO}.shards:3', fields=STEER_FIELDS)
+    assert num(f[0], 'prism.shard_port') == 2 and num(f[0], 'prism.shard') == (7 + 42) % 3 and 'prism.job' not in f[1]
+
+
+def test_a_steered_capture_decodes_as_prisms_parser_does(tmp_path):
+    """prism-gen writes each frame to its shard's port (a switch of 3 shards): tshark decodes every
+    one, as `prism-gen dump --shards 3` does, and finds none on the wrong port."""
+    require_gen()
+    cfg = tmp_path / 'three.yaml'
+    text = CONFIG.read_text().replace('shards: 1 ', 'shards: 3 ')
+    assert 'shards: 3 ' in text, 'configs/reference.yaml no longer says reducers: {shards: 1}'
+    cfg.write_text(text)
+    pcap = tmp_path / 'steered.pcap'
+    r = subprocess.run([str(GEN), 'write', '--config', str(cfg), '--job', '7', '--dtype', 'fp32', '--policy',
+                        'kulisch', '--elements', '3000', '--ops', '2', '--merged', str(pcap)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    f = tshark(pcap, '-o', f'{PROTO}.shards:3', fields=STEER_FIELDS)
+    r = subprocess.run([str(GEN), 'dump', str(pcap), '--shards', '3'], capture_output=True, text=True, timeout=60)
+    dumped = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(f) == len(dumped) > 0 and {d['refusal'] for d in dumped} == {'ok'}
+    assert {num(x, 'udp.dstport') for x in f} == {PORT, PORT + 1, PORT + 2}
+    for x, d in zip(f, dumped):
+        assert (num(x, 'prism.job'), num(x, 'prism.op'), num(x, 'prism.chunk')) == (d['job'], d['op'], d['chunk'])
+        assert num(x, 'prism.shard_port') == num(x, 'prism.shard') == num(x, 'udp.dstport') - PORT
+        assert 'prism.wrong_shard_port' not in x, x

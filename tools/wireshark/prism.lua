@@ -14,13 +14,17 @@
 -- prism.kind, prism.lane.n ... (none collides with the 802.11 header's
 -- prism.msgcode/prism.did.* fields).
 --
--- Registered on UDP port 20562 (preference "prism_wire.udp_port"; 0 disables
--- it), available under Decode As, and optionally as a heuristic on any UDP
--- port (preference "prism_wire.heuristic").
+-- Registered on UDP ports 20562 .. 20562 + 63 (preference "prism_wire.udp_port",
+-- the switch's udp_port, 0 disables it; a switch takes one port per reducer
+-- shard above it: docs/PROTOCOL.md, Steering. Preference "prism_wire.shards",
+-- the switch's reducers.shards, narrows the range to its shards and checks
+-- each packet's port against the steering rule), available under Decode As,
+-- and optionally as a heuristic on any UDP port (preference "prism_wire.heuristic").
 
 local prism = Proto("prism_wire", "PRISM in-network reduction protocol")
 
 local DEFAULT_PORT = 20562
+local MAX_SHARDS = 64  -- reducers.shards is 1..64: a switch's ports are udp_port .. udp_port + 63 at most
 local HEADER_LEN = 32
 local FRAGMENT_HEADER_LEN = 4
 local LANE_HEADER_LEN = 3
@@ -146,6 +150,11 @@ f.missing = ProtoField.bytes("prism.missing", "Members that had not contributed 
 f.missing_rank = ProtoField.uint16("prism.missing.rank", "Missing rank", base.DEC)
 f.missing_children = ProtoField.uint16("prism.missing.children",
   "Contributions missing from child switches (group - terms - missing ranks)", base.DEC)
+-- Steering (PROTOCOL.md): a packet to a switch goes to udp_port + shard, shard = (job + op + chunk) mod S
+-- (a JOIN's: job mod S). Generated from the UDP destination port and, when the shards preference gives S,
+-- from the rule.
+f.shard_port = ProtoField.uint8("prism.shard_port", "Sent to the port of shard (UDP port - udp_port)", base.DEC)
+f.shard = ProtoField.uint8("prism.shard", "Shard by the steering rule", base.DEC)
 
 f.body = ProtoField.bytes("prism.body", "Body")
 f.elements = ProtoField.bytes("prism.elements", "Elements")
@@ -231,6 +240,9 @@ ef.bad_descriptor = ProtoExpert.new("prism.bad_descriptor",
 -- rank outside the group with NACK MALFORMED; a JOINED's fields must agree with each other).
 ef.bad_session = ProtoExpert.new("prism.bad_session", "Session fields disagree with PROTOCOL.md's rules",
   expert.group.PROTOCOL, expert.severity.WARN)
+ef.wrong_shard_port = ProtoExpert.new("prism.wrong_shard_port",
+  "Sent to another shard's UDP port: the switch takes it, but passes it between its lcores in software",
+  expert.group.PROTOCOL, expert.severity.WARN)
 ef.session_complete = ProtoExpert.new("prism.session_complete",
   "Session complete: every rank joined; ops are numbered from the first op",
   expert.group.SEQUENCE, expert.severity.NOTE)
@@ -238,31 +250,46 @@ ef.session_complete = ProtoExpert.new("prism.session_complete",
 prism.experts = {
   ef.short_header, ef.bad_magic, ef.bad_version, ef.bad_code, ef.bad_encoding, ef.bad_flags, ef.bad_status,
   ef.bad_group, ef.bad_terms, ef.bad_count, ef.bad_length, ef.bad_fragment, ef.bad_lane, ef.retransmit,
-  ef.nack, ef.result_status, ef.bad_descriptor, ef.bad_session, ef.session_complete,
+  ef.nack, ef.result_status, ef.bad_descriptor, ef.bad_session, ef.session_complete, ef.wrong_shard_port,
 }
 
 ---------------------------------------------------------------------------
 -- Preferences
 
 prism.prefs.udp_port = Pref.uint("UDP port", DEFAULT_PORT,
-  "UDP port PRISM runs on (the switch's switch.udp_port); 0 disables it")
+  "UDP port PRISM runs on (the switch's switch.udp_port), the first of its shard ports; 0 disables it")
+prism.prefs.shards = Pref.uint("Shards", 0,
+  "The switch's reducers.shards (1-64): its ports are udp_port .. udp_port + shards - 1, and each packet's " ..
+  "port is checked against the steering rule; 0 (default): any of udp_port .. udp_port + 63, unchecked")
 prism.prefs.elements = Pref.bool("Decode each element", true,
   "Add one tree item per element, lane record and sideband byte (turn off for speed)")
 prism.prefs.heuristic = Pref.bool("Try heuristic on any UDP port", false,
   "Also dissect UDP payloads on other ports that start with magic 0x5052, version 1 and a known kind (1-6)")
 
 local udp_table = DissectorTable.get("udp.port")
-local registered_port = 0
+local registered_port, registered_count = 0, 0
 
-local function register_port(port)
-  if port == registered_port then return end
-  if registered_port ~= 0 then udp_table:remove(registered_port, prism) end
-  registered_port = port
-  if port ~= 0 then udp_table:add(port, prism) end
+-- How many ports from udp_port are PRISM's: the shards preference, or all 64 a switch may have.
+local function port_count()
+  local s = prism.prefs.shards
+  if s >= 1 and s <= MAX_SHARDS then return s end
+  return MAX_SHARDS
+end
+
+local function register_ports(port, n)
+  if port == registered_port and n == registered_count then return end
+  for p = registered_port, registered_port + registered_count - 1 do
+    if p ~= 0 then udp_table:remove(p, prism) end
+  end
+  registered_port, registered_count = port, 0
+  if port == 0 then return end
+  n = math.min(n, 65536 - port)
+  for p = port, port + n - 1 do udp_table:add(p, prism) end
+  registered_count = n
 end
 
 function prism.prefs_changed()
-  register_port(prism.prefs.udp_port)
+  register_ports(prism.prefs.udp_port, port_count())
 end
 
 ---------------------------------------------------------------------------
@@ -828,6 +855,27 @@ local function dissect(tvb, pinfo, tree)
     stt:add_proto_expert_info(ef.bad_status, string.format("Status must be 0 on a %s", code_name(KIND, kind)))
   end
 
+  -- Steering: which shard's port a packet to a switch went to, and, with the shards preference, the rule's.
+  if kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_JOIN then
+    local at = pinfo.dst_port - prism.prefs.udp_port
+    if prism.prefs.udp_port ~= 0 and at >= 0 and at < port_count() then
+      local pi = root:add(f.shard_port, at)
+      pi:set_generated()
+      local S = prism.prefs.shards
+      if S >= 1 and S <= MAX_SHARDS then
+        -- Lua numbers hold integers exactly below 2^53; job + op + chunk stays below 2^34: no wrapping.
+        local want = (kind == KIND_JOIN and job or job + op + chunk) % S
+        local si = root:add(f.shard, want)
+        si:set_generated()
+        if want ~= at then
+          si:add_proto_expert_info(ef.wrong_shard_port, string.format(
+            "Sent to shard %d's port %d; the rule gives shard %d (port %d) with %d shards: the switch passes it on " ..
+            "in software", at, pinfo.dst_port, want, prism.prefs.udp_port + want, S))
+        end
+      end
+    end
+  end
+
   -- Info column
   local info
   if session then
@@ -914,6 +962,6 @@ local function heuristic(tvb, pinfo, tree)
   return true
 end
 
-register_port(DEFAULT_PORT)
+register_ports(DEFAULT_PORT, MAX_SHARDS)
 udp_table:add_for_decode_as(prism)
 prism:register_heuristic("udp", heuristic)
