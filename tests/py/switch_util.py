@@ -194,8 +194,10 @@ def run(args, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, **kw)
 
 
-def dump(pcap: Path) -> list[dict]:
-    r = run([GEN, 'dump', pcap])
+def dump(pcap: Path, shards: int = 64) -> list[dict]:
+    """Every frame of a capture, parsed by prism-gen dump: frames to any of the switch's shard ports
+    (20562 .. +shards-1) are PRISM's."""
+    r = run([GEN, 'dump', pcap, '--shards', str(shards)])
     assert r.returncode == 0, f'prism-gen dump {pcap}: {r.stderr}'
     return [json.loads(ln) for ln in r.stdout.splitlines() if ln.strip()]
 
