@@ -7,7 +7,9 @@ the ranks as files; every rank writes its result, and the result is compared
 with the independent Python reference model (prism_ref.py): bit for bit under
 KULISCH_FIXED, FP32_BINOMIAL and for integers, within the recursive-summation
 bound under FP32_ARRIVAL. The switch's summary must show every
-element-contribution reduced exactly once. Needs root; skips without it.
+element-contribution reduced exactly once. With S reducer shards, captures of
+the ranks' links show every packet at its shard's port (steering_check.py).
+Needs root; skips without it.
 """
 from __future__ import annotations
 
