@@ -64,7 +64,10 @@ std::vector<const TxCounters*> tx_of(const Runtime& rt, uint16_t port) {
 }
 std::string shard_list(const Runtime::LcoreView& l) {
   std::string s;
-  for (const ReduceStage* r : l.shards) s += (s.empty() ? "" : ",") + std::to_string(r->shard());
+  for (const ReduceStage* r : l.shards) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r->shard());
+  }
   return s.empty() ? "none" : s;
 }
 

@@ -336,11 +336,14 @@ void read_children(const Reader& rd, const YAML::Node& cs, const std::string& ke
 // against the switch's role and ports.
 JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key, const SwitchConfig& c,
                    std::set<uint32_t>& job_ids) {
-  rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "members", "children"});
+  rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "udp_checksum", "members", "children"});
   JobConfig jc;
   jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
   if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
   jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
+  if (const YAML::Node u = j["udp_checksum"])
+    jc.udp_checksum_optional =
+        rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
   if (const YAML::Node fs = j["formats"]) {
     if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
     for (size_t k = 0; k < fs.size(); ++k) {

@@ -32,6 +32,17 @@ struct PortConfig {
   uint32_t ip = 0;
 };
 
+// Whether a job's contributions must carry a UDP checksum.
+enum class UdpChecksum : uint8_t { REQUIRED, OPTIONAL };
+inline constexpr size_t kUdpChecksumCount = 2;
+inline constexpr Entry<UdpChecksum> kUdpChecksums[] = {
+    {UdpChecksum::REQUIRED, "required", "a UDP checksum of 0 (none) is refused (NACK MALFORMED)"},
+    {UdpChecksum::OPTIONAL, "optional",
+     "a UDP checksum of 0 is accepted, and the switch sums nothing of such a packet: the link's CRC is its only check"},
+};
+static_assert(std::size(kUdpChecksums) == kUdpChecksumCount, "every UdpChecksum has a row in kUdpChecksums");
+constexpr std::span<const Entry<UdpChecksum>> entries(UdpChecksum) { return kUdpChecksums; }
+
 // A rank of a job attached to this switch.
 struct MemberConfig {
   uint16_t rank = 0;  // 0..group-1: the sender id in its CONTRIBs, the index in FP32_BINOMIAL's order
@@ -53,6 +64,9 @@ struct JobConfig {
   std::vector<Format> formats;   // input formats allowed (default: all)
   std::vector<Policy> policies;  // policies allowed (default: all)
   uint32_t slot_quota = 0;       // max ops in flight for this job (0: no quota)
+  // Contributions may come without a UDP checksum (0, as RFC 768 allows and RoCEv2 does): the switch
+  // then sums nothing of them. The default requires one (verified unless the device verified it).
+  bool udp_checksum_optional = false;
   std::vector<MemberConfig> members;
   std::vector<ChildConfig> children;
   const MemberConfig* member(uint16_t rank) const;

@@ -121,6 +121,7 @@ struct Parsed {
   uint16_t first_lane = 0;            // encoding 3: first lane of this fragment
   uint16_t chunk_lanes = 0;           // encoding 3: lanes in the whole chunk; else count
   bool partial_checksum = false;      // kernel_link: the UDP checksum was left to an offload (not verified)
+  bool no_checksum = false;           // the UDP checksum field was 0: the sender gave none (RFC 768)
 };
 
 // Parses one frame into *out (partly filled when refused: the source endpoint

@@ -33,6 +33,7 @@ enum class Drop : uint8_t {
   ABANDONED,
   BAD_PARTIAL,
   STALE_RESULT,
+  NO_CHECKSUM,
   kCount
 };
 
@@ -54,6 +55,8 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::ABANDONED, "abandoned", "a contribution or retransmission for an op chunk abandoned after op_timeout_ms"},
     {Drop::BAD_PARTIAL, "bad_partial", "a partial that cannot be merged exactly"},
     {Drop::STALE_RESULT, "stale_result", "a parent's RESULT for no op waiting for it"},
+    {Drop::NO_CHECKSUM, "no_checksum",
+     "sent without a UDP checksum (0) to a job that requires one (its udp_checksum: optional accepts it)"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -65,6 +68,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
   using R = wire::NackReason;
   switch (d) {
     case Drop::MALFORMED:
+    case Drop::NO_CHECKSUM:
     case Drop::BAD_PARTIAL: return R::MALFORMED;
     case Drop::UNKNOWN_JOB: return R::UNKNOWN_JOB;
     case Drop::NOT_A_MEMBER: return R::NOT_A_MEMBER;

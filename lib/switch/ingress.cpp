@@ -92,6 +92,8 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   if (m->addr.ip != p.src.ip || m->addr.port != p.src.port || !wire::same_mac(m->addr.mac, p.src.mac) ||
       m->port != in_port)
     return refuse(dir.claims_registered_address(p.src) ? Drop::SPOOFED : Drop::UNKNOWN_SOURCE, false);
+  // No UDP checksum (0): only for a job that accepts it; the link's own CRC is then all the integrity there is.
+  if (p.no_checksum && !v.job->cfg->udp_checksum_optional) return refuse(Drop::NO_CHECKSUM);
   v.member = m;
   return v;
 }

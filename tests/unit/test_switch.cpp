@@ -411,6 +411,43 @@ TEST(Ingress, NacksGoOnlyToTheRegisteredAddress) {
   EXPECT_EQ(sw.drops(Drop::UNKNOWN_SOURCE), 2u);  // the same two on the wrong port
 }
 
+// A contribution without a UDP checksum (0) is refused, with a NACK, unless its
+// job says udp_checksum: optional; one with a checksum is admitted either way.
+TEST(Ingress, NoUdpChecksumOnlyWhereTheJobAcceptsIt) {
+  for (const bool optional : {false, true}) {
+    std::string yaml = kRoot;
+    if (optional) yaml.replace(yaml.find("  - id: 7\n"), 10, "  - id: 7\n    udp_checksum: optional\n");
+    Switch sw(yaml);
+    ASSERT_EQ(sw.cfg.jobs[0].udp_checksum_optional, optional);
+    auto bare = contrib(sw.cfg, 1, 5, {1.5f, -2.0f});
+    bare[14 + 20 + 6] = bare[14 + 20 + 7] = 0;  // RFC 768: no checksum
+    wire::Parsed p;
+    ASSERT_EQ(wire::parse(bare, sw.cfg.udp_port, &p), wire::Refusal::OK);
+    EXPECT_TRUE(p.no_checksum);
+    const Verdict v = ingress(sw.dir, wire::Refusal::OK, p, 0);
+    EXPECT_EQ(v.admitted(), optional);
+    if (!optional) {
+      EXPECT_EQ(v.drop, Drop::NO_CHECKSUM);
+      sw.feed(bare, 0);
+      ASSERT_EQ(sw.cap.outs.size(), 1u);
+      EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+      EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::MALFORMED));
+      EXPECT_EQ(sw.cap.outs[0].dst.ip, member_ep(sw.cfg, 1).ip);
+    }
+    const auto summed = contrib(sw.cfg, 1, 6, {1.5f, -2.0f});
+    ASSERT_EQ(wire::parse(summed, sw.cfg.udp_port, &p), wire::Refusal::OK);
+    EXPECT_FALSE(p.no_checksum);
+    EXPECT_TRUE(ingress(sw.dir, wire::Refusal::OK, p, 0).admitted());
+  }
+  try {
+    parse_config(
+        std::string(kRoot).replace(std::string(kRoot).find("  - id: 7\n"), 10, "  - id: 7\n    udp_checksum: maybe\n"));
+    ADD_FAILURE() << "udp_checksum: maybe was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("required, optional"), std::string::npos) << e.what();
+  }
+}
+
 // Every drop reason maps to at most one NACK, and the ones a sender cannot
 // act on (or that would reflect traffic) to none: PROTOCOL.md's table.
 TEST(Ingress, DropToNackMappingIsProtocols) {
@@ -426,6 +463,7 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::NO_FREE_SLOT, R::NO_FREE_SLOT},
       {Drop::RESULT_EXPIRED, R::RESULT_EXPIRED},
       {Drop::ABANDONED, R::OP_ABANDONED},
+      {Drop::NO_CHECKSUM, R::MALFORMED},
   };
   for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
     const Drop d = Drop(i);
