@@ -96,6 +96,8 @@ const char* kPipelineUsage =
     "                   reducer; the default), chain (a header mbuf each, chained to one shared\n"
     "                   payload; the bench's ports only free what they are sent, so they take\n"
     "                   chains)\n"
+    "  --no-udp-checksum  contributions carry UDP checksum 0 and the job accepts that (udp_checksum:\n"
+    "                   optional): the switch sums nothing of them (compare with and without)\n"
     "  --staged         keep the rings between stages with lcores=1 (by default one lcore runs each\n"
     "                   packet to completion, RX -> reducer -> TX, as prism-switch does)\n"
     "  --time S         measured seconds per run (default 1.0); --warmup S before it (default 0.3)\n"
@@ -184,6 +186,7 @@ struct Args {
   double time_s = 1.0, warmup_s = 0.3;
   std::string testpmd, json, plot, work_dir, eal;
   bool use_testpmd = true, quick = false, inject_fault = false, sampled_checks = false, staged = false;
+  bool no_udp_checksum = false;         // contributions sent with UDP checksum 0, to a job with udp_checksum: optional
   std::string fanout = "copy";          // --fanout: copy or chain
   std::vector<bool> layouts = {false};  // --layouts: Shape::pipelined values
   uint32_t max_lcores = 1;
@@ -211,11 +214,11 @@ uint32_t to_uint(const std::string& key, const std::string& s, uint32_t lo, uint
 }
 
 Args parse_args(int argc, char** argv) {
-  const cli::Args a(
-      argc, argv, 0,
-      {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup", "--repeat",
-       "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout", "--layouts"},
-      {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--staged", "--help", "-h"});
+  const cli::Args a(argc, argv, 0,
+                    {"--policies", "--dtypes", "--payloads", "--ranks", "--lcores", "--ports", "--time", "--warmup",
+                     "--repeat", "--testpmd", "--json", "--plot", "--work-dir", "--eal", "--fanout", "--layouts"},
+                    {"--no-testpmd", "--no-forward", "--sampled-checks", "--quick", "--inject-fault", "--staged",
+                     "--no-udp-checksum", "--help", "-h"});
   if (a.has("--help") || a.has("-h")) {
     std::fputs(pipeline_usage().c_str(), stdout);
     std::exit(0);
@@ -238,6 +241,7 @@ Args parse_args(int argc, char** argv) {
   r.fanout = a.str("--fanout", "copy");
   if (!from_name<Fanout>(r.fanout)) fail("--fanout '" + r.fanout + "': use " + choices<Fanout>(" or "));
   r.staged = a.has("--staged");
+  r.no_udp_checksum = a.has("--no-udp-checksum");
   const bool pair_forward = !a.has("--no-forward");
   r.sampled_checks = a.has("--sampled-checks");
   r.testpmd = a.str("--testpmd", "dpdk-testpmd");
@@ -342,7 +346,7 @@ wire::Mac rank_mac(uint32_t r) { return {0x02, 0, 0, 0x01, uint8_t((r + 1) >> 8)
 // The switch's configuration for one run, as a value: port p's queue q replays
 // `pcap[p * queues + q]`. Shared nothing: a shard per lcore; pipelined: per reducer lcore.
 SwitchConfig bench_config(const Shape& s, uint32_t ports, const std::vector<std::string>& pcap, uint32_t run,
-                          Fanout fanout) {
+                          Fanout fanout, bool no_udp_checksum) {
   SwitchConfig c;
   c.path = "prism-bench";
   c.id = 1;
@@ -360,6 +364,7 @@ SwitchConfig bench_config(const Shape& s, uint32_t ports, const std::vector<std:
   JobConfig j;
   j.id = kJob;
   j.group = uint16_t(s.ranks);
+  j.udp_checksum_optional = no_udp_checksum;
   for (uint32_t r = 0; r < s.ranks; ++r) {
     MemberConfig m;
     m.rank = uint16_t(r);
@@ -406,7 +411,8 @@ double arrival_tol(Format out, uint32_t ranks, double abs_sum, double sum) {
   return t;
 }
 
-Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::string& dir, uint32_t id) {
+Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::string& dir, uint32_t id,
+                        bool no_udp_checksum) {
   Workload w;
   w.s = s;
   w.mode = mode;
@@ -420,7 +426,7 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
     for (uint32_t q = 0; q < queues; ++q)
       w.pcap.push_back(dir + "/w" + std::to_string(id) + ".port" + std::to_string(p) + ".q" + std::to_string(q) +
                        ".pcap");
-  const SwitchConfig cfg = bench_config(s, ports, w.pcap, 0, Fanout::COPY);
+  const SwitchConfig cfg = bench_config(s, ports, w.pcap, 0, Fanout::COPY, no_udp_checksum);
   const sw::Directory dir_(cfg);
   std::vector<std::unique_ptr<PcapWriter>> pw;
   for (const std::string& f : w.pcap) pw.push_back(std::make_unique<PcapWriter>(f));
@@ -479,6 +485,7 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
       to.port = wire::shard_port(cfg.udp_port, shard);
       const size_t n = wire::build(frame.data(), frame.size(), cfg.jobs[0].members[r].addr, to, h, body);
       if (!n) throw std::logic_error("internal: a contribution did not fit its frame");
+      if (no_udp_checksum) frame[wire::frame::udp_checksum] = frame[wire::frame::udp_checksum + 1] = 0;
       const uint32_t at = port * queues + shard % queues;
       pw[at]->write({frame.data(), n}, usec++);
       ++w.per_round[at];
@@ -693,7 +700,7 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   res.c = c;
   res.frame_bytes = w.frame_bytes;
   res.elements = w.elements;
-  const SwitchConfig cfg = bench_config(c.s, w.ports, w.pcap, run, *from_name<Fanout>(a.fanout));
+  const SwitchConfig cfg = bench_config(c.s, w.ports, w.pcap, run, *from_name<Fanout>(a.fanout), a.no_udp_checksum);
   pipe::RunOptions opt;
   opt.assume_chains = a.fanout == "chain";
   opt.staged = a.staged;
@@ -1057,7 +1064,8 @@ class Workloads {
     const Shape key = c.s;  // the captures depend on the queues and the shards (the lcores, the layout)
     auto it = loads_.find({key, hm});
     if (it == loads_.end())
-      it = loads_.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a_.ports, dir_, next_++)).first;
+      it = loads_.emplace(std::make_pair(key, hm), build_workload(c.s, hm, a_.ports, dir_, next_++, a_.no_udp_checksum))
+               .first;
     return it->second;
   }
 
@@ -1361,7 +1369,8 @@ void write_json(const std::vector<Row>& rows, const Args& a) {
       << "\", \"payload_bytes\": " << r.c.s.payload << ", \"elements\": " << r.elements
       << ", \"frame_bytes\": " << r.frame_bytes << ", \"ranks\": " << r.c.s.ranks
       << ", \"lcores\": " << (is_testpmd(r.c.mode) ? 1 : r.c.s.lcores) << ", \"layout\": \""
-      << (is_testpmd(r.c.mode) ? "testpmd" : r.c.s.layout()) << "\", \"ports\": " << a.ports
+      << (is_testpmd(r.c.mode) ? "testpmd" : r.c.s.layout()) << "\", \"udp_checksum\": \""
+      << (a.no_udp_checksum ? "none" : "sum") << "\", \"ports\": " << a.ports
       << ", \"section\": " << json_str(r.c.section)
       << ", \"fanout\": " << (r.c.mode < Mode::ARRIVAL || is_testpmd(r.c.mode) ? "null" : json_str(a.fanout))
       << ", \"mpps\": " << r.mpps << ", \"gbps\": " << r.gbps << ", \"ns_per_elem\": " << r.ns_per_elem
