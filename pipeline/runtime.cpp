@@ -164,6 +164,18 @@ void Runtime::start_ports(uint32_t lcores) {
     PortInfo& pi = port_info_[p.id];
     pi.rxq = uint16_t(std::clamp<uint32_t>(info.max_rx_queues, 1, lcores));
     pi.txq = uint16_t(std::clamp<uint32_t>(info.max_tx_queues, 1, lcores));
+    const std::string driver = info.driver_name ? info.driver_name : "";
+    // Several queues: RSS on the UDP destination port alone where the device can (steer.hpp), the
+    // fallback when it takes no rte_flow rule. (net_tap steers by its program, not by RSS.)
+    const uint64_t dst_only = RTE_ETH_RSS_NONFRAG_IPV4_UDP | RTE_ETH_RSS_L4_DST_ONLY;
+    const bool rss =
+        pi.rxq > 1 && driver != "net_tap" && info.reta_size > 0 && (info.flow_type_rss_offloads & dst_only) == dst_only;
+    if (rss) {
+      conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+      conf.rx_adv_conf.rss_conf.rss_key = const_cast<uint8_t*>(kRssKey);
+      conf.rx_adv_conf.rss_conf.rss_key_len = sizeof kRssKey;
+      conf.rx_adv_conf.rss_conf.rss_hf = dst_only;
+    }
     int rc = rte_eth_dev_configure(pid, pi.rxq, pi.txq, &conf);
     for (uint16_t q = 0; rc == 0 && q < pi.rxq; ++q)
       rc = rte_eth_rx_queue_setup(pid, q, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, pool_);
@@ -180,14 +192,14 @@ void Runtime::start_ports(uint32_t lcores) {
               (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) ? "on" : "off (checksums verified in software)");
     const bool can_chain = chains || opt_.assume_chains;
     pi.can_chain = can_chain;
-    const std::string driver = info.driver_name ? info.driver_name : "";
     pi.kernel_link = driver == "net_af_packet" || driver == "net_tap";
     if (driver == "net_af_packet") pi.ring_ifindex = info.if_index;
     if (lcores > 1) {
       char ifname[IF_NAMESIZE] = {};
       if (info.if_index) if_indextoname(info.if_index, ifname);
       std::string why;
-      pi.steering = steer_port(pid, driver, ifname, {cfg_.udp_port, cfg_.reducer_shards, lcores, pi.rxq}, &why);
+      pi.steering = steer_port(pid, driver, ifname, {cfg_.udp_port, cfg_.reducer_shards, lcores, pi.rxq}, rss,
+                               info.reta_size, &why);
       PRISM_LOG(INFO, "port %u: %u RX and %u TX queues for %u lcores; steering: %s%s%s\n", p.id, pi.rxq, pi.txq, lcores,
                 name(pi.steering), why.empty() ? "" : " (", why.empty() ? "" : (why + "fell back)").c_str());
     }
