@@ -533,6 +533,30 @@ def test_op_timeout_abandons_incomplete_ops(tmp_path):
     assert seen == Counter({0: n, 2: n, 3: n})
 
 
+def test_no_udp_checksum_only_where_the_job_accepts_it(tmp_path):
+    """A contribution sent with UDP checksum 0 is dropped (no_checksum) with a NACK MALFORMED to its
+    rank unless its job says udp_checksum: optional; then its op completes with the golden RESULT."""
+    for optional in (False, True):
+        sc = Scenario(tmp_path / str(optional), ranks=4)
+        if optional:
+            sc.config.write_text(sc.config.read_text().replace(f'  - id: {sc.job}\n',
+                                                               f'  - id: {sc.job}\n    udp_checksum: optional\n'))
+        man = sc.generate('fp32', 'kulisch', 200, 1)
+        ghdr, recs = su.read_pcap(sc.rx_pcap(0))
+        bare = [(h, bytes(fr[:40]) + b'\0\0' + bytes(fr[42:])) if i == 2 else (h, fr) for i, (h, fr) in enumerate(recs)]
+        su.write_pcap(sc.rx_pcap(0), ghdr, bare)
+        run = sc.run_switch()
+        s = run.summary
+        if optional:
+            assert run.rc == 0 and not s.rx_dropped, run.describe()
+            check_results(run, [man])
+        else:
+            assert s.rx_dropped['no_checksum'] == 1, run.describe()
+            nacks = run.of_kind(NACK)
+            assert len(nacks) == 1 and nacks[0]['status'] == NACK_REASONS['malformed'], run.describe()
+            assert s.jobs[sc.job]['completed'] == 0, run.describe()
+
+
 @pytest.mark.parametrize('limit', ['slots', 'slot_quota'])
 def test_a_full_slot_table_refuses_with_no_free_slot(tmp_path, limit):
     """A slot is held only while its chunk is open, so a table of one slot (or a
@@ -557,7 +581,9 @@ def test_a_full_slot_table_refuses_with_no_free_slot(tmp_path, limit):
         by[(op, sender)] = (h, fr)
     retry = bytearray(by[(1, 0)][1])
     retry[42 + 30] |= RETRANSMIT
-    retry[40:42] = b'\0\0'  # UDP checksum: none (RFC 768)
+    retry[40:42] = b'\0\0'  # UDP checksum: none (RFC 768), which the job must then accept
+    sc.config.write_text(sc.config.read_text().replace(f'  - id: {sc.job}\n',
+                                                       f'  - id: {sc.job}\n    udp_checksum: optional\n'))
     order = [by[(0, 0)], by[(0, 1)], by[(1, 0)], by[(0, 2)], by[(0, 3)], by[(1, 1)], by[(1, 2)], by[(1, 3)],
              (by[(1, 0)][0], bytes(retry))]
     su.write_pcap(sc.rx_pcap(0), ghdr, order)
