@@ -150,9 +150,11 @@ def test_reproducible_under_arbiters_and_orders(tmp_path):
     """8 ranks on 4 ports (one net_pcap each), fp32 gradients; the same op under
     KULISCH_FIXED (op 0) and FP32_ARRIVAL (op 1) in one capture per port, from
     prism-gen --order round_robin / random / reverse, through the switch with the
-    arbiter random under 20 seeds, round_robin and reverse: every KULISCH_FIXED
-    result is the same, bit for bit, and equals the golden.  How many
-    FP32_ARRIVAL elements differ between the runs is printed."""
+    arbiter random under 20 seeds, round_robin and reverse, on one lcore and
+    then on two (shared nothing, the second lcore's shard passed to it from
+    the one-queue ports, and pipelined): every KULISCH_FIXED result is the
+    same, bit for bit, and equals the golden.  How many FP32_ARRIVAL elements
+    differ between the runs is printed."""
     R, ports, elements = 8, 4, 1500
     sc = Scenario(tmp_path, ranks=R, ports=ports)
     orders = ['round_robin', 'random', 'reverse']
@@ -171,28 +173,34 @@ def test_reproducible_under_arbiters_and_orders(tmp_path):
     base = su.rank_inputs(caps['round_robin'][1], 0)
     for order in orders:
         assert su.rank_inputs(caps[order][1], 0) == base and su.rank_inputs(caps[order][2], 1) == base
-    arbiters = [('random', s) for s in range(1, 21)] + [('round_robin', 1), ('reverse', 1)]
+    arbiters = [('random', s, None) for s in range(1, 21)] + [('round_robin', 1, None), ('reverse', 1, None)]
+    arbiters += [(m, s, layout) for layout in ('shared_nothing', 'pipelined')
+                 for m, s in (('random', 21), ('random', 22), ('reverse', 1))]
     kulisch, arrival, golden_k = [], [], su.golden(caps['round_robin'][1], 0)[0]
     sc.pcap_dir.mkdir(exist_ok=True)
-    for i, (mode, seed) in enumerate(arbiters):
+    for i, (mode, seed, layout) in enumerate(arbiters):
         order = orders[i % len(orders)]
         d, mk, ma = caps[order]
         for p in range(ports):
             shutil.copyfile(d / f'sw{su.SWITCH_ID}.port{p}.pcap', sc.rx_pcap(p))
-        sc.write_config(arbiter=f'{{mode: {mode}, seed: {seed}}}')
-        run = sc.run_switch(tag=f'rep{i}')
+        two = {'layout': layout, 'lcores': '[0, 1]', 'reducers': '{shards: 3}'} if layout else {}
+        sc.write_config(arbiter=f'{{mode: {mode}, seed: {seed}}}', **two)
+        run = sc.run_switch(tag=f'rep{i}', lcores='0-1' if layout else '0')
         assert run.rc == 0, run.describe()
         # KULISCH_FIXED: golden-exact, once per member and chunk; FP32_ARRIVAL: only collected
         k = check_results_policy(run, mk)
         a = collect(run, ma)
         kulisch.append((mode, seed, order, k))
         arrival.append((mode, seed, order, a))
+        if layout == 'shared_nothing':  # lcore 1 owns shard 1: the one-queue ports' lcore 0 passed it on
+            assert run.summary.lcores[1]['inbox_packets'] > 0, run.describe()
     for mode, seed, order, k in kulisch:
         assert k == golden_k, f'KULISCH_FIXED result differs under arbiter {mode} seed {seed}, order {order}'
     vals = np.stack([np.frombuffer(a, dtype='<u4') for *_, a in arrival])
     differ = int((vals != vals[0]).any(axis=0).sum())
     distinct_runs = len({a for *_, a in arrival})
     print(f'\nFP32_ARRIVAL across {len(arrival)} runs (arbiter random x20 seeds, round_robin, reverse; '
+          f'random x2 and reverse on two lcores, shared nothing and pipelined; '
           f'prism-gen orders {orders}): {differ} of {elements} elements differ between runs; '
           f'{distinct_runs} distinct result vectors; KULISCH_FIXED: 1 distinct result vector')
 
