@@ -1079,6 +1079,7 @@ class Workloads {
 bool same_packets(const Shape& x, const Shape& y) {
   Shape k = x, l = y;
   k.lcores = l.lcores = 0;
+  k.pipelined = l.pipelined = false;
   return !(k < l) && !(l < k);
 }
 // The same packets, and (lc) the same lcores in the same layout.

@@ -334,9 +334,6 @@ def test_derived_figures_per_layout_and_the_line_rate_table(layouts):
         assert (l100, l400) == (lcores_for(x, 100), lcores_for(x, 400)), x
 
 
-@pytest.mark.xfail(strict=True, reason='app/bench_pipeline.cpp testpmd_cases(): same_packets() compares '
-                   'Shape::pipelined, so a pipelined forward-only case adds a second testpmd (and testpmd_csum) '
-                   'case for packets already measured; remove this mark with the fix')
 def test_testpmd_runs_once_per_packet_shape_in_both_layouts(tmp_path):
     """testpmd's layout does not change with the switch's: one io run (and one
     csum run on the headline shape) per packet shape, whatever --layouts asks."""
