@@ -190,6 +190,7 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
   using P = prism::Policy;
   EXPECT_EQ(j.policies, (std::vector<P>{P::KULISCH_FIXED, P::FP32_ARRIVAL, P::FP32_BINOMIAL}));
   EXPECT_EQ(j.slot_quota, 0u);
+  EXPECT_FALSE(j.udp_checksum_optional) << "udp_checksum: required, as documented";
   EXPECT_TRUE(j.children.empty());
   ASSERT_EQ(j.members.size(), 4u);
   for (uint16_t r = 0; r < 4; ++r) {
