@@ -1,7 +1,7 @@
 #!/bin/bash
 # Before/after timing of two prism-bench builds on this noisy machine: the
 # builds take turns, ROUNDS runs each, and the median Mpps of each
-# (policy, dtype, lcores) is printed as a Markdown table.
+# (policy, dtype, lcores and layout: 2p is pipelined) is printed as a Markdown table.
 #
 #   tools/ab_pipeline.sh OLD/prism-bench NEW/prism-bench ROUNDS [prism-bench pipeline options]
 #   tools/ab_pipeline.sh /tmp/old/build/app/prism-bench build/app/prism-bench 3 \
@@ -35,11 +35,11 @@ python3 - "$runs" <<'PY'
 import collections, statistics, sys
 d = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    b, policy, dtype, nbytes, lcores, mpps = line.split()
-    d[(policy, dtype, int(nbytes), int(lcores), b)].append(float(mpps))
+    b, policy, dtype, nbytes, lcores, mpps = line.split()   # lcores: 2, or 2p (pipelined)
+    d[(policy, dtype, int(nbytes), lcores, b)].append(float(mpps))
 print('| policy | dtype | payload B | lcores | before (Mpps) | after (Mpps) | after ÷ before |')
 print('|---|---|---|---|---|---|---|')
-for k in sorted({k[:4] for k in d}):
+for k in sorted({k[:4] for k in d}, key=lambda k: (k[0], k[1], k[2], int(k[3].rstrip('p')), k[3])):
     o, n = d.get(k + ('old',)), d.get(k + ('new',))
     if not o or not n:
         continue

@@ -21,8 +21,8 @@ def main(path: str) -> int:
     sections: dict[str, list] = {}
     for r in rows:
         sections.setdefault('testpmd' if r['policy'].startswith('testpmd') else r['section'], []).append(r)
-    head = ('| policy | dtype | payload B | R | lcores | Mpps | Gbit/s | ns/elem | ÷ forward | ÷ testpmd | ÷ ideal | ÷ arrival '
-            '| rx % | reduce % | main ns/pkt | reduce ns/pkt | L100 | L400 | slot B |')
+    head = ('| policy | dtype | payload B | R | lcores | layout | Mpps | Gbit/s | ns/elem | ÷ forward | ÷ testpmd '
+            '| ÷ ideal | ÷ arrival | ÷ 1 lcore | main ns/pkt | reduce ns/pkt | L100 | L400 | slot B |')
     sep = '|' + '|'.join(['---'] * (head.count('|') - 1)) + '|'
     for name, rs in sections.items():
         print(f'\n**{name}**\n')
@@ -31,9 +31,10 @@ def main(path: str) -> int:
         for r in rs:
             b = r['baseline']
             print(f"| {r['policy']} | {r['dtype']} | {r['payload_bytes']} | {r['ranks']} | {r['lcores']} "
+                  f"| {r.get('layout', '-').replace('_', ' ')} "
                   f"| {r['mpps']:.3f} | {r['gbps']:.2f} | {r['ns_per_elem']:.3f} | {fmt(b['vs_forward'])} "
                   f"| {fmt(b['vs_testpmd'])} | {fmt(b.get('vs_ideal'))} | {fmt(b['vs_fp32_arrival'])} "
-                  f"| {100 * r['stage_share']['rx']:.0f} | {100 * r['stage_share']['reduce']:.0f} "
+                  f"| {fmt(b.get('vs_one_lcore'))} "
                   f"| {r['main_ns_per_packet']:.0f} | {r['reduce_ns_per_packet']:.0f} "
                   f"| {r['lcores_100g'] or '-'} | {r['lcores_400g'] or '-'} | {r['slot_bytes'] or '-'} |")
     bad = sum(r['mismatches'] for r in rows)
