@@ -501,7 +501,9 @@ Workload build_workload(const Shape& s, Mode mode, uint32_t ports, const std::st
 // With `fault` (--inject-fault, a self-test of the checks) the first frame
 // of every round has every element's sign flipped, checksum fixed: its op's
 // RESULT is then wrong and the verifier must say so.
-struct Rewriter {
+// Cache-line aligned, as Verifier: each is written per packet by the lcore of its queue, and the
+// next one in the vector by another lcore.
+struct alignas(RTE_CACHE_LINE_SIZE) Rewriter {
   uint64_t round = 0;     // replayed rounds completed on this port
   uint32_t in_round = 0;  // frames seen in the current round (no division per frame)
   uint32_t per_round = 1, ops = 1, esz = 4;
@@ -557,7 +559,7 @@ uint16_t rx_rewrite(uint16_t, uint16_t, rte_mbuf** pkts, uint16_t n, uint16_t, v
 
 // Counts what the switch sends; checks RESULTs against the reference: every
 // frame of the first round, then one frame in 256 (the check costs TX time).
-struct Verifier {
+struct alignas(RTE_CACHE_LINE_SIZE) Verifier {
   const Workload* w = nullptr;
   wire::PortRange udp_port{wire::kDefaultPort, 64};  // forwarded contributions keep their shard's port
   bool forward = false;                              // forward-only or ideal: the contributions come back out

@@ -64,7 +64,9 @@ class DirectHandoff final : public Handoff {
 // Shared nothing: packets of this lcore's shards go on through `local`
 // (DirectHandoff, or VoqHandoff for an arbiter), those of another lcore's
 // to that lcore's inbox ring (multi-producer: every lcore may feed it).
-class RouteHandoff final : public Handoff {
+// Cache-line aligned: its counters are written by its RX stage's lcore, and
+// the next RX stage's may be another lcore's.
+class alignas(RTE_CACHE_LINE_SIZE) RouteHandoff final : public Handoff {
  public:
   // `owner[shard]`: the lcore index that owns it; `inbox[lcore index]`.
   RouteHandoff(std::unique_ptr<Handoff> local, std::vector<uint16_t> owner, uint16_t self, std::vector<rte_ring*> inbox)
