@@ -10,7 +10,6 @@
 #include <memory>
 #include <new>
 #include <type_traits>
-#include <utility>
 
 #include "arith/accumulator.hpp"
 
@@ -34,10 +33,6 @@ class Lanes {
   const T* data() const { return p_; }
   void fill(const T& v) {
     for (size_t i = 0; i < n_; ++i) p_[i] = v;
-  }
-  void swap(Lanes& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
   }
 
  private:

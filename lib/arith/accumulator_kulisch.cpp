@@ -31,7 +31,6 @@ class KulischWide final : public Accumulator {
         budget_(kFastBits - info(d.dtype).p - ceil_log2(d.group)),
         special_field_((1u << info(d.dtype).ebits) - 1),
         fast_(d.lanes),
-        next_(sizeof(T) == 8 ? d.lanes : 0),
         bank_(d.lanes),
         adds_(d.lanes),
         dirty_(d.lanes) {
@@ -39,14 +38,13 @@ class KulischWide final : public Accumulator {
     reset();
   }
 
-  // Cost: the banks of the lanes that used theirs (a bank and its add count
-  // change only with dirty_ set); the fast lanes' -0 start is written only
-  // where an op needs it (settle()): a certified first term is stored whole.
+  // Cost: the fast lanes, and the banks of the lanes that used theirs (a
+  // bank and its add count change only with dirty_ set).
   void reset() override {
     certified_ = true;
     lo_ = ~0u;
     hi_ = 0;
-    fresh_ = true;
+    fast_.fill(T(-0.0));
     if (any_dirty_) {
       for (uint32_t i = 0; i < d_.lanes; ++i)
         if (dirty_[i]) {
@@ -63,36 +61,26 @@ class KulischWide final : public Accumulator {
   // Cost: while every term of the op so far lies in an exponent window the
   // fast lane holds exactly (hi - lo + p + ceil(log2 R) <= 53 for a double,
   // 24 for a float, over the whole op, so every lane's sum is exact), a range
-  // scan and a plain add per lane: for double lanes one pass
-  // (add_f64_window) into the spare lanes, which become the fast lanes when
-  // the window holds. Otherwise the checked add (add, two subs, two
-  // compares per lane, a vector at a time); a lane whose sum would round
+  // scan and a plain add per lane. Otherwise the checked add (add, two subs,
+  // two compares per lane, a vector at a time); a lane whose sum would round
   // pays a TwoSum and one bank add instead.
   void add(const uint8_t* e, uint32_t) override {
     if (certified_) {
       uint32_t lo = lo_, hi = hi_;
-      if constexpr (sizeof(T) == 8) {
-        k_.add_f64_window(d_.dtype, fast_.data(), next_.data(), e, d_.lanes, fresh_, &lo, &hi);
-      } else {
-        settle();
-        k_.exp_range(d_.dtype, e, d_.lanes, &lo, &hi);
-      }
+      k_.exp_range(d_.dtype, e, d_.lanes, &lo, &hi);
       // A float lane must also keep the sum below its own overflow: hi + log2 R < 255.
       const bool in_range = sizeof(T) == 8 || hi + uint32_t(ceil_log2(d_.group)) < 255;
       if (hi < special_field_ && in_range && (lo > hi || int(hi) - int(lo) <= budget_)) {
         lo_ = lo;
         hi_ = hi;
-        if constexpr (sizeof(T) == 4) {
+        if constexpr (sizeof(T) == 4)
           k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
-        } else {
-          fast_.swap(next_);
-          fresh_ = false;
-        }
+        else
+          k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
         return;
       }
       certified_ = false;  // the window no longer proves exactness: check every add from here on
     }
-    settle();
     const uint32_t sz = info(d_.dtype).bytes;
     uint32_t left[kBlock];
     for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
@@ -113,7 +101,6 @@ class KulischWide final : public Accumulator {
   // exact takes it there (as a checked add() does); the rest go to the bank.
   // Either way the lane's value is the same exact sum.
   bool add_exact(const LaneExact* in) override {
-    settle();
     certified_ = false;
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) && !in[i].value.is_zero() &&
@@ -124,7 +111,6 @@ class KulischWide final : public Accumulator {
   }
 
   bool state(LaneExact* out) const override {
-    settle();
     for (uint32_t i = 0; i < d_.lanes; ++i) out[i] = lane_state(i);
     return true;
   }
@@ -137,7 +123,6 @@ class KulischWide final : public Accumulator {
   // one. Cost per clean lane: a conversion, a compare and a store, stopping
   // at the first lane that is not an element; then a copy as doubles.
   StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const override {
-    settle();
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
     const uint32_t low = f == Format::BF16 ? 0xFFFFu : 0, esz = info(f).bytes;
@@ -164,7 +149,6 @@ class KulischWide final : public Accumulator {
   // is exact (as a checked add() does), the rest as add_exact() takes them.
   // Cost: a range screen, then an add, two subs and two compares per lane.
   bool add_exact_doubles(const double* v, LaneExact* scratch) override {
-    settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(std::fabs(v[i]) < limit)) return add_exact_doubles_generic(*this, v, scratch);
@@ -188,7 +172,6 @@ class KulischWide final : public Accumulator {
   // add (~13 uops per 4 lanes); otherwise a scalar add, two subs and two
   // compares per lane.
   bool add_elements_exact(Format f, const uint8_t* e, LaneExact* scratch, PartialError* err) override {
-    settle();
     if ((f != Format::FP32 && f != Format::BF16) || (f == Format::FP32 && !fp32_whole_units(e, d_.lanes, unit_)))
       return add_elements_exact_generic(*this, f, e, scratch, err);
     certified_ = false;
@@ -222,7 +205,6 @@ class KulischWide final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
-    settle();
     if (finalize_plain(out, flags)) return;
     if (finalize_mostly_plain(out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
@@ -249,15 +231,6 @@ class KulischWide final : public Accumulator {
   }
 
  private:
-  // The fast lanes' -0 start, once an op that has not yet stored a first
-  // term needs them.
-  void settle() const {
-    if (fresh_) {
-      fast_.fill(T(-0.0));
-      fresh_ = false;
-    }
-  }
-
   // FP32 out with every lane's sum in its fast lane (no bank used, no
   // special): the correctly rounded result is the hardware's RNE conversion
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
@@ -407,9 +380,7 @@ class KulischWide final : public Accumulator {
   uint32_t special_field_;  // the all-ones exponent field: Inf/NaN
   bool certified_;          // every add so far fell inside the window [lo_, hi_]
   uint32_t lo_, hi_;
-  mutable bool fresh_;  // the op has no term yet and fast_ is unwritten
-  mutable Lanes<T> fast_;
-  Lanes<T> next_;  // double lanes: where a certified add writes its sums
+  Lanes<T> fast_;
   Lanes<Bank> bank_;
   bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;

@@ -80,16 +80,6 @@ struct Kernels {
   // a contribution, which the bench's ideal reducer does and nothing else
   // (the bench's IdealWork, app/bench_baselines.hpp). Cost (AVX2): 2 loads, 1 add, 2 stores per 8 lanes.
   void (*add_f32_out)(float* acc, const uint8_t* e, uint8_t* out, uint32_t n);
-  // exp_range and add_f64 in one pass, the sums written elsewhere: widens
-  // [*lo, *hi] as exp_range does, and out[i] = double(e[i]) when `first`,
-  // else acc[i] + double(e[i]) (`acc` is not written). The caller keeps
-  // `out` only when the widened window proves every sum exact; a special
-  // shows up in *hi, and its lane of `out` is then meaningless. Cost (AVX2,
-  // fp32): ~11 uops per 8 lanes (an and, a sub, a min and a max for the
-  // window; two converts, two adds and two stores), where exp_range and
-  // add_f64 take ~18 in two passes over the elements.
-  void (*add_f64_window)(Format f, const double* acc, double* out, const uint8_t* e, uint32_t n, bool first,
-                         uint32_t* lo, uint32_t* hi);
 };
 
 // round_f64 by its two steps, 64 lanes at a time through a float buffer on

@@ -536,48 +536,6 @@ void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* h
   __builtin_unreachable();
 }
 
-// add_f64_window for fp32 elements: exp_range_t<32>'s screen and add_f64's
-// widening add in one pass, sixteen lanes a step. Cost per 8 lanes: an and
-// (from memory), a sub, a min, a max, two converts (from memory), two adds
-// (none for the first term) and two stores, and an eighth of the loop.
-template <bool First>
-void add_f64_window_f32(const double* acc, double* out, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* hi) {
-  const float* f = reinterpret_cast<const float*>(e);
-  const __m256i magmask = _mm256_set1_epi32(0x7FFFFFFF), one = _mm256_set1_epi32(1);
-  __m256i vlo = _mm256_set1_epi8(char(0xFF)), vhi = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i x0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(f + i)), magmask);
-    const __m256i x1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(f + i + 8)), magmask);
-    vlo = _mm256_min_epu32(vlo, _mm256_min_epu32(_mm256_sub_epi32(x0, one), _mm256_sub_epi32(x1, one)));
-    vhi = _mm256_max_epu32(vhi, _mm256_max_epu32(x0, x1));
-    for (int k = 0; k < 4; ++k) {
-      const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(f + i + 4 * k));
-      _mm256_storeu_pd(out + i + 4 * k, First ? x : _mm256_add_pd(_mm256_loadu_pd(acc + i + 4 * k), x));
-    }
-  }
-  uint32_t rl = *lo, rh = *hi;
-  if (i) {
-    constexpr uint32_t kMbits = 23;
-    const uint32_t mlo = fold_lanes<32, true>(vlo);          // smallest non-zero magnitude - 1
-    if (mlo != ~0u) {                                        // some element was not zero
-      rl = std::min(rl, std::max((mlo + 1) >> kMbits, 1u));  // a subnormal counts as field 1
-      rh = std::max(rh, fold_lanes<32, false>(vhi) >> kMbits);
-    }
-  }
-  if (i < n) P().add_f64_window(Format::FP32, acc + i, out + i, e + 4 * i, uint32_t(n - i), First, &rl, &rh);
-  *lo = rl;
-  *hi = rh;
-}
-
-// Other formats (no accumulator uses it for them): the two passes.
-void add_f64_window(Format f, const double* acc, double* out, const uint8_t* e, uint32_t n, bool first, uint32_t* lo,
-                    uint32_t* hi) {
-  if (f == Format::FP32)
-    return first ? add_f64_window_f32<true>(acc, out, e, n, lo, hi) : add_f64_window_f32<false>(acc, out, e, n, lo, hi);
-  P().add_f64_window(f, acc, out, e, n, first, lo, hi);
-}
-
 void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
   uint32_t i = 0;
   if (f == Format::INT8) {
@@ -822,9 +780,9 @@ uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, b
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",     any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
-                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
-                         narrow_f64, round_f64,   add_f32_out, add_f64_window};
+  static const Kernels k{"avx2",           any_special,      add_f32,    add_f64,   add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
   return k;
 }
 

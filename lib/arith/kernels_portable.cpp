@@ -165,21 +165,6 @@ void exp_range(Format f, const uint8_t* e, uint32_t n, uint32_t* lo, uint32_t* h
   *hi = h;
 }
 
-template <Format F>
-void add_f64_window_t(const double* acc, double* out, const uint8_t* e, uint32_t n, bool first, uint32_t* lo,
-                      uint32_t* hi) {
-  exp_range(F, e, n, lo, hi);
-  const float* t = table_for(F);
-  for (uint32_t i = 0; i < n; ++i) {
-    const double x = double(elem_float<F>(e, i, t));
-    out[i] = first ? x : acc[i] + x;
-  }
-}
-void add_f64_window(Format f, const double* acc, double* out, const uint8_t* e, uint32_t n, bool first, uint32_t* lo,
-                    uint32_t* hi) {
-  PRISM_FLOAT_DISPATCH(add_f64_window_t, f, acc, out, e, n, first, lo, hi)
-}
-
 void add_i64(Format f, int64_t* acc, const uint8_t* e, uint32_t n) {
   if (f == Format::INT8) {
     for (uint32_t i = 0; i < n; ++i) acc[i] += int8_t(e[i]);
@@ -263,9 +248,9 @@ void not_a_float_format(Format f, const char* kernel) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
-                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
-                         narrow_f64, round_f64,   add_f32_out, add_f64_window};
+  static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
   return k;
 }
 
