@@ -38,13 +38,14 @@ class KulischWide final : public Accumulator {
     reset();
   }
 
-  // Cost: the fast lanes, and the banks of the lanes that used theirs (a
-  // bank and its add count change only with dirty_ set).
+  // Cost: the banks of the lanes that used theirs (a bank and its add count
+  // change only with dirty_ set). The fast lanes' -0 start is written only
+  // where an op needs it (settle()): a certified first term is stored whole.
   void reset() override {
     certified_ = true;
     lo_ = ~0u;
     hi_ = 0;
-    fast_.fill(T(-0.0));
+    fresh_ = true;
     if (any_dirty_) {
       for (uint32_t i = 0; i < d_.lanes; ++i)
         if (dirty_[i]) {
@@ -73,14 +74,26 @@ class KulischWide final : public Accumulator {
       if (hi < special_field_ && in_range && (lo > hi || int(hi) - int(lo) <= budget_)) {
         lo_ = lo;
         hi_ = hi;
-        if constexpr (sizeof(T) == 4)
+        if (fresh_) {  // the op's first term, stored (-0 + x == x); the window excludes specials
+          uint32_t none[kBlock];
+          for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
+            const uint32_t n = std::min(kBlock, d_.lanes - b), sz = info(d_.dtype).bytes;
+            if constexpr (sizeof(T) == 4)
+              k_.add_f32_screened(d_.dtype, fast_.data() + b, e + size_t(b) * sz, n, true, none);
+            else
+              k_.add_f64_screened(d_.dtype, fast_.data() + b, e + size_t(b) * sz, n, true, none);
+          }
+          fresh_ = false;
+        } else if constexpr (sizeof(T) == 4) {
           k_.add_f32(d_.dtype, fast_.data(), e, d_.lanes);
-        else
+        } else {
           k_.add_f64(d_.dtype, fast_.data(), e, d_.lanes);
+        }
         return;
       }
       certified_ = false;  // the window no longer proves exactness: check every add from here on
     }
+    settle();
     const uint32_t sz = info(d_.dtype).bytes;
     uint32_t left[kBlock];
     for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
@@ -101,6 +114,7 @@ class KulischWide final : public Accumulator {
   // exact takes it there (as a checked add() does); the rest go to the bank.
   // Either way the lane's value is the same exact sum.
   bool add_exact(const LaneExact* in) override {
+    settle();
     certified_ = false;
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(in[i].side & (side::NAN_INPUT | side::POS_INF | side::NEG_INF)) && !in[i].value.is_zero() &&
@@ -111,6 +125,7 @@ class KulischWide final : public Accumulator {
   }
 
   bool state(LaneExact* out) const override {
+    settle();
     for (uint32_t i = 0; i < d_.lanes; ++i) out[i] = lane_state(i);
     return true;
   }
@@ -123,6 +138,7 @@ class KulischWide final : public Accumulator {
   // one. Cost per clean lane: a conversion, a compare and a store, stopping
   // at the first lane that is not an element; then a copy as doubles.
   StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const override {
+    settle();
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
     const uint32_t low = f == Format::BF16 ? 0xFFFFu : 0, esz = info(f).bytes;
@@ -149,6 +165,7 @@ class KulischWide final : public Accumulator {
   // is exact (as a checked add() does), the rest as add_exact() takes them.
   // Cost: a range screen, then an add, two subs and two compares per lane.
   bool add_exact_doubles(const double* v, LaneExact* scratch) override {
+    settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
     for (uint32_t i = 0; i < d_.lanes; ++i)
       if (!(std::fabs(v[i]) < limit)) return add_exact_doubles_generic(*this, v, scratch);
@@ -172,6 +189,7 @@ class KulischWide final : public Accumulator {
   // add (~13 uops per 4 lanes); otherwise a scalar add, two subs and two
   // compares per lane.
   bool add_elements_exact(Format f, const uint8_t* e, LaneExact* scratch, PartialError* err) override {
+    settle();
     if ((f != Format::FP32 && f != Format::BF16) || (f == Format::FP32 && !fp32_whole_units(e, d_.lanes, unit_)))
       return add_elements_exact_generic(*this, f, e, scratch, err);
     certified_ = false;
@@ -205,6 +223,7 @@ class KulischWide final : public Accumulator {
   }
 
   void finalize(uint8_t* out, uint8_t* flags) const override {
+    settle();
     if (finalize_plain(out, flags)) return;
     if (finalize_mostly_plain(out, flags)) return;
     const uint32_t osz = info(d_.out).bytes;
@@ -231,6 +250,14 @@ class KulischWide final : public Accumulator {
   }
 
  private:
+  // The fast lanes' -0 start, once an op that has stored no term yet needs them.
+  void settle() const {
+    if (fresh_) {
+      fast_.fill(T(-0.0));
+      fresh_ = false;
+    }
+  }
+
   // FP32 out with every lane's sum in its fast lane (no bank used, no
   // special): the correctly rounded result is the hardware's RNE conversion
   // of each exact sum, subnormals included. A lane that overflows fp32 sends
@@ -380,7 +407,8 @@ class KulischWide final : public Accumulator {
   uint32_t special_field_;  // the all-ones exponent field: Inf/NaN
   bool certified_;          // every add so far fell inside the window [lo_, hi_]
   uint32_t lo_, hi_;
-  Lanes<T> fast_;
+  mutable bool fresh_;  // the op has no term yet and fast_ is not written
+  mutable Lanes<T> fast_;
   Lanes<Bank> bank_;
   bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
   Lanes<uint16_t> adds_;

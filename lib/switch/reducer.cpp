@@ -6,19 +6,6 @@
 namespace prism::sw {
 namespace {
 
-class MapIndex final : public SlotIndex {
- public:
-  int32_t find(const SlotKey& k) const override {
-    auto it = m_.find(k);
-    return it == m_.end() ? -1 : it->second;
-  }
-  bool insert(const SlotKey& k, int32_t slot) override { return m_.emplace(k, slot).second; }
-  void erase(const SlotKey& k) override { m_.erase(k); }
-
- private:
-  std::unordered_map<SlotKey, int32_t, SlotKeyHash> m_;
-};
-
 // Keys of chunks let go (expired results, abandoned chunks) that a late
 // packet is still told about; older ones are forgotten.
 constexpr size_t kTombstones = 1 << 16;
@@ -37,8 +24,6 @@ uint8_t side_from_status(uint8_t st) {
 }
 
 }  // namespace
-
-std::unique_ptr<SlotIndex> make_map_index() { return std::make_unique<MapIndex>(); }
 
 struct Reducer::Slot {
   int32_t self = -1;  // index in slots_
@@ -90,12 +75,8 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   t_open = now_ns;
 }
 
-Reducer::Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu)
-    : dir_(dir),
-      index_(std::move(index)),
-      log_(size_t(dir.config().retention_mib) << 20, kTombstones),
-      sessions_(dir),
-      mtu_(mtu) {
+Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu)
+    : dir_(dir), index_(slots), log_(size_t(dir.config().retention_mib) << 20, kTombstones), sessions_(dir), mtu_(mtu) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
@@ -133,7 +114,7 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
     if (s->state != State::FREE && s->key == k) return s;
   }
   log_.prefetch(k);  // a key without a live slot is looked up in the log next
-  const int32_t i = index_->find(k);
+  const int32_t i = int32_t(index_.get(k)) - 1;
   if (i < 0) return nullptr;
   hint = i;
   return slots_[size_t(i)].get();
@@ -178,12 +159,12 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   if (const auto w = exact_width_needed(d); w && *w > dir_.config().kulisch_width) return refused(Drop::TOO_NARROW);
   JobStats& js = *stats_of_[job.index];
   const int32_t idx = free_.empty() ? -1 : free_.back();
-  // The index may be full before the slots are (a hash table fills before 100%).
-  if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || idx < 0 || !index_->insert(key, idx)) {
+  if ((job.cfg->slot_quota && js.in_flight >= job.cfg->slot_quota) || idx < 0) {
     ++js.quota_refused;
     return refused(Drop::NO_FREE_SLOT);
   }
   free_.pop_back();
+  index_.put(key, uint32_t(idx) + 1);
   cache_[cache_at(key)] = idx;
   Slot& s = *slots_[size_t(idx)];
   s.start(key, job, h, d, now_ns);
@@ -464,7 +445,7 @@ void Reducer::abandon(Slot& s, Sink& out) {
 }
 
 void Reducer::release(Slot& s) {
-  index_->erase(s.key);
+  index_.erase(s.key);
   s.state = State::FREE;
   (s.older >= 0 ? slots_[size_t(s.older)]->newer : oldest_open_) = s.newer;
   (s.newer >= 0 ? slots_[size_t(s.newer)]->older : newest_open_) = s.older;

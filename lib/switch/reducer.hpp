@@ -39,17 +39,6 @@ namespace prism::sw {
 inline uint32_t shard_of(const SlotKey& k, uint32_t shards) { return wire::shard_of(k.job, k.op, k.chunk, shards); }
 inline uint32_t shard_of(const wire::Header& h, uint32_t shards) { return wire::shard_of(h, shards); }
 
-// Maps keys to slot indices. The pipeline backs it with rte_hash; tests and
-// tools with an unordered_map.
-class SlotIndex {
- public:
-  virtual ~SlotIndex() = default;
-  virtual int32_t find(const SlotKey& k) const = 0;  // -1 when absent
-  virtual bool insert(const SlotKey& k, int32_t slot) = 0;
-  virtual void erase(const SlotKey& k) = 0;
-};
-std::unique_ptr<SlotIndex> make_map_index();
-
 // Per job, counted in op chunks (a slot holds one chunk of one op).
 struct JobStats {
   uint64_t opened = 0, completed = 0, expired = 0, timed_out = 0, quota_refused = 0;
@@ -106,7 +95,7 @@ inline constexpr StatField<JobStats> kJobStats[] = {
 class Reducer {
  public:
   // `slots`: capacity of this shard's slot table. `mtu`: IP MTU for PARTIAL fragments.
-  Reducer(const Directory& dir, uint32_t slots, std::unique_ptr<SlotIndex> index, size_t mtu = 1500);
+  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500);
   ~Reducer();
 
   // One admitted packet (ingress() admitted it); `now_ns` is the lcore's clock.
@@ -149,7 +138,10 @@ class Reducer {
   void drop(Drop d) { ++stats_.drops[size_t(d)]; }
 
   const Directory& dir_;
-  std::unique_ptr<SlotIndex> index_;
+  // Key -> slot + 1 for every live slot: a flat table (key_table.hpp), so
+  // an op's first packet and its release cost one probe each, not a hash
+  // library's buckets and signatures.
+  KeyTable index_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int32_t> free_;
   // Open slots in the order they opened (a doubly linked list through the
@@ -163,7 +155,8 @@ class Reducer {
   ReducerStats stats_;
   size_t mtu_;
   // A direct-mapped cache in front of the index (an exact-match flow cache,
-  // as in Open vSwitch): an op's R packets arrive close together, so most
+  // as in Open vSwitch; 1 KiB, where the index spreads its keys over 16
+  // bytes per slot): an op's R packets arrive close together, so most
   // find the slot here without hashing into the index. An entry is only a
   // hint: it counts when its slot is live and holds that very key, so a
   // released or reused slot needs no invalidation.

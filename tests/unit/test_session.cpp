@@ -73,7 +73,7 @@ struct Node {
   Directory dir;
   Reducer red;
   Capture cap;
-  explicit Node(const char* yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 16, make_map_index()) {}
+  explicit Node(const char* yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 16) {}
   // A datagram from `src` (a member's or child's address) on switch port `port`.
   Verdict feed(const wire::Endpoint& src, uint16_t port, const std::vector<uint8_t>& msg) {
     wire::Parsed p;

@@ -50,7 +50,7 @@ struct Switch {
   Reducer red;
   Capture cap;
   std::map<Drop, uint64_t> refused;  // at ingress (the RX stage's counters)
-  explicit Switch(const std::string& yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 64, make_map_index()) {}
+  explicit Switch(const std::string& yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 64) {}
 
   void feed(const std::vector<uint8_t>& frame, uint16_t in_port = 0, uint64_t now = 0) {
     wire::Parsed p;
@@ -513,7 +513,7 @@ TEST(Switch, AnOpWiderThanTheConfiguredWidthIsRefused) {
   SwitchConfig cfg = parse_config(kRoot);
   cfg.kulisch_width = 100;
   const Directory dir(cfg);
-  Reducer red(dir, 8, make_map_index());
+  Reducer red(dir, 8);
   Capture cap;
   const auto f = contrib(cfg, 1, 3, {1.0f, 2.0f});
   wire::Parsed p;
