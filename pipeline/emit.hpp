@@ -71,7 +71,9 @@ inline constexpr CounterField<EmitCounters> kEmitCounters[] = {
     {"alloc_failures", "frames lost for want of a buffer (or to a port with no device)", &EmitCounters::alloc_failures},
 };
 
-class Emitter final : public sw::Sink {
+// Cache-line aligned: its counters are written per frame by its lcore, and
+// the emitter allocated next to it may be another lcore's.
+class alignas(RTE_CACHE_LINE_SIZE) Emitter final : public sw::Sink {
  public:
   // `copies[port]`: how copies to that port are made (WHOLE past its end).
   Emitter(std::unique_ptr<Egress> egress, rte_mempool* pool, std::vector<Copies> copies, size_t ports);

@@ -1,5 +1,7 @@
 #include "switch/directory.hpp"
 
+#include <algorithm>
+
 namespace prism::sw {
 
 Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
@@ -38,8 +40,8 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
     for (Policy p : jc.policies) j.policy_mask |= 1u << uint8_t(p);
     jobs_.emplace(jc.id, std::move(j));
   }
-  op_high_ = std::make_unique<std::atomic<uint64_t>[]>(jobs_.size());
-  for (size_t i = 0; i < jobs_.size(); ++i) op_high_[i].store(0);
+  shards_ = std::max<uint32_t>(1, cfg.reducer_shards);
+  op_high_ = std::make_unique<OpHigh[]>(jobs_.size() * shards_);
   // Members and children do not move from here on (jobs_ is a node map).
   for (const auto& [id, j] : jobs_)
     for (const auto* v : {&j.members, &j.children})

@@ -1,7 +1,8 @@
 // Who may talk to this switch: the jobs, their members and children, looked
 // up by id and by source address. Built once from the configuration; read-only
-// afterwards, so every lcore may share it, but for one atomic per job: the
-// highest op number opened (for sessions, switch/session.hpp).
+// afterwards, so every lcore may share it, but for one atomic per job and
+// shard, each on a cache line of its own: the highest op number that shard
+// opened (for sessions, switch/session.hpp).
 #pragma once
 
 #include <atomic>
@@ -67,11 +68,13 @@ class Directory {
   bool is_parent(const wire::Endpoint& e) const {
     return cfg_.parent && cfg_.parent->addr.ip == e.ip && cfg_.parent->addr.port == e.port;
   }
-  // The highest op number opened for job `j` at this switch, as every shard
-  // sees it (sessions start past it): note_op() on each slot opened, and
-  // first_fresh_op() = one past the highest (nothing when none was opened).
-  void note_op(const Job& j, uint32_t op) const {
-    std::atomic<uint64_t>& h = op_high_[j.index];
+  // The highest op number opened for job `j` at this switch, over every
+  // shard (sessions start past it): note_op() on each slot a shard opens, in
+  // that shard's own line (shards on other lcores open ops all the time, and
+  // one shared line would cross cores on every op), and first_fresh_op() =
+  // one past the highest of them (nothing when none was opened).
+  void note_op(const Job& j, uint32_t op, uint32_t shard = 0) const {
+    std::atomic<uint64_t>& h = op_high_[size_t(j.index) * shards_ + shard % shards_].v;
     uint64_t cur = h.load(std::memory_order_relaxed);
     const uint64_t mine = uint64_t(1) << 32 | op;
     while ((cur == 0 || int32_t(op - uint32_t(cur)) > 0) &&
@@ -79,8 +82,12 @@ class Directory {
     }
   }
   std::optional<uint32_t> first_fresh_op(const Job& j) const {
-    const uint64_t h = op_high_[j.index].load(std::memory_order_relaxed);
-    return h ? std::optional<uint32_t>(uint32_t(h) + 1) : std::nullopt;
+    std::optional<uint32_t> high;
+    for (uint32_t s = 0; s < shards_; ++s) {
+      const uint64_t h = op_high_[size_t(j.index) * shards_ + s].v.load(std::memory_order_relaxed);
+      if (h && (!high || int32_t(uint32_t(h) - *high) > 0)) high = uint32_t(h);
+    }
+    return high ? std::optional<uint32_t>(*high + 1) : std::nullopt;
   }
   // The switch's own endpoint on a port (source of what it sends there).
   wire::Endpoint self(uint16_t port) const {
@@ -102,7 +109,11 @@ class Directory {
   uint32_t lookup_mask_ = 0, lookup_shift_ = 32;
   std::unordered_multimap<uint64_t, const Member*> by_addr_;  // (IP, UDP port) -> every member and child there
   std::vector<wire::Endpoint> self_;                          // by port id
-  std::unique_ptr<std::atomic<uint64_t>[]> op_high_;           // by Job::index: 1 << 32 | op, 0 for none
+  struct alignas(64) OpHigh {
+    std::atomic<uint64_t> v{0};  // 1 << 32 | op, 0 for none
+  };
+  uint32_t shards_ = 1;
+  std::unique_ptr<OpHigh[]> op_high_;  // by Job::index * shards + shard
 };
 
 }  // namespace prism::sw

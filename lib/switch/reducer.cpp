@@ -75,8 +75,13 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   t_open = now_ns;
 }
 
-Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu)
-    : dir_(dir), index_(slots), log_(size_t(dir.config().retention_mib) << 20, kTombstones), sessions_(dir), mtu_(mtu) {
+Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard)
+    : dir_(dir),
+      index_(slots),
+      log_(size_t(dir.config().retention_mib) << 20, kTombstones),
+      sessions_(dir),
+      mtu_(mtu),
+      shard_(shard) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
@@ -178,7 +183,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   newest_open_ = idx;
   ++js.opened;
   ++js.in_flight;
-  dir_.note_op(job, s.key.op);  // sessions start past every op opened
+  dir_.note_op(job, s.key.op, shard_);  // sessions start past every op opened
   ++stats_.slots_in_use;
   stats_.slots_high = std::max(stats_.slots_high, stats_.slots_in_use);
   return &s;

@@ -92,10 +92,13 @@ inline constexpr StatField<JobStats> kJobStats[] = {
     {"in_flight", "chunks open now", &JobStats::in_flight},
 };
 
-class Reducer {
+// Cache-line aligned (its statistics are written per packet; another lcore's
+// shard may be its neighbour in memory).
+class alignas(64) Reducer {
  public:
   // `slots`: capacity of this shard's slot table. `mtu`: IP MTU for PARTIAL fragments.
-  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500);
+  // `shard`: which of the switch's shards this is (the op numbers it opens are noted under it).
+  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500, uint32_t shard = 0);
   ~Reducer();
 
   // One admitted packet (ingress() admitted it); `now_ns` is the lcore's clock.
@@ -154,6 +157,7 @@ class Reducer {
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;
   size_t mtu_;
+  uint32_t shard_;
   // A direct-mapped cache in front of the index (an exact-match flow cache,
   // as in Open vSwitch; 1 KiB, where the index spreads its keys over 16
   // bytes per slot): an op's R packets arrive close together, so most

@@ -166,6 +166,26 @@ TEST(Session, ARankThatJoinsAgainWithAnotherNonceStartsANewSession) {
   EXPECT_EQ(joined(root.cap.outs.back()).first_op, 10u);
 }
 
+// Each shard notes the ops it opens on its own line; a session starts past
+// the latest of them all, in serial order (op numbers wrap).
+TEST(Session, FirstFreshOpIsPastTheLatestOpOfEveryShard) {
+  const SwitchConfig cfg = parse_config(std::string(kRoot) + "reducers: {shards: 3}\n");
+  Directory d(cfg);
+  const Job& j = *d.job(7);
+  EXPECT_FALSE(d.first_fresh_op(j));
+  d.note_op(j, 9, 0);
+  d.note_op(j, 12, 2);
+  d.note_op(j, 10, 1);
+  d.note_op(j, 4, 2);  // older: shard 2 stays at 12
+  EXPECT_EQ(d.first_fresh_op(j), 13u);
+  Directory w(cfg);  // across the wrap
+  const Job& k = *w.job(7);
+  w.note_op(k, 0xFFFFFFF0u, 0);
+  w.note_op(k, 0xFFFFFFFEu, 2);
+  w.note_op(k, 5, 1);  // 7 past 0xFFFFFFFE
+  EXPECT_EQ(w.first_fresh_op(k), 6u);
+}
+
 TEST(Session, ALeafForwardsJoinsUpWithItsFreshOpAndJoinedsDown) {
   Node leaf(kLeaf);
   leaf.dir.note_op(*leaf.dir.job(7), 99);
