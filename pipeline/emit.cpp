@@ -46,6 +46,7 @@ void Emitter::send(sw::Out&& o) {
 uint8_t* Emitter::result_buffer(size_t bytes) {
   if (res_) rte_pktmbuf_free(res_);  // a result that was never sent
   res_ = nullptr;
+  spilled_ = false;
   const size_t head = any_chained_ ? 0 : wire::kFrameOverhead;
   if (rte_mbuf* m = rte_pktmbuf_alloc(pool_)) {
     if (head + bytes <= rte_pktmbuf_tailroom(m)) {
@@ -54,7 +55,10 @@ uint8_t* Emitter::result_buffer(size_t bytes) {
     }
     rte_pktmbuf_free(m);
   }
-  spill_.resize(bytes);  // no buffer, or too large for one: send_result() counts the copies as lost
+  // No buffer, or too large for one with the room asked for (the sideband's, which most results do
+  // not need): send_result() moves it into a buffer if it then fits, or counts the copies as lost.
+  spill_.resize(bytes);
+  spilled_ = true;
   return spill_.data();
 }
 
@@ -89,6 +93,17 @@ void Emitter::chained_copy(rte_mbuf* m, const sw::Dest& d, const wire::SharedPar
 // the body itself is summed once per result.
 void Emitter::send_result(const wire::Header& h, size_t len, std::span<const sw::Dest> to) {
   const size_t head = any_chained_ ? 0 : wire::kFrameOverhead;
+  if (spilled_) {  // written aside: into a buffer now, if the result as it came out fits one
+    spilled_ = false;
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m && head + len <= rte_pktmbuf_tailroom(m)) {
+      std::memcpy(rte_pktmbuf_mtod_offset(m, uint8_t*, head), spill_.data(), len);
+      rte_pktmbuf_append(m, uint16_t(head + len));
+      res_ = m;
+    } else if (m) {
+      rte_pktmbuf_free(m);
+    }
+  }
   // Lost when no mbuf held it, or too long for one IPv4 packet (the same for every copy).
   if (!res_ || wire::kFrameOverhead - wire::kEthSize + len > 0xFFFF || to.empty()) {
     if (res_) rte_pktmbuf_free(res_);

@@ -128,6 +128,7 @@ class alignas(RTE_CACHE_LINE_SIZE) Emitter final : public sw::Sink {
   // payload that chained copies clone) or, when no mbuf could hold it, spill_.
   rte_mbuf* res_ = nullptr;
   std::vector<uint8_t> spill_;
+  bool spilled_ = false;  // the result being made is in spill_
   uint16_t ip_id_ = 0;
   EmitCounters c_;
   std::unique_ptr<Counter[]> nacks_;  // by port
