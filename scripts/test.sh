@@ -39,7 +39,7 @@ fi
 
 if [ -z "${PRISM_NO_SANITIZERS:-}" ]; then
   [ -f "$SAN/build.ninja" ] ||
-    meson setup "$SAN" -Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined >/dev/null ||
+    meson setup "$SAN" -Dbuildtype=debugoptimized -Doptimization=1 -Db_sanitize=address,undefined >/dev/null ||
     fail "meson setup (sanitizers) failed"
   # Only what the unit suites run: the tools and the bench are not built a second time.
   units=$(meson introspect --tests "$SAN" | /usr/bin/python3 -c '
