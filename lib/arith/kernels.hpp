@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "format/format.hpp"
 
@@ -29,7 +30,9 @@ struct Kernels {
   // operand). Cost (AVX2): ~13 uops per 4 lanes.
   uint32_t (*add_f64_checked)(Format f, double* acc, const uint8_t* e, uint32_t n, uint32_t* left);
   // The same with fp32 lanes, for formats of at most 11 significant bits
-  // (bf16, fp16): 8 lanes per vector.
+  // (bf16, fp16): 8 lanes per vector. Both checked adds screen the specials
+  // of fp32, fp16 and bf16, the formats that use them (KulischWide); the
+  // AVX2 ones read an fp8 special as a finite value.
   uint32_t (*add_f32_checked)(Format f, float* acc, const uint8_t* e, uint32_t n, uint32_t* left);
   // Widens [*lo, *hi] to the biased exponent fields of the non-zero elements
   // (subnormals count as field 1: their last bit is the format's unit). An
@@ -98,6 +101,8 @@ bool round_f64_by_odd(Odd odd, Round round, Format out, const double* in, uint32
 const Kernels& portable_kernels();
 // Null when the CPU lacks AVX2, FMA or F16C.
 const Kernels* avx2_kernels();
+// Every set this CPU runs: portable, then avx2 where available.
+std::vector<const Kernels*> kernel_sets();
 // The fastest available; PRISM_KERNELS=portable in the environment forces the portable ones.
 const Kernels& best_kernels();
 

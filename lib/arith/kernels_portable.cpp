@@ -265,6 +265,12 @@ const Kernels* avx2_kernels() {
   return ok ? &avx2_kernels_unchecked() : nullptr;
 }
 
+std::vector<const Kernels*> kernel_sets() {
+  std::vector<const Kernels*> v{&portable_kernels()};
+  if (const Kernels* a = avx2_kernels()) v.push_back(a);
+  return v;
+}
+
 const Kernels& best_kernels() {
   static const Kernels* k = [] {
     const char* force = std::getenv("PRISM_KERNELS");

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "acc_util.hpp"
@@ -382,34 +383,37 @@ bool same_states(const prism::Accumulator& a, const prism::Accumulator& b, std::
   return true;
 }
 
-TEST(Kernels, PortableAndAvx2GiveIdenticalBits) {
-  const prism::Kernels* avx2 = prism::avx2_kernels();
-  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
+TEST(Kernels, EverySetGivesThePortableBits) {
+  const std::vector<const prism::Kernels*> sets = prism::kernel_sets();
+  if (sets.size() < 2) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
   const prism::Kernels& port = prism::portable_kernels();
   int failures = 0;
-  for (const Fmt& in : ref::kAll) {
-    for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL, Policy::FP32_BINOMIAL}) {
-      for (Kind k : ref::kKinds) {
-        for (Size s : {Size{3, 1}, Size{5, 7}, Size{64, 13}, Size{33, 37}, Size{200, 256}, Size{9000, 9}}) {
-          if (s.R == 9000 && pol == Policy::FP32_BINOMIAL) continue;
-          const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 10));
-          ref::Rng rng(seed_of(in, k, s.R, s.lanes, 11));
-          const auto p = packets(in, data);
-          const auto order = random_order(s.R, rng);
-          for (const Fmt& out : {in.is_float() ? ref::kFP32 : ref::kINT32, ref::kBF16, ref::kE5M2FNUZ}) {
-            for (bool sat : {false, true}) {
-              const OpDesc d = desc(in, out, pol, sat, s.R, s.lanes);
-              auto a = prism::make_accumulator(d, port);
-              auto b = prism::make_accumulator(d, *avx2);
-              add_all(*a, p, order);
-              add_all(*b, p, order);
-              std::string why;
-              const bool same_state = same_states(*a, *b, &why);
-              const auto res = same_runs(finalize(*a), finalize(*b));
-              if (!res || !same_state) {
-                ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k)
-                              << ": portable vs avx2: " << (res ? why : res.message());
-                if (++failures >= kMaxFailures) return;
+  for (size_t si = 1; si < sets.size(); ++si) {
+    const prism::Kernels* avx2 = sets[si];
+    for (const Fmt& in : ref::kAll) {
+      for (Policy pol : {Policy::KULISCH_FIXED, Policy::FP32_ARRIVAL, Policy::FP32_BINOMIAL}) {
+        for (Kind k : ref::kKinds) {
+          for (Size s : {Size{3, 1}, Size{5, 7}, Size{64, 13}, Size{33, 37}, Size{200, 256}, Size{9000, 9}}) {
+            if (s.R == 9000 && pol == Policy::FP32_BINOMIAL) continue;
+            const ref::Data data = ref::make_data(in, k, s.R, s.lanes, seed_of(in, k, s.R, s.lanes, 10));
+            ref::Rng rng(seed_of(in, k, s.R, s.lanes, 11));
+            const auto p = packets(in, data);
+            const auto order = random_order(s.R, rng);
+            for (const Fmt& out : {in.is_float() ? ref::kFP32 : ref::kINT32, ref::kBF16, ref::kE5M2FNUZ}) {
+              for (bool sat : {false, true}) {
+                const OpDesc d = desc(in, out, pol, sat, s.R, s.lanes);
+                auto a = prism::make_accumulator(d, port);
+                auto b = prism::make_accumulator(d, *avx2);
+                add_all(*a, p, order);
+                add_all(*b, p, order);
+                std::string why;
+                const bool same_state = same_states(*a, *b, &why);
+                const auto res = same_runs(finalize(*a), finalize(*b));
+                if (!res || !same_state) {
+                  ADD_FAILURE() << describe(d) << " data " << ref::kind_name(k) << ": portable vs " << avx2->name
+                                << ": " << (res ? why : res.message());
+                  if (++failures >= kMaxFailures) return;
+                }
               }
             }
           }
@@ -503,8 +507,7 @@ TEST(AccumulatorLifecycle, InadmissibleDescriptorsThrow) {
 // in batches of 37 lanes (vectors and a tail). A batch with a lane that has
 // no rounding (NaN, infinity, overflow) must be refused, wherever that lane is.
 TEST(Kernels, BatchRoundingMatchesRoundFloatTo) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(11);
   for (Format f : {Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
     const prism::FormatInfo& fi = prism::info(f);
@@ -612,29 +615,32 @@ TEST(KulischFixedNarrow, FloatLanesOnlyWhileTheWindowIsExact) {
 // random codes (zeros, subnormals and specials among them), lengths around
 // the vector widths, and windows carried in from an earlier scan.
 TEST(Kernels, ExponentRangeAgrees) {
-  const prism::Kernels* avx2 = prism::avx2_kernels();
-  if (!avx2) GTEST_SKIP() << "this CPU has no AVX2";
+  const std::vector<const prism::Kernels*> sets = prism::kernel_sets();
+  if (sets.size() < 2) GTEST_SKIP() << "this CPU has no AVX2";
   const prism::Kernels& port = prism::portable_kernels();
-  std::mt19937_64 rng(9);
-  for (Format f :
-       {Format::FP32, Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
-    const uint32_t sz = prism::info(f).bytes;
-    for (uint32_t n : {0u, 1u, 7u, 8u, 15u, 16u, 31u, 32u, 33u, 64u, 100u, 127u, 128u, 129u, 160u, 255u, 1024u}) {
-      for (int trial = 0; trial < 20; ++trial) {
-        std::vector<uint8_t> e(size_t(n) * sz);
-        for (auto& b : e) b = uint8_t(rng());
-        if (trial % 3 == 0)  // mostly zeros and small codes: lo from the subnormals
-          for (auto& b : e) b = (rng() % 4) ? 0 : uint8_t(b & 0x83);
-        uint32_t lo0 = trial % 2 ? ~0u : uint32_t(rng() % 20), hi0 = trial % 2 ? 0u : uint32_t(rng() % 20);
-        uint32_t lo_a = lo0, hi_a = hi0, lo_p = lo0, hi_p = hi0;
-        avx2->exp_range(f, e.data(), n, &lo_a, &hi_a);
-        port.exp_range(f, e.data(), n, &lo_p, &hi_p);
-        // Empty scans may leave lo at any value above every field: compare what the callers use.
-        const bool empty_a = lo_a > hi_a, empty_p = lo_p > hi_p;
-        ASSERT_EQ(empty_a, empty_p) << prism::name(f) << " n=" << n;
-        ASSERT_EQ(hi_a, hi_p) << prism::name(f) << " n=" << n;
-        if (!empty_a) {
-          ASSERT_EQ(lo_a, lo_p) << prism::name(f) << " n=" << n;
+  for (size_t si = 1; si < sets.size(); ++si) {
+    const prism::Kernels* avx2 = sets[si];
+    std::mt19937_64 rng(9);
+    for (Format f :
+         {Format::FP32, Format::FP16, Format::BF16, Format::E4M3FN, Format::E4M3FNUZ, Format::E5M2, Format::E5M2FNUZ}) {
+      const uint32_t sz = prism::info(f).bytes;
+      for (uint32_t n : {0u, 1u, 7u, 8u, 15u, 16u, 31u, 32u, 33u, 64u, 100u, 127u, 128u, 129u, 160u, 255u, 1024u}) {
+        for (int trial = 0; trial < 20; ++trial) {
+          std::vector<uint8_t> e(size_t(n) * sz);
+          for (auto& b : e) b = uint8_t(rng());
+          if (trial % 3 == 0)  // mostly zeros and small codes: lo from the subnormals
+            for (auto& b : e) b = (rng() % 4) ? 0 : uint8_t(b & 0x83);
+          uint32_t lo0 = trial % 2 ? ~0u : uint32_t(rng() % 20), hi0 = trial % 2 ? 0u : uint32_t(rng() % 20);
+          uint32_t lo_a = lo0, hi_a = hi0, lo_p = lo0, hi_p = hi0;
+          avx2->exp_range(f, e.data(), n, &lo_a, &hi_a);
+          port.exp_range(f, e.data(), n, &lo_p, &hi_p);
+          // Empty scans may leave lo at any value above every field: compare what the callers use.
+          const bool empty_a = lo_a > hi_a, empty_p = lo_p > hi_p;
+          ASSERT_EQ(empty_a, empty_p) << avx2->name << " " << prism::name(f) << " n=" << n;
+          ASSERT_EQ(hi_a, hi_p) << prism::name(f) << " n=" << n;
+          if (!empty_a) {
+            ASSERT_EQ(lo_a, lo_p) << prism::name(f) << " n=" << n;
+          }
         }
       }
     }
@@ -662,8 +668,7 @@ std::vector<uint32_t> exact_roundings(const Fmt& out, const double* v, uint32_t 
 // A batch with an overflow is refused by the rounding; a NaN, an infinity or
 // a value beyond the float range by the round-to-odd step.
 TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(17);
   for (const Fmt& out : {ref::kFP16, ref::kBF16, ref::kE4M3FN, ref::kE5M2, ref::kE5M2FNUZ}) {
     std::vector<double> v;
@@ -719,8 +724,7 @@ TEST(Kernels, RoundToOddThenNarrowIsTheDoublesOwnRounding) {
 // subnormal range) shows up as a wrong last bit. Batches end at every
 // offset in a vector, so the tails are covered too.
 TEST(Kernels, RoundF64IsTheDoublesOwnRounding) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(29);
   for (const Fmt& out : {ref::kFP16, ref::kBF16, ref::kE5M2, ref::kE4M3FN}) {
     auto random_double = [&] {
@@ -769,8 +773,7 @@ TEST(Kernels, RoundF64IsTheDoublesOwnRounding) {
 // every lane of acc becomes acc + e (one fp32 rounding, the same bits), and
 // `out` gets that sum, whether it is another buffer or the elements' own.
 TEST(Kernels, AddF32OutAddsThenWritesTheSum) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(29);
   for (const prism::Kernels* k : ks) {
     for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 31u, 32u, 33u, 64u, 255u, 256u, 257u}) {
@@ -809,8 +812,7 @@ TEST(Kernels, AddF32OutAddsThenWritesTheSum) {
 // element (first term) or acc + element; every special lane, wherever it
 // falls in a vector, is listed in order and left alone (-0 for a first term).
 TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(23);
   for (const Fmt& in : ref::kFloats) {
     for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 16u, 31u, 64u, 257u}) {
@@ -873,13 +875,86 @@ TEST(Kernels, ScreenedAddListsSpecialsAndAddsTheRest) {
   }
 }
 
+// TwoSum's error term (Knuth): zero exactly when fl(a + b) is the exact sum.
+// An independent test of the kernels' own (s - a == b and s - b == a).
+template <class T>
+bool sum_is_exact(T a, T b) {
+  const T s = a + b, bb = s - a;
+  if (!std::isfinite(s)) return false;
+  return (a - (s - bb)) + (b - bb) == T(0);
+}
+
+// The checked adds against that: every lane whose sum is exact takes it,
+// every other (a rounding sum, a special element or lane) is left as it was
+// and listed in order, at lengths around the 8- and 16-lane vectors. The
+// formats whose fast lanes use them: fp32, fp16 and bf16 (KulischWide).
+TEST(Kernels, CheckedAddTakesExactlyTheExactSums) {
+  std::mt19937_64 rng(31);
+  for (const Fmt& in : {ref::kFP32, ref::kFP16, ref::kBF16}) {
+    for (uint32_t n : {0u, 1u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 257u}) {
+      for (int trial = 0; trial < 16; ++trial) {
+        std::vector<uint8_t> e(size_t(n) * in.bytes);
+        std::vector<uint32_t> codes(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          uint32_t c = uint32_t(rng()) & in.mask();
+          if (in.bytes == 4 && rng() % 4) c = (c & 0x807FFFFFu) | uint32_t(120 + rng() % 16) << 23;  // near 1
+          if (in.bytes == 2 && rng() % 4) c &= ~0x4000u;                                             // fewer specials
+          codes[i] = c;
+          for (int b = 0; b < in.bytes; ++b) e[size_t(i) * in.bytes + b] = uint8_t(c >> (8 * b));
+        }
+        std::vector<float> acc0(n);
+        std::vector<double> dacc0(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          // Mostly sums that stay exact in a float, some that round, a few specials in the lanes.
+          const int ex = trial % 4 == 0 ? int(rng() % 60) - 30 : int(rng() % 8) - 4;
+          acc0[i] = std::ldexp(float(int64_t(rng() % 4001) - 2000), ex);
+          dacc0[i] = std::ldexp(double(int64_t(rng() % 4001) - 2000), ex) + (trial % 2 ? 0x1p-60 : 0.0);
+          if (rng() % 97 == 0) acc0[i] = dacc0[i] = std::numeric_limits<float>::infinity();
+        }
+        std::vector<float> want = acc0;
+        std::vector<double> dwant = dacc0;
+        std::vector<uint32_t> want_left, dwant_left;
+        for (uint32_t i = 0; i < n; ++i) {
+          const bool sp = ref::is_special_code(in, codes[i]);
+          const float x = sp ? 0.0f : ref::to_f32(in, codes[i]);
+          if (!sp && sum_is_exact(acc0[i], x))
+            want[i] = acc0[i] + x;
+          else
+            want_left.push_back(i);
+          if (!sp && sum_is_exact(dacc0[i], double(x)))
+            dwant[i] = dacc0[i] + double(x);
+          else
+            dwant_left.push_back(i);
+        }
+        for (const prism::Kernels* k : prism::kernel_sets()) {
+          std::vector<float> acc = acc0;
+          std::vector<uint32_t> left(n + 1, 0xFFFFFFFF);
+          const uint32_t got = k->add_f32_checked(Format(in.code), acc.data(), e.data(), n, left.data());
+          ASSERT_EQ(got, want_left.size()) << k->name << " " << in.name << " n=" << n;
+          for (uint32_t j = 0; j < got; ++j) ASSERT_EQ(left[j], want_left[j]) << k->name << " " << in.name;
+          for (uint32_t i = 0; i < n; ++i)
+            ASSERT_EQ(prism::float_bits(acc[i]), prism::float_bits(want[i]))
+                << k->name << " " << in.name << " lane " << i;
+          std::vector<double> dacc = dacc0;
+          std::fill(left.begin(), left.end(), 0xFFFFFFFF);
+          const uint32_t dgot = k->add_f64_checked(Format(in.code), dacc.data(), e.data(), n, left.data());
+          ASSERT_EQ(dgot, dwant_left.size()) << k->name << " " << in.name << " n=" << n << " (double lanes)";
+          for (uint32_t j = 0; j < dgot; ++j) ASSERT_EQ(left[j], dwant_left[j]) << k->name << " " << in.name;
+          for (uint32_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint64_t>(dacc[i]), std::bit_cast<uint64_t>(dwant[i]))
+                << k->name << " " << in.name << " double lane " << i;
+        }
+      }
+    }
+  }
+}
+
 // Double lanes rounded once to fp32: against ref::round_to on each double's
 // exact bits (an independent rounding), around every binade edge, the
 // subnormals and the top of the range; a lane whose result is not finite
 // (NaN, infinity, overflow) must make the batch fail wherever it sits.
 TEST(Kernels, NarrowDoublesRoundOnceToNearestEven) {
-  std::vector<const prism::Kernels*> ks{&prism::portable_kernels()};
-  if (prism::avx2_kernels()) ks.push_back(prism::avx2_kernels());
+  const std::vector<const prism::Kernels*> ks = prism::kernel_sets();
   std::mt19937_64 rng(29);
   std::vector<double> v;
   for (int i = 0; i < 20000; ++i) {

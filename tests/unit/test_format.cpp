@@ -842,12 +842,11 @@ TEST(ClosedSets, ExactWidthIsNeededByKulischAndByIntegers) {
 }
 
 // Every float format reaches its own kernel through the format-by-format
-// dispatch (PRISM_FLOAT_DISPATCH, fp8_table), in both kernel sets: one
+// dispatch (PRISM_FLOAT_DISPATCH, fp8_table), in every kernel set: one
 // element added into a zero lane gives the element's value as ref.hpp
 // decodes it. The integer formats reach no float kernel: they throw.
 TEST(ClosedSets, FloatDispatchCoversEveryFormatAndNoIntegerOne) {
-  std::vector<const prism::Kernels*> sets = {&prism::portable_kernels()};
-  if (const auto* a = prism::avx2_kernels()) sets.push_back(a);
+  const std::vector<const prism::Kernels*> sets = prism::kernel_sets();
   for (const auto* k : sets)
     for (const auto& e : prism::entries(Format{})) {
       const ref::Fmt& rf = ref::fmt(uint8_t(e.value));
