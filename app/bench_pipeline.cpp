@@ -715,15 +715,16 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
   // A rewriter per RX queue and a verifier per TX queue: each is called by the one lcore that polls it.
   const uint32_t queues = c.s.queues();
   std::vector<Rewriter> rw(w.pcap.size());
-  std::vector<Verifier> vs;
-  for (uint32_t p = 0; p < w.ports; ++p)
-    for (uint16_t q = 0; q < rt.tx_queues(uint16_t(p)); ++q) vs.emplace_back();
+  const bool forward = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL, ideal = c.mode == Mode::IDEAL;
+  size_t txqs = 0;
+  for (uint32_t p = 0; p < w.ports; ++p) txqs += rt.tx_queues(uint16_t(p));
+  std::vector<Verifier> vs(txqs);
   for (Verifier& v : vs) {
     v.w = &w;
-    v.forward = c.mode == Mode::FORWARD || c.mode == Mode::IDEAL;
-    v.ideal = c.mode == Mode::IDEAL;
+    v.forward = forward;
+    v.ideal = ideal;
     // The first round's frames (R RESULTs per op) are all checked; forward-only's are its input, unchanged.
-    v.full_until = a.sampled_checks || v.forward ? 0 : uint64_t(w.ops) * c.s.ranks / vs.size();
+    v.full_until = a.sampled_checks || forward ? 0 : uint64_t(w.ops) * c.s.ranks / txqs;
     v.prepare();
   }
   // Callbacks outlive a port's close: they are removed below, before rw and vs go.
@@ -741,12 +742,13 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
         rte_eth_remove_tx_callback(k.pid, k.queue, k.cb);
     cbs.clear();
   };
-  size_t vi = 0;
-  for (uint32_t p = 0; p < w.ports; ++p) {
-    const uint16_t pid = rt.dpdk_port(uint16_t(p));
+  for (uint32_t p = 0; p < w.ports; ++p)  // before any callback is installed
     if (rt.rx_queues(uint16_t(p)) != queues)
       throw std::runtime_error("port " + std::to_string(p) + " has " + std::to_string(rt.rx_queues(uint16_t(p))) +
                                " RX queues, not the " + std::to_string(queues) + " captures it was given");
+  size_t vi = 0;
+  for (uint32_t p = 0; p < w.ports; ++p) {
+    const uint16_t pid = rt.dpdk_port(uint16_t(p));
     for (uint32_t q = 0; q < queues; ++q) {
       Rewriter& r = rw[p * queues + q];
       r.per_round = w.per_round[p * queues + q];
@@ -801,33 +803,29 @@ Result run_prism(const Case& c, const Workload& w, const Args& a, uint32_t run, 
     res.main_ns_pkt = (rx_b + tx_b) * ns_per_tsc / double(res.packets);
     res.reduce_ns_pkt = red_b * ns_per_tsc / double(res.packets);
   }
-  Verifier v;  // every TX queue's, summed
-  v.forward = vs.front().forward;
-  v.ideal = vs.front().ideal;
+  uint64_t rewritten = 0;  // every TX queue's verifier, summed
+  std::string first_bad;
   for (const Verifier& x : vs) {
-    v.results += x.results;
-    v.checked += x.checked;
-    v.bad += x.bad;
-    v.rewritten += x.rewritten;
-    if (v.first_bad.empty()) v.first_bad = x.first_bad;
+    res.results += x.results;
+    res.checked += x.checked;
+    res.bad += x.bad;
+    rewritten += x.rewritten;
+    if (first_bad.empty()) first_bad = x.first_bad;
   }
-  res.results = v.results;
-  res.checked = v.checked;
-  res.bad = v.bad;
   for (const auto& r : rt.reducers()) {
     res.slots_high = std::max<uint64_t>(res.slots_high, r->snapshot().slots_high);
     if (const sw::Reducer* red = r->work().reducer())
       res.slot_bytes = std::max(res.slot_bytes, red->bytes_per_slot_estimate());
   }
-  if (v.bad)
-    res.error = v.first_bad;
-  else if (!v.forward && v.results == 0)
+  if (res.bad)
+    res.error = first_bad;
+  else if (!forward && res.results == 0)
     res.error = "no RESULT was sent";
-  else if (v.checked == 0)
+  else if (res.checked == 0)
     res.error = "nothing was checked";
-  else if (v.ideal && v.rewritten * 2 < v.checked)
-    res.error = "the ideal reducer sent " + std::to_string(v.checked - v.rewritten) + " of " +
-                std::to_string(v.checked) + " checked frames with their elements as they came";
+  else if (ideal && rewritten * 2 < res.checked)
+    res.error = "the ideal reducer sent " + std::to_string(res.checked - rewritten) + " of " +
+                std::to_string(res.checked) + " checked frames with their elements as they came";
   return res;
 }
 
@@ -1078,13 +1076,7 @@ class Workloads {
   uint32_t next_ = 0;
 };
 
-bool same_packets(const Shape& x, const Shape& y) {
-  Shape k = x, l = y;
-  k.lcores = l.lcores = 0;
-  k.pipelined = l.pipelined = false;
-  return !(k < l) && !(l < k);
-}
-// The same packets, and (lc) the same lcores in the same layout.
+// The same packets (dtype, payload, R), and (lc) the same lcores in the same layout.
 bool same_shape(const Shape& x, const Shape& y, bool lc) {
   return x.dtype == y.dtype && x.payload == y.payload && x.ranks == y.ranks &&
          (!lc || (x.lcores == y.lcores && x.pipelined == y.pipelined));
@@ -1097,7 +1089,7 @@ std::vector<Case> testpmd_cases(const Args& a) {
   std::vector<Case> tp;
   for (const Case& c : a.cases) {
     if (c.mode != Mode::FORWARD) continue;
-    if (std::any_of(tp.begin(), tp.end(), [&](const Case& x) { return same_packets(x.s, c.s); })) continue;
+    if (std::any_of(tp.begin(), tp.end(), [&](const Case& x) { return same_shape(x.s, c.s, false); })) continue;
     Shape one = c.s;  // one forwarding lcore: one capture per port
     one.lcores = 1;
     one.pipelined = false;
@@ -1124,7 +1116,7 @@ Runs measure(const Args& a, const std::vector<Case>& tp_cases, Workloads& loads,
     for (size_t i = 0; i < a.cases.size(); ++i) {
       const Case& c = a.cases[i];
       for (size_t t = 0; t < tp_cases.size() && c.mode == Mode::FORWARD; ++t)
-        if (same_packets(tp_cases[t].s, c.s) && runs.testpmd[t].size() == rep)
+        if (same_shape(tp_cases[t].s, c.s, false) && runs.testpmd[t].size() == rep)
           runs.testpmd[t].push_back(run_testpmd(tp_cases[t], loads(tp_cases[t]), a));
       Result r;
       try {
@@ -1316,20 +1308,24 @@ std::pair<int, int> print_targets(const std::vector<Row>& rows) {
     if (const Row* r = find(Mode::KULISCH, f, 1024, 8, 1, false))
       target(std::string("kulisch / fp32_arrival, 1 lcore, ") + name(f), r->vs_arrival, r->arrival_range,
              f == Format::FP32 ? 0.9 : 1.0);
-  for (const Row& row : rows) {  // what a second lcore adds, shared nothing, at 1 KiB and above
+  // What a second lcore adds, shared nothing, at 1 KiB and above: a target; every other scaling is printed.
+  auto scaling_target = [](const Row& row) {
     const Shape& s = row.r.c.s;
-    if (s.lcores != 2 || s.pipelined || s.payload < 1024 || !row.r.error.empty()) continue;
-    if (row.r.c.mode != Mode::ARRIVAL && row.r.c.mode != Mode::KULISCH) continue;
+    return s.lcores == 2 && !s.pipelined && s.payload >= 1024 &&
+           (row.r.c.mode == Mode::ARRIVAL || row.r.c.mode == Mode::KULISCH);
+  };
+  for (const Row& row : rows) {
+    const Shape& s = row.r.c.s;
+    if (!scaling_target(row) || !row.r.error.empty()) continue;
     char what[96];
     std::snprintf(what, sizeof what, "%s 2 lcores / 1 (%s, %u B, R=%u)", mode_name(row.r.c.mode), name(s.dtype),
                   s.payload, s.ranks);
     target(what, row.vs_one, row.one_range, 1.8);
   }
-  // Not targets: the same for the earlier, pipelined layout, and the baselines' own scaling.
+  // Not targets: the pipelined layout, the baselines, small payloads and other lcore counts.
   for (const Row& row : rows) {
     const Shape& s = row.r.c.s;
-    if (s.lcores < 2 || row.vs_one <= 0 || (!s.pipelined && row.r.c.mode >= Mode::ARRIVAL && s.payload >= 1024))
-      continue;
+    if (s.lcores < 2 || row.vs_one <= 0 || scaling_target(row)) continue;
     std::printf("  %-58s %5.2f  rounds %.2f-%.2f\n",
                 (std::string(mode_name(row.r.c.mode)) + " " + std::to_string(s.lcores) + " lcores " + s.layout() +
                  " / 1 (" + name(s.dtype) + ", " + std::to_string(s.payload) + " B, R=" + std::to_string(s.ranks) + ")")
