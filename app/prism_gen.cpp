@@ -77,7 +77,7 @@ write: the CONTRIBs of every rank of a job for a run of ops, as captures. Each g
   --policy P           )" +
          choices<Policy>() + R"(
   --transport T        )" +
-         choices<Transport>() + R"( (default kulisch)
+         choices<PartialTransport>() + R"( (default kulisch)
   --exceptions E       )" +
          choices<Exceptions>() + R"( (default ieee)
   --ops N              ops to generate (default 1); --op-base N first op id (default 0)
@@ -115,7 +115,7 @@ struct Request {
   uint32_t job = 0;
   Format dtype = Format::FP32, out = Format::FP32;
   Policy policy = Policy::KULISCH_FIXED;
-  Transport transport = Transport::KULISCH;
+  PartialTransport transport = PartialTransport::KULISCH;
   Exceptions exceptions = Exceptions::IEEE;
   Values values = Values::GRADIENT;
   Order order = Order::ROUND_ROBIN;
@@ -154,7 +154,7 @@ Request parse_request(const cli::Args& a) {
   q.dtype = cli::one_of<Format>(a, "--dtype");
   q.out = cli::one_of<Format>(a, "--out-dtype", is_float(q.dtype) ? Format::FP32 : Format::INT32);
   q.policy = cli::one_of<Policy>(a, "--policy");
-  q.transport = cli::one_of<Transport>(a, "--transport", Transport::KULISCH);
+  q.transport = cli::one_of<PartialTransport>(a, "--transport", PartialTransport::KULISCH);
   q.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
   q.values = cli::one_of<Values>(a, "--values", Values::GRADIENT);
   q.order = cli::one_of<Order>(a, "--order", Order::ROUND_ROBIN);

@@ -32,7 +32,7 @@
 #include "coll/tcp.hpp"
 #include "json.hpp"
 #include "output_file.hpp"
-#include "rank/prism.hpp"
+#include "prism/prism.hpp"
 #include "values.hpp"
 
 using namespace prism;
@@ -84,7 +84,7 @@ std::string usage() {
          choices<Policy>() +
          " (default kulisch)\n"
          "  --transport T         partials between switches: " +
-         choices<Transport>() +
+         choices<PartialTransport>() +
          " (default kulisch)\n"
          "  --exceptions E        " +
          choices<Exceptions>() +
@@ -138,7 +138,7 @@ struct Run {
   uint64_t seed = 1;
   Format dtype = Format::FP32, out = Format::FP32;
   Policy policy = Policy::KULISCH_FIXED;
-  Transport transport = Transport::KULISCH;
+  PartialTransport transport = PartialTransport::KULISCH;
   Exceptions exceptions = Exceptions::IEEE;
   Collective coll = Collective::ALLREDUCE;
   Algo algo = Algo::SWITCH;
@@ -194,7 +194,7 @@ Run parse(int argc, char** argv) {
   r.dtype = cli::one_of<Format>(a, "--dtype", Format::FP32);
   r.out = cli::one_of<Format>(a, "--out-dtype", is_float(r.dtype) ? Format::FP32 : Format::INT32);
   r.policy = cli::one_of<Policy>(a, "--policy", Policy::KULISCH_FIXED);
-  r.transport = cli::one_of<Transport>(a, "--transport", Transport::KULISCH);
+  r.transport = cli::one_of<PartialTransport>(a, "--transport", PartialTransport::KULISCH);
   r.exceptions = cli::one_of<Exceptions>(a, "--exceptions", Exceptions::IEEE);
   r.coll = cli::one_of<Collective>(a, "--collective", Collective::ALLREDUCE);
   r.algo = cli::one_of<Algo>(a, "--algo", Algo::SWITCH);
@@ -505,7 +505,7 @@ coll::CostParams read_calibration(const Run& run, int* ranks) {
 // The switch as auto's candidate: switch_alpha is the least time of a
 // one-element collective through it, switch_beta the slope up to a 1 MiB one
 // (each the least of three); rank 0's figures go to every rank over `t`.
-void calibrate_switch(Communicator& comm, coll::Transport& t, const Run& run, const std::vector<uint8_t>& input,
+void calibrate_switch(Communicator& comm, coll::Links& t, const Run& run, const std::vector<uint8_t>& input,
                       const OpOptions& o, coll::CostParams& c) {
   const size_t ib = info(run.dtype).bytes;
   const uint64_t big = std::min<uint64_t>(run.count, std::max<size_t>(1, (1u << 20) / ib));
@@ -515,7 +515,7 @@ void calibrate_switch(Communicator& comm, coll::Transport& t, const Run& run, co
     double best = 1e300;
     for (int i = 0; i < 3; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      comm.allreduce(input.data(), out.data(), n, Dtype(uint8_t(run.dtype)), o);
+      comm.allreduce(input.data(), out.data(), n, run.dtype, o);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     return best;
@@ -530,7 +530,7 @@ void calibrate_switch(Communicator& comm, coll::Transport& t, const Run& run, co
 
 // One collective among the hosts, by algorithm `algo` (the chain in `segments`). `out` holds
 // this rank's result (result_shape); broadcast's root keeps its input there.
-void host_collective(const Run& run, Algo algo, size_t segments, coll::Transport& t, const coll::ReduceOp& op,
+void host_collective(const Run& run, Algo algo, size_t segments, coll::Links& t, const coll::ReduceOp& op,
                      const uint8_t* in, uint8_t* out, uint8_t* flags) {
   const size_t ib = info(run.dtype).bytes, p = size_t(t.size()), me = size_t(t.rank());
   if (run.coll == Collective::BROADCAST) {
@@ -577,8 +577,8 @@ int run_rank(const Run& run0) {
   // The switch is a candidate when listed, unless the given calibration has no figures for it.
   const bool switch_candidate = (run.algo == Algo::AUTO || calibrating) && listed(run.candidates, Algo::SWITCH) &&
                                 (!params || params->have_switch);
-  std::optional<Communicator> comm;      // --algo switch, or the switch as auto's candidate
-  std::unique_ptr<coll::Transport> tcp;  // the host algorithms (and auto's calibration)
+  std::optional<Communicator> comm;  // --algo switch, or the switch as auto's candidate
+  std::unique_ptr<coll::Links> tcp;  // the host algorithms (and auto's calibration)
   Endpoints ep;
   if ((run.algo == Algo::SWITCH && !calibrating) || switch_candidate) {
     try {
@@ -612,11 +612,11 @@ int run_rank(const Run& run0) {
     fail("--root " + std::to_string(run.root) + " is not a rank of the group of " + std::to_string(ep.group));
   const size_t ib = info(run.dtype).bytes, ob = info(run.out).bytes;
   OpOptions o;
-  o.out = Dtype(uint8_t(run.out));
+  o.out = run.out;
   o.out_given = true;
-  o.policy = Reduction(uint8_t(run.policy));
-  o.transport = PartialTransport(uint8_t(run.transport));
-  o.overflow = OverflowMode(uint8_t(run.exceptions));
+  o.policy = run.policy;
+  o.transport = run.transport;
+  o.exceptions = run.exceptions;
   const coll::ReduceOp op{run.dtype, run.out, run.policy, run.exceptions};
 
   // The cost model: a given calibration, or one measured now (auto, --calibrate).
@@ -705,8 +705,8 @@ int run_rank(const Run& run0) {
       const uint64_t first = std::min(run.count, s * per), n = std::min(per, run.count - first);
       uint8_t* o_at = out ? out + first * ob : nullptr;
       reqs.push_back(run.coll == Collective::ALLREDUCE
-                         ? comm->iallreduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), o)
-                         : comm->ireduce(in + first * ib, o_at, n, Dtype(uint8_t(run.dtype)), run.root, o));
+                         ? comm->iallreduce(in + first * ib, o_at, n, run.dtype, o)
+                         : comm->ireduce(in + first * ib, o_at, n, run.dtype, run.root, o));
     }
     for (size_t k = reqs.size(); k-- > 0;) {  // last first: completion in any order
       const OpReport rep = comm->wait(reqs[k]);
@@ -739,7 +739,7 @@ int run_rank(const Run& run0) {
   const double bytes = double(run.count) * double(ib);
   const bool via_switch = algo == Algo::SWITCH;
   const Stats st = comm ? comm->stats() : Stats{};
-  const uint32_t chunk_elems = via_switch ? comm->chunk_elems(Dtype(uint8_t(run.dtype)), o) : 0;
+  const uint32_t chunk_elems = via_switch ? comm->chunk_elems(run.dtype, o) : 0;
   const uint32_t window = via_switch ? comm->window() : 0;
   const bool failed_check = run.check && cr.beyond_bound;
   if (run.json) {

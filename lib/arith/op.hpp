@@ -14,8 +14,7 @@
 
 namespace prism {
 
-// How an op sums (wire codes; docs/ARITHMETIC.md).
-enum class Policy : uint8_t { FP32_ARRIVAL = 1, KULISCH_FIXED = 2, FP32_BINOMIAL = 3 };
+// How an op sums (Policy: prism/types.hpp; docs/ARITHMETIC.md).
 inline constexpr size_t kPolicyCount = 3;
 inline constexpr Entry<Policy> kPolicies[] = {
     {Policy::FP32_ARRIVAL, "fp32_arrival", "fp32 additions in arrival order (what a host ring does; not reproducible)"},
@@ -27,17 +26,17 @@ static_assert(std::size(kPolicies) == kPolicyCount, "every Policy has a row in k
 constexpr std::span<const Entry<Policy>> entries(Policy) { return kPolicies; }
 static_assert(codes_in_order<Policy>(1), "policy_from_code() range-checks the codes");
 
-// How a leaf sends its partial up the tree (wire codes).
-enum class Transport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
-inline constexpr size_t kTransportCount = 3;
-inline constexpr Entry<Transport> kTransports[] = {
-    {Transport::ROUNDED, "rounded", "partials rounded to the output format (lossy, smallest)"},
-    {Transport::KULISCH, "kulisch", "partials as exact lane records (lossless)"},
-    {Transport::AUTO, "auto", "rounded where that is exact, lane records otherwise (lossless)"},
+// How a leaf sends its partial up the tree (PartialTransport: prism/types.hpp).
+inline constexpr size_t kPartialTransportCount = 3;
+inline constexpr Entry<PartialTransport> kPartialTransports[] = {
+    {PartialTransport::ROUNDED, "rounded", "partials rounded to the output format (lossy, smallest)"},
+    {PartialTransport::KULISCH, "kulisch", "partials as exact lane records (lossless)"},
+    {PartialTransport::AUTO, "auto", "rounded where that is exact, lane records otherwise (lossless)"},
 };
-static_assert(std::size(kTransports) == kTransportCount, "every Transport has a row in kTransports");
-constexpr std::span<const Entry<Transport>> entries(Transport) { return kTransports; }
-static_assert(codes_in_order<Transport>(1), "transport_from_code() range-checks the codes");
+static_assert(std::size(kPartialTransports) == kPartialTransportCount,
+              "every PartialTransport has a row in kPartialTransports");
+constexpr std::span<const Entry<PartialTransport>> entries(PartialTransport) { return kPartialTransports; }
+static_assert(codes_in_order<PartialTransport>(1), "transport_from_code() range-checks the codes");
 
 inline std::optional<Policy> policy_from_name(std::string_view s) { return from_name<Policy>(s); }
 inline std::optional<Policy> policy_from_code(uint8_t c) {  // inline: parse() runs it per packet
@@ -45,11 +44,11 @@ inline std::optional<Policy> policy_from_code(uint8_t c) {  // inline: parse() r
   return std::nullopt;
 }
 inline const char* name(Policy p) { return prism::name<Policy>(p); }
-inline std::optional<Transport> transport_from_code(uint8_t c) {
-  if (c >= 1 && c <= kTransportCount) return Transport(c);
+inline std::optional<PartialTransport> transport_from_code(uint8_t c) {
+  if (c >= 1 && c <= kPartialTransportCount) return PartialTransport(c);
   return std::nullopt;
 }
-inline const char* name(Transport t) { return prism::name<Transport>(t); }
+inline const char* name(PartialTransport t) { return prism::name<PartialTransport>(t); }
 
 // Result status bits (RESULT packets' status byte, and per element from finalize()).
 namespace flag {

@@ -17,7 +17,7 @@ namespace {
 // below that bit (every k for the root) with v + 2^k < p.
 struct Tree {
   int p, root, v;
-  Tree(const Transport& t, int root_, const char* what) : p(t.size()), root(root_), v(0) {
+  Tree(const Links& t, int root_, const char* what) : p(t.size()), root(root_), v(0) {
     if (root < 0 || root >= p)
       throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) +
                                   " is not a rank of a group of " + std::to_string(p) + " (0.." +
@@ -49,7 +49,7 @@ void check_format(Format f, const char* what) {
 // One message down the tree: the root sends its `len` bytes at `buf`; any
 // other rank receives at most `len` bytes there from its parent and passes
 // them on. Returns the message's length.
-size_t tree_broadcast(Transport& t, const Tree& tr, uint8_t* buf, size_t len) {
+size_t tree_broadcast(Links& t, const Tree& tr, uint8_t* buf, size_t len) {
   const int top = tr.send_step();
   if (tr.v != 0) len = t.recv(tr.rank_of(tr.v - (1 << top)), buf, len);
   for (int k = top - 1; k >= 0; --k)  // the reduce's steps backwards
@@ -61,8 +61,7 @@ std::string parent_text(const Tree& tr) { return "rank " + std::to_string(tr.ran
 
 }  // namespace
 
-void binomial_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
-                     int root) {
+void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
   const Tree tr(t, root, "binomial reduce");
   check_format(op.dtype, "binomial reduce");
   check_format(op.out, "binomial reduce");
@@ -99,7 +98,7 @@ void binomial_reduce(Transport& t, const void* in, size_t count, const ReduceOp&
   }
 }
 
-void binomial_broadcast(Transport& t, void* data, size_t bytes, int root) {
+void binomial_broadcast(Links& t, void* data, size_t bytes, int root) {
   const Tree tr(t, root, "binomial broadcast");
   constexpr size_t kSegment = size_t(kBinomialBlock) * 4;
   auto* p = static_cast<uint8_t*>(data);
@@ -112,7 +111,7 @@ void binomial_broadcast(Transport& t, void* data, size_t bytes, int root) {
   }
 }
 
-void binomial_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+void binomial_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                         int root) {
   const Tree tr(t, root, "binomial allreduce");
   if (!out && count) throw std::invalid_argument("binomial allreduce: every rank needs an output buffer");

@@ -1,5 +1,5 @@
 // Seed 000's binomial tree: reduce, broadcast (its reverse) and allreduce
-// (reduce, then broadcast of the result) over a Transport, in PRISM's
+// (reduce, then broadcast of the result) over Links, in PRISM's
 // arithmetic, for any number of ranks p.
 //
 // Reduce, in ceil(log2 p) steps, with ranks relabelled v = (rank - root) mod p
@@ -35,8 +35,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coll/links.hpp"
 #include "coll/partial_message.hpp"
-#include "coll/transport.hpp"
 
 namespace prism::coll {
 
@@ -47,18 +47,18 @@ inline constexpr uint32_t kBinomialBlock = 4096;
 // (may be null) one status byte per element (flag::OVERFLOW, INVALID,
 // NAN_INPUT); other ranks leave both untouched (they may be null there).
 // Throws std::invalid_argument for an inadmissible op or a bad root,
-// CollectiveError or TransportError when the group fails.
-void binomial_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+// CollectiveError or LinkError when the group fails.
+void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                      int root = 0);
 
 // Sends `bytes` bytes at `data` on the root to `data` on every rank, down
 // the binomial tree, in segments of kBinomialBlock * 4 bytes.
-void binomial_broadcast(Transport& t, void* data, size_t bytes, int root = 0);
+void binomial_broadcast(Links& t, void* data, size_t bytes, int root = 0);
 
 // Every rank gets the root's reduce result: `out` (count elements of op.out)
 // and `flags` (may be null on any rank). The broadcast carries the finalized
 // elements (and the flags, when any is set) block by block.
-void binomial_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+void binomial_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                         int root = 0);
 
 }  // namespace prism::coll

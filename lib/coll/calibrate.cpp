@@ -50,7 +50,7 @@ Host this_host() {
 }
 
 // Every rank's host on rank 0: the most ranks on one host and its cores.
-void gather_hosts(Transport& t, double* ranks_per_host, double* host_cores) {
+void gather_hosts(Links& t, double* ranks_per_host, double* host_cores) {
   Host mine = this_host();
   if (t.rank() != 0) {
     t.send(0, &mine, sizeof mine);
@@ -60,7 +60,7 @@ void gather_hosts(Transport& t, double* ranks_per_host, double* host_cores) {
   hosts[mine.id] = {1, mine.cores};
   for (int r = 1; r < t.size(); ++r) {
     Host h;
-    if (t.recv(r, &h, sizeof h) != sizeof h) throw TransportError("calibration: a host record of another size");
+    if (t.recv(r, &h, sizeof h) != sizeof h) throw LinkError("calibration: a host record of another size");
     auto [it, fresh] = hosts.try_emplace(h.id, 0, h.cores);
     it->second.first += 1;
     it->second.second = std::min(it->second.second, h.cores);
@@ -71,7 +71,7 @@ void gather_hosts(Transport& t, double* ranks_per_host, double* host_cores) {
 
 // Ranks 0 and 1: the median half round trip of `bytes`-byte messages, on
 // rank 0 (0 on rank 1).
-double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
+double ping_pong(Links& t, size_t bytes, int trips, std::vector<uint8_t>& buf) {
   const int me = t.rank(), peer = me ^ 1;
   std::vector<double> half;
   for (int i = 0; i < trips; ++i) {
@@ -79,10 +79,10 @@ double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& bu
       const auto t0 = Clock::now();
       t.send(peer, buf.data(), bytes);
       if (t.recv(peer, buf.data(), buf.size()) != bytes)
-        throw TransportError("calibration: a ping-pong reply of another size");
+        throw LinkError("calibration: a ping-pong reply of another size");
       half.push_back(since(t0) / 2);
     } else {
-      if (t.recv(peer, buf.data(), buf.size()) != bytes) throw TransportError("calibration: a ping of another size");
+      if (t.recv(peer, buf.data(), buf.size()) != bytes) throw LinkError("calibration: a ping of another size");
       t.send(peer, buf.data(), bytes);
     }
   }
@@ -94,15 +94,14 @@ double ping_pong(Transport& t, size_t bytes, int trips, std::vector<uint8_t>& bu
 // as a collective's ranks see it (each waiting, idle, for its peer; on a VM a
 // vCPU that has halted takes tens of microseconds to wake, one that has just
 // gone idle a few, and a ping-pong alone catches mostly the second).
-double token_ring(Transport& t, int laps) {
+double token_ring(Links& t, int laps) {
   const int me = t.rank(), p = t.size(), next = (me + 1) % p, prev = (me + p - 1) % p;
   uint64_t token = 0;
   std::vector<double> lap;
   for (int i = 0; i < laps; ++i) {
     const auto t0 = Clock::now();
     if (me == 0) t.send(next, &token, sizeof token);
-    if (t.recv(prev, &token, sizeof token) != sizeof token)
-      throw TransportError("calibration: a token of another size");
+    if (t.recv(prev, &token, sizeof token) != sizeof token) throw LinkError("calibration: a token of another size");
     if (me != 0) t.send(next, &token, sizeof token);
     lap.push_back(since(t0));
   }
@@ -110,7 +109,7 @@ double token_ring(Transport& t, int laps) {
 }
 
 // beta (and the points) from ranks 0 and 1 (the others wait); rank 0's points.
-std::vector<PingPoint> measure_link(Transport& t, const CalibrateOptions& o, double* alpha, double* beta) {
+std::vector<PingPoint> measure_link(Links& t, const CalibrateOptions& o, double* alpha, double* beta) {
   static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
   std::vector<PingPoint> pts;
@@ -206,7 +205,7 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
   return c;
 }
 
-Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o) {
+Calibration calibrate(Links& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o) {
   Calibration cal;
   CostParams& c = cal.params;
   if (t.size() < 2) {

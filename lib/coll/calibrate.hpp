@@ -6,7 +6,7 @@
 //    one that has just gone idle a few; a lone ping-pong sees mostly the
 //    second, the collectives mostly the first);
 //  - beta by ping-pong between ranks 0 and 1 over the group's own
-//    Transport: the least-squares slope of the half round trip over messages
+//    Links: the least-squares slope of the half round trip over messages
 //    of 64 KiB to 4 MiB (each size's median of several round trips);
 //  - gamma, w and o by the reducers' own code on a sample of rank 0's input:
 //    one accumulator holding x, another holding x + y (y: x shifted by one
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "coll/cost_model.hpp"
+#include "coll/links.hpp"
 #include "coll/partial_message.hpp"
-#include "coll/transport.hpp"
 
 namespace prism::coll {
 
@@ -56,9 +56,8 @@ struct CalibrateOptions {
 // Measures alpha and beta (0 for p = 1) and gamma, w and o
 // for `op` from `sample` (the first `count` elements of op.dtype of rank 0's
 // input: at most kGammaLargeLanes are used), and gives every rank rank 0's figures.
-// Throws TransportError when the group fails.
-Calibration calibrate(Transport& t, const ReduceOp& op, const void* sample, size_t count,
-                      const CalibrateOptions& o = {});
+// Throws LinkError when the group fails.
+Calibration calibrate(Links& t, const ReduceOp& op, const void* sample, size_t count, const CalibrateOptions& o = {});
 
 // gamma, w and o alone (no messages): CostParams with alpha = beta = 0.
 CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs = 5);

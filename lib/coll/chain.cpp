@@ -41,7 +41,7 @@ size_t chain_segment_start(size_t n, size_t m, size_t s) {
   return s * base + std::min(s, extra);
 }
 
-void chain_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                   size_t segments) {
   check_args(op, segments, "chain reduce");
   const int p = t.size(), r = t.rank();
@@ -76,7 +76,7 @@ void chain_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op
   }
 }
 
-void chain_broadcast(Transport& t, void* data, size_t bytes, size_t segments) {
+void chain_broadcast(Links& t, void* data, size_t bytes, size_t segments) {
   if (segments == 0) throw std::invalid_argument("chain broadcast: the number of segments must be at least 1");
   const int p = t.size(), r = t.rank();
   auto* d = static_cast<uint8_t*>(data);
@@ -91,7 +91,7 @@ void chain_broadcast(Transport& t, void* data, size_t bytes, size_t segments) {
   }
 }
 
-void chain_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+void chain_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                      size_t segments) {
   check_args(op, segments, "chain allreduce");
   if (!out && count) throw std::invalid_argument("chain allreduce: every rank needs an output buffer");

@@ -1,5 +1,5 @@
 // Seed 000's pipelined reduction along a chain (linear array): reduce,
-// broadcast and allreduce over a Transport, in PRISM's arithmetic, for any
+// broadcast and allreduce over Links, in PRISM's arithmetic, for any
 // number of ranks p and segments m.
 //
 // The vector is split into m contiguous segments (n / m elements each, one
@@ -31,8 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coll/links.hpp"
 #include "coll/partial_message.hpp"
-#include "coll/transport.hpp"
 
 namespace prism::coll {
 
@@ -45,16 +45,16 @@ size_t chain_segment_start(size_t n, size_t m, size_t s);
 // op.out and `flags` (may be null) one status byte per element; other ranks
 // leave both untouched (they may be null there). Throws
 // std::invalid_argument for an inadmissible op or segments = 0,
-// CollectiveError or TransportError when the group fails.
-void chain_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+// CollectiveError or LinkError when the group fails.
+void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                   size_t segments);
 
 // Sends `bytes` bytes at `data` on rank 0 to `data` on every rank, up the
 // chain 0 -> 1 -> ... -> p-1 in `segments` pipelined segments.
-void chain_broadcast(Transport& t, void* data, size_t bytes, size_t segments);
+void chain_broadcast(Links& t, void* data, size_t bytes, size_t segments);
 
 // Every rank gets rank 0's reduce result (`out`, and `flags`: may be null).
-void chain_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
+void chain_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                      size_t segments);
 
 // The pipelined chain's model (seed 000): T(n, p, m) = (T_start + n/m *

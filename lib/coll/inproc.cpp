@@ -23,7 +23,7 @@ struct Group {
   Mailbox& at(int from, int to) { return *box[size_t(from) * size_t(n) + size_t(to)]; }
 };
 
-class InProc final : public Transport {
+class InProc final : public Links {
  public:
   InProc(std::shared_ptr<Group> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
@@ -52,9 +52,9 @@ class InProc final : public Transport {
     std::vector<uint8_t> msg = std::move(b.q.front());
     b.q.pop_front();
     if (msg.size() > cap)
-      throw TransportError("rank " + std::to_string(rank_) + ": a message of " + std::to_string(msg.size()) +
-                           " bytes from rank " + std::to_string(peer) + " where at most " + std::to_string(cap) +
-                           " were expected");
+      throw LinkError("rank " + std::to_string(rank_) + ": a message of " + std::to_string(msg.size()) +
+                      " bytes from rank " + std::to_string(peer) + " where at most " + std::to_string(cap) +
+                      " were expected");
     if (!msg.empty()) std::memcpy(data, msg.data(), msg.size());
     return msg.size();
   }
@@ -67,8 +67,8 @@ class InProc final : public Transport {
  private:
   void check(int peer) const {
     if (peer < 0 || peer >= g_->n || peer == rank_)
-      throw TransportError("rank " + std::to_string(rank_) + ": no peer " + std::to_string(peer) + " in a group of " +
-                           std::to_string(g_->n));
+      throw LinkError("rank " + std::to_string(rank_) + ": no peer " + std::to_string(peer) + " in a group of " +
+                      std::to_string(g_->n));
   }
   std::shared_ptr<Group> g_;
   int rank_;
@@ -76,12 +76,12 @@ class InProc final : public Transport {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Transport>> make_inproc_group(int n, Observer observer) {
+std::vector<std::unique_ptr<Links>> make_inproc_group(int n, Observer observer) {
   auto g = std::make_shared<Group>();
   g->n = n;
   g->observer = std::move(observer);
   for (int i = 0; i < n * n; ++i) g->box.push_back(std::make_unique<Mailbox>());
-  std::vector<std::unique_ptr<Transport>> out;
+  std::vector<std::unique_ptr<Links>> out;
   for (int r = 0; r < n; ++r) out.push_back(std::make_unique<InProc>(g, r));
   return out;
 }

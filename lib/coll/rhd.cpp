@@ -22,7 +22,7 @@ namespace {
 // (the seed's broadcast: the root's parity decides).
 struct Shape {
   int p, rank, q, r, m, parity, v;
-  Shape(const Transport& t, int root) : p(t.size()), rank(t.rank()), q(0), r(0), m(0), parity(0), v(-1) {
+  Shape(const Links& t, int root) : p(t.size()), rank(t.rank()), q(0), r(0), m(0), parity(0), v(-1) {
     q = int(std::bit_floor(unsigned(p)));
     r = p - q;
     m = std::countr_zero(unsigned(q));
@@ -161,7 +161,7 @@ struct Block {
 // the scatter / gather inside fold pairs (results: esz bytes per element at
 // o, with a flag byte per element at fl unless fl is null).
 struct Steps {
-  Transport& t;
+  Links& t;
   const Shape& sh;
   const char* what;
   const Layout& lay;
@@ -170,8 +170,7 @@ struct Steps {
   size_t esz = 0;
   Reused<uint8_t> msg, res, rx;  // from this thread's buffer_cache
 
-  Steps(Transport& t_, const Shape& sh_, const char* what_, const Layout& lay_)
-      : t(t_), sh(sh_), what(what_), lay(lay_) {}
+  Steps(Links& t_, const Shape& sh_, const char* what_, const Layout& lay_) : t(t_), sh(sh_), what(what_), lay(lay_) {}
 
   void results(uint8_t* o_, uint8_t* fl_, size_t esz_, size_t partial_bytes) {
     o = o_;
@@ -268,7 +267,7 @@ namespace {
 
 // Allreduce (root < 0) or reduce to `root`: fold, reduce-scatter, then
 // allgather and unfold, or gather to the root.
-void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root,
+void run(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root,
          const char* what) {
   const int p = t.size();
   if (root >= p) bad_root(what, root, p);
@@ -310,16 +309,16 @@ void run(Transport& t, const void* in, size_t count, const ReduceOp& op, void* o
 
 }  // namespace
 
-void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+void rhd_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   run(t, in, count, op, out, flags, -1, "rhd allreduce");
 }
 
-void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
+void rhd_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
   if (root < 0) bad_root("rhd reduce", root, t.size());
   run(t, in, count, op, out, flags, root, "rhd reduce");
 }
 
-void rhd_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+void rhd_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const char* what = "rhd reduce-scatter";
   const Shape sh(t, -1);
   check_format(what, op.dtype);
@@ -359,7 +358,7 @@ void rhd_reduce_scatter(Transport& t, const void* in, size_t count, const Reduce
   }
 }
 
-void rhd_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
+void rhd_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
   const char* what = "rhd allgather";
   const Shape sh(t, -1);
   if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
@@ -392,7 +391,7 @@ void rhd_allgather(Transport& t, const void* my_block, void* out, size_t count, 
         std::memcpy(dst + br.first(j, u) * elem_bytes, stage.data() + lay.at[size_t(u)] * elem_bytes, l * elem_bytes);
   }
 }
-void rhd_broadcast(Transport& t, void* data, size_t bytes, int root) {
+void rhd_broadcast(Links& t, void* data, size_t bytes, int root) {
   if (root < 0 || root >= t.size()) bad_root("rhd broadcast", root, t.size());
   const Shape sh(t, root);
   const int vroot = sh.v_of(root);

@@ -1,6 +1,6 @@
 // Seed 001's Recursive Halving-Doubling (HCCL's RHD): allreduce as a
 // reduce-scatter by vector halving and distance doubling, then an allgather
-// by vector doubling and distance halving, over a Transport, in PRISM's
+// by vector doubling and distance halving, over Links, in PRISM's
 // arithmetic, for any number of ranks p.
 //
 // Non-power-of-two p (HCCL's fold): q = 2^floor(log2 p), r = p - q. First
@@ -54,8 +54,8 @@
 #include <cstdint>
 
 #include "coll/blocks.hpp"
+#include "coll/links.hpp"
 #include "coll/partial_message.hpp"
-#include "coll/transport.hpp"
 
 namespace prism::coll {
 
@@ -70,12 +70,12 @@ size_t rhd_segment_start(size_t n, size_t q, size_t s);
 // `in`): `out` gets count elements of op.out and `flags` (may be null) one
 // status byte per element (flag::OVERFLOW, INVALID, NAN_INPUT).
 // Throws std::invalid_argument for an inadmissible op, CollectiveError or
-// TransportError when the group fails.
+// LinkError when the group fails.
 // Cost, power-of-two p: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma.
 // Otherwise (the fold and unfold, whole vectors, around the power-of-two
 // algorithm on q ranks): (2k + 2) alpha + (2 (q-1)/q + 2) n beta +
 // ((q-1)/q + 1) n gamma.
-void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+void rhd_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
 
 // Reduce to `root`, as the seed's "ReduceScatter + Gather": the fold, the
 // reduce-scatter above, then a gather to the root by vector doubling and
@@ -88,8 +88,7 @@ void rhd_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& o
 // Cost, power-of-two p: 2 log2 p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma;
 // otherwise
 // (2k + 1) alpha + (2 (q-1)/q + 1) n beta + ((q-1)/q + 1) n gamma.
-void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
-                int root = 0);
+void rhd_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root = 0);
 
 // Sends `bytes` bytes at `data` on the root to every rank, as the seed's
 // broadcast: the root's parity picks the fold ranks in the block (as
@@ -97,7 +96,7 @@ void rhd_reduce(Transport& t, const void* in, size_t count, const ReduceOp& op, 
 // (q/2, ..., 1 from the root's number), then one send from each block rank
 // below 2r to its pair. Segments of kRhdBlock * 4 bytes.
 // Cost: ceil(log2 p) (alpha + n beta).
-void rhd_broadcast(Transport& t, void* data, size_t bytes, int root = 0);
+void rhd_broadcast(Links& t, void* data, size_t bytes, int root = 0);
 
 // MPI's reduce-scatter (uneven split allowed): every rank passes all `count`
 // elements of op.dtype at `in`; rank r gets its block of the sum
@@ -123,7 +122,7 @@ void rhd_broadcast(Transport& t, void* data, size_t bytes, int root = 0);
 //   k + 2^k - 1 <= S <= 2^(k+1) - 2, equal to them at p = q + 1 and 2q - 1);
 // scatter alpha + n/p beta. In all: (k + 2) alpha + (1 + (S + 1)/p) n beta +
 // (1 + S/p) n gamma.
-void rhd_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+void rhd_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
 
 // MPI's allgather (uneven split allowed): rank r passes its block of `count`
 // elements of `elem_bytes` bytes (coll_block_start(count, p, r) ..
@@ -137,6 +136,6 @@ void rhd_reduce_scatter(Transport& t, const void* in, size_t count, const Reduce
 // Cost, power-of-two p: log2 p alpha + (p-1)/p n beta. Otherwise: alpha +
 // n/p beta, k alpha + S n/p beta (S as for the reduce-scatter), alpha + n
 // beta: (k + 2) alpha + (1 + (S + 1)/p) n beta. No gamma.
-void rhd_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes);
+void rhd_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes);
 
 }  // namespace prism::coll

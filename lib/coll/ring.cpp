@@ -34,7 +34,7 @@ void check_formats(const char* what, const ReduceOp& op) {
 // (r + c) mod p, and the allgather starts from it (the allreduce: c = 1,
 // the collectives: c = 0, each rank its own block).
 struct Ring {
-  Transport& t;
+  Links& t;
   const char* what;
   int p, r, next, prev;
   std::vector<size_t> at;
@@ -42,7 +42,7 @@ struct Ring {
   Reused<LaneExact> lanes;    // from this thread's buffer_cache
   Reused<uint8_t> msg, rx;
 
-  Ring(Transport& t_, const char* what_)
+  Ring(Links& t_, const char* what_)
       : t(t_), what(what_), p(t_.size()), r(t_.rank()), next((r + 1) % p), prev((r + p - 1) % p) {}
 
   size_t seg(int s) const { return size_t(((s % p) + p) % p); }
@@ -106,7 +106,7 @@ struct Ring {
 
 }  // namespace
 
-void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const char* what = "ring allreduce";
   check_formats(what, op);
   const int p = t.size(), r = t.rank();
@@ -135,7 +135,7 @@ void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& 
   }
 }
 
-void ring_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
+void ring_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const char* what = "ring reduce-scatter";
   check_formats(what, op);
   const int p = t.size(), r = t.rank();
@@ -164,7 +164,7 @@ void ring_reduce_scatter(Transport& t, const void* in, size_t count, const Reduc
   }
 }
 
-void ring_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
+void ring_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
   const char* what = "ring allgather";
   if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
   if (count == 0) return;

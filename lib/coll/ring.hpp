@@ -1,6 +1,6 @@
 // Ring allreduce (as Open MPI's and NCCL's ring): a reduce-scatter then an
 // allgather around the ring r -> r+1 (mod p), p-1 steps each, over a
-// Transport, in PRISM's arithmetic, for any number of ranks p.
+// Links, in PRISM's arithmetic, for any number of ranks p.
 //
 // A block of n elements is split into p contiguous segments (n / p elements,
 // one more for the first n % p; empty ones, when n < p, are not sent).
@@ -35,8 +35,8 @@
 #include <cstdint>
 
 #include "coll/blocks.hpp"
+#include "coll/links.hpp"
 #include "coll/partial_message.hpp"
-#include "coll/transport.hpp"
 
 namespace prism::coll {
 
@@ -45,8 +45,8 @@ inline constexpr uint32_t kRingBlock = 65536;
 // Every rank gets the sum of every rank's `count` elements of op.dtype (at
 // `in`): `out` gets count elements of op.out and `flags` (may be null) one
 // status byte per element. Throws std::invalid_argument for an inadmissible
-// op, CollectiveError or TransportError when the group fails.
-void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+// op, CollectiveError or LinkError when the group fails.
+void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
 
 // MPI's reduce-scatter (uneven split allowed): every rank passes all `count`
 // elements; rank r gets its block (coll_block_start(count, p, r) ..
@@ -56,12 +56,12 @@ void ring_allreduce(Transport& t, const void* in, size_t count, const ReduceOp& 
 // ranks s+1, ..., s (mod p), not the allreduce's order.
 // Cost: (p-1) alpha + (p-1)/p n beta + (p-1)/p n gamma (with an uneven
 // split, a step moves the largest block: n/p -> ceil(count/p) elements).
-void ring_reduce_scatter(Transport& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
+void ring_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags);
 
 // MPI's allgather (uneven split allowed): rank r passes its block of `count`
 // elements of `elem_bytes` bytes at `my_block` (may be null when empty);
 // every rank gets all count elements in rank order at `out` (not
 // overlapping my_block). Cost: (p-1) alpha + (p-1)/p n beta.
-void ring_allgather(Transport& t, const void* my_block, void* out, size_t count, size_t elem_bytes);
+void ring_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes);
 
 }  // namespace prism::coll

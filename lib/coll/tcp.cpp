@@ -60,7 +60,7 @@ sockaddr_in to_sockaddr(const TcpAddr& a) {
 // autotuning off, which would make the buffers smaller, not larger.
 int tcp_socket(const TcpOptions& o, const std::string& who) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw TransportError(who + ": socket(): " + std::strerror(errno));
+  if (fd < 0) throw LinkError(who + ": socket(): " + std::strerror(errno));
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (o.socket_buffer > 0) {
@@ -112,8 +112,8 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     const sockaddr_in sa = to_sockaddr(self);
     if (bind(listener, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0 || listen(listener, n + 16) != 0)
-      throw TransportError(me + ": cannot listen at " + addr_str(self) + ": " + std::strerror(errno) +
-                           " (is this host's address right, and the port free?)");
+      throw LinkError(me + ": cannot listen at " + addr_str(self) + ": " + std::strerror(errno) +
+                      " (is this host's address right, and the port free?)");
 
     auto hello_to = [&](int peer) {
       Hello h;
@@ -122,16 +122,16 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
     };
     auto check = [&](const Hello& h, const std::string& whom) {
       if (h.magic != kMagic || h.version != kVersion)
-        throw TransportError(me + ": " + whom + " is not a PRISM TCP transport of version " + to_string(kVersion) +
-                             " (wrong magic or version in its hello)");
+        throw LinkError(me + ": " + whom + " is not a PRISM TCP transport of version " + to_string(kVersion) +
+                        " (wrong magic or version in its hello)");
       if (h.job != peers.job || h.size != uint32_t(n))
-        throw TransportError(me + ": " + whom + " says it is rank " + to_string(h.from) + " of job " +
-                             to_string(h.job) + " in a group of " + to_string(h.size) + ", but this is job " +
-                             to_string(peers.job) + " in a group of " + to_string(n) +
-                             ": the ranks were given different peers (job, or number of ranks)");
+        throw LinkError(me + ": " + whom + " says it is rank " + to_string(h.from) + " of job " + to_string(h.job) +
+                        " in a group of " + to_string(h.size) + ", but this is job " + to_string(peers.job) +
+                        " in a group of " + to_string(n) +
+                        ": the ranks were given different peers (job, or number of ranks)");
       if (h.to != uint32_t(rank))
-        throw TransportError(me + ": " + whom + " (rank " + to_string(h.from) + ") was calling rank " +
-                             to_string(h.to) + ": the ranks were given different addresses");
+        throw LinkError(me + ": " + whom + " (rank " + to_string(h.from) + ") was calling rank " + to_string(h.to) +
+                        ": the ranks were given different addresses");
     };
     auto start_connect = [&](int j, Clock::time_point now) {
       Out& c = out[size_t(j)];
@@ -174,8 +174,8 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
           list += (list.empty() ? "" : ", ") + std::string("rank ") + to_string(j) + " (at " +
                   addr_str(peers.ranks[size_t(j)]) + ": " + state + ")";
         }
-        throw TransportError(me + ": TCP setup timed out after " + to_string(o.connect_timeout.count()) +
-                             " ms; never connected: " + list + ". Is every rank started, with the same peers?");
+        throw LinkError(me + ": TCP setup timed out after " + to_string(o.connect_timeout.count()) +
+                        " ms; never connected: " + list + ". Is every rank started, with the same peers?");
       }
       Clock::time_point wake = deadline;
       for (int j = 0; j < rank; ++j) {
@@ -193,7 +193,7 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
           pf.push_back({out[size_t(j)].fd, short(out[size_t(j)].connecting ? POLLOUT : POLLIN), 0}), who.push_back(j);
       for (size_t k = 0; k < in.size(); ++k) pf.push_back({in[k].fd, POLLIN, 0}), who.push_back(rank + int(k));
       if (poll(pf.data(), pf.size(), ms_until(wake, now)) < 0 && errno != EINTR)
-        throw TransportError(me + ": poll(): " + std::strerror(errno));
+        throw LinkError(me + ": poll(): " + std::strerror(errno));
       now = Clock::now();
 
       std::vector<size_t> finished_in;
@@ -249,8 +249,8 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
             const std::string whom = "rank " + to_string(w) + " at " + addr_str(peers.ranks[size_t(w)]);
             check(h, whom);
             if (h.from != uint32_t(w))
-              throw TransportError(me + ": " + whom + " answers as rank " + to_string(h.from) +
-                                   ": the ranks were given different addresses");
+              throw LinkError(me + ": " + whom + " answers as rank " + to_string(h.from) +
+                              ": the ranks were given different addresses");
             fds[size_t(w)] = c.fd, c.fd = -1;
           }
         } else {
@@ -272,11 +272,11 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
                                    to_string(ntohs(c.from.sin_port));
           check(h, whom);
           if (h.from <= uint32_t(rank) || h.from >= uint32_t(n))
-            throw TransportError(me + ": " + whom + " says it is rank " + to_string(h.from) + ", but only ranks " +
-                                 to_string(rank + 1) + ".." + to_string(n - 1) + " call rank " + to_string(rank));
+            throw LinkError(me + ": " + whom + " says it is rank " + to_string(h.from) + ", but only ranks " +
+                            to_string(rank + 1) + ".." + to_string(n - 1) + " call rank " + to_string(rank));
           if (fds[h.from] >= 0)
-            throw TransportError(me + ": rank " + to_string(h.from) + " connected twice (" + whom +
-                                 "): two processes were started as that rank?");
+            throw LinkError(me + ": rank " + to_string(h.from) + " connected twice (" + whom +
+                            "): two processes were started as that rank?");
           fds[h.from] = c.fd, c.fd = -1;
           finished_in.push_back(size_t(w - rank));
         }
@@ -297,7 +297,7 @@ std::vector<int> establish(const TcpPeers& peers, int rank, const TcpOptions& o)
   }
 }
 
-class Tcp final : public Transport {
+class Tcp final : public Links {
  public:
   Tcp(int rank, uint32_t job, std::vector<int> fds, std::chrono::milliseconds timeout)
       : rank_(rank), job_(job), timeout_(timeout), peers_(fds.size()), stage_(kStage) {
@@ -365,8 +365,8 @@ class Tcp final : public Transport {
 
   void check(int peer) const {
     if (peer < 0 || peer >= size() || peer == rank_)
-      throw TransportError("rank " + to_string(rank_) + ": no peer " + to_string(peer) + " in a group of " +
-                           to_string(size()));
+      throw LinkError("rank " + to_string(rank_) + ": no peer " + to_string(peer) + " in a group of " +
+                      to_string(size()));
   }
   std::string gone_error(int p) const {
     return "rank " + to_string(rank_) + " of job " + to_string(job_) + ": rank " + to_string(p) +
@@ -539,8 +539,8 @@ class Tcp final : public Transport {
       const bool s_wait = s && !s->done(), r_wait = r && !r->done;
       if (!s_wait && !r_wait) break;
       if (s_wait && peers_[size_t(s->peer)].fd < 0)
-        throw TransportError(gone_error(s->peer) + " (sending it a message of " + to_string(s->len) + " bytes)");
-      if (r_wait && peers_[size_t(r->peer)].fd < 0) throw TransportError(gone_error(r->peer) + " (receiving)");
+        throw LinkError(gone_error(s->peer) + " (sending it a message of " + to_string(s->len) + " bytes)");
+      if (r_wait && peers_[size_t(r->peer)].fd < 0) throw LinkError(gone_error(r->peer) + " (receiving)");
 
       pf.clear(), who.clear();
       for (size_t j = 0; j < peers_.size(); ++j) {
@@ -554,24 +554,24 @@ class Tcp final : public Transport {
       if (r_wait) wake = std::min(wake, last_r + timeout_);
       now = Clock::now();
       if (poll(pf.data(), pf.size(), ms_until(wake, now)) < 0 && errno != EINTR)
-        throw TransportError(me + ": poll(): " + std::strerror(errno));
+        throw LinkError(me + ": poll(): " + std::strerror(errno));
       for (size_t i = 0; i < pf.size(); ++i) {
         if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (pump(who[i]) && r_wait && who[i] == r->peer) last_r = Clock::now();
       }
       now = Clock::now();
       if (r_wait && !r->done && now - last_r >= timeout_)
-        throw TransportError(me + ": no message from rank " + to_string(r->peer) + " for " +
-                             to_string(timeout_.count()) + " ms (TcpOptions::recv_timeout): is rank " +
-                             to_string(r->peer) + " stuck, or not sending what this rank expects?");
+        throw LinkError(me + ": no message from rank " + to_string(r->peer) + " for " + to_string(timeout_.count()) +
+                        " ms (TcpOptions::recv_timeout): is rank " + to_string(r->peer) +
+                        " stuck, or not sending what this rank expects?");
       if (s_wait && now - last_s >= timeout_)
-        throw TransportError(me + ": rank " + to_string(s->peer) + " has taken nothing for " +
-                             to_string(timeout_.count()) + " ms of a message of " + to_string(s->len) +
-                             " bytes sent to it (TcpOptions::recv_timeout): is it stuck?");
+        throw LinkError(me + ": rank " + to_string(s->peer) + " has taken nothing for " + to_string(timeout_.count()) +
+                        " ms of a message of " + to_string(s->len) +
+                        " bytes sent to it (TcpOptions::recv_timeout): is it stuck?");
     }
     if (r && r->refused)
-      throw TransportError(me + ": a message of " + to_string(r->refused) + " bytes from rank " + to_string(r->peer) +
-                           " where at most " + to_string(r->cap) + " were expected");
+      throw LinkError(me + ": a message of " + to_string(r->refused) + " bytes from rank " + to_string(r->peer) +
+                      " where at most " + to_string(r->cap) + " were expected");
   }
 
   int rank_;
@@ -584,17 +584,16 @@ class Tcp final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o) {
+std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o) {
   const int n = int(peers.ranks.size());
   if (n < 1 || rank < 0 || rank >= n)
-    throw TransportError("connect_tcp: rank " + to_string(rank) + " is not in a group of " + to_string(n) +
-                         " addresses");
+    throw LinkError("connect_tcp: rank " + to_string(rank) + " is not in a group of " + to_string(n) + " addresses");
   for (int j = 0; j < n; ++j)
     for (int k = 0; k < j; ++k)
       if (peers.ranks[size_t(j)].ip == peers.ranks[size_t(k)].ip &&
           peers.ranks[size_t(j)].port == peers.ranks[size_t(k)].port)
-        throw TransportError("connect_tcp: ranks " + to_string(k) + " and " + to_string(j) + " share the address " +
-                             addr_str(peers.ranks[size_t(j)]) + ": give each rank its own TCP port or IP");
+        throw LinkError("connect_tcp: ranks " + to_string(k) + " and " + to_string(j) + " share the address " +
+                        addr_str(peers.ranks[size_t(j)]) + ": give each rank its own TCP port or IP");
   return std::make_unique<Tcp>(rank, peers.job, establish(peers, rank, o), o.recv_timeout);
 }
 
@@ -604,8 +603,8 @@ TcpPeers tcp_peers_from_config(const SwitchConfig& cfg, uint32_t job_id, const T
   if (!job) {
     std::string ids;
     for (const auto& j : cfg.jobs) ids.append(ids.empty() ? "" : ", ").append(to_string(j.id));
-    throw TransportError(where + ": no job " + to_string(job_id) + " (its jobs: " + (ids.empty() ? "none" : ids) +
-                         "): give the id of the job whose ranks connect");
+    throw LinkError(where + ": no job " + to_string(job_id) + " (its jobs: " + (ids.empty() ? "none" : ids) +
+                    "): give the id of the job whose ranks connect");
   }
   TcpPeers out;
   out.job = job->id;
@@ -615,9 +614,9 @@ TcpPeers tcp_peers_from_config(const SwitchConfig& cfg, uint32_t job_id, const T
     if (m.rank >= job->group) continue;  // the config reader refuses these
     const long port = long(m.addr.port) + o.port_offset;
     if (port < 1 || port > 65535)
-      throw TransportError(where + ": job " + to_string(job->id) + " rank " + to_string(m.rank) + ": udp_port " +
-                           to_string(m.addr.port) + " + port_offset " + to_string(o.port_offset) +
-                           " is not a TCP port (1..65535)");
+      throw LinkError(where + ": job " + to_string(job->id) + " rank " + to_string(m.rank) + ": udp_port " +
+                      to_string(m.addr.port) + " + port_offset " + to_string(o.port_offset) +
+                      " is not a TCP port (1..65535)");
     out.ranks[m.rank] = TcpAddr{m.addr.ip, uint16_t(port)};
     seen[m.rank] = true;
   }
@@ -625,10 +624,9 @@ TcpPeers tcp_peers_from_config(const SwitchConfig& cfg, uint32_t job_id, const T
   for (size_t r = 0; r < seen.size(); ++r)
     if (!seen[r]) missing.append(missing.empty() ? "" : ", ").append(to_string(r));
   if (!missing.empty())
-    throw TransportError(where + ": job " + to_string(job->id) + " (group " + to_string(job->group) + "): ranks " +
-                         missing +
-                         " are not members at this switch (behind a child switch?); the TCP transport needs every "
-                         "rank's address: give it a config that lists all of them as members");
+    throw LinkError(where + ": job " + to_string(job->id) + " (group " + to_string(job->group) + "): ranks " + missing +
+                    " are not members at this switch (behind a child switch?); the TCP transport needs every "
+                    "rank's address: give it a config that lists all of them as members");
   return out;
 }
 
@@ -636,7 +634,7 @@ TcpPeers tcp_peers_from_config(const std::string& yaml_path, uint32_t job, const
   try {
     return tcp_peers_from_config(load_config(yaml_path), job, o);
   } catch (const ConfigError& e) {
-    throw TransportError(e.what());
+    throw LinkError(e.what());
   }
 }
 

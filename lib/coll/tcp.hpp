@@ -1,4 +1,4 @@
-// The Transport between processes, over TCP, as Gloo does it: one
+// The Links between processes, over TCP, as Gloo does it: one
 // connection per pair of ranks, each message a 64-bit little-endian length
 // and then its bytes.
 //
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "coll/transport.hpp"
+#include "coll/links.hpp"
 #include "config/config.hpp"
 
 namespace prism::coll {
@@ -47,14 +47,14 @@ struct TcpOptions {
 };
 
 // Connects rank `rank` to every other rank of `peers`; returns once all are
-// connected. Throws TransportError (a bad rank, an address it cannot listen
+// connected. Throws LinkError (a bad rank, an address it cannot listen
 // at, a handshake mismatch, or the timeout with the ranks still missing).
-std::unique_ptr<Transport> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o = {});
+std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o = {});
 
 // The addresses of job `job`'s ranks (0: the config's only job) from the
 // switch's YAML: each member's ip, and its udp_port + o.port_offset as TCP
 // port. Every rank of the job must be a member at this switch (not behind a
-// child switch). Throws TransportError.
+// child switch). Throws LinkError.
 TcpPeers tcp_peers_from_config(const SwitchConfig& cfg, uint32_t job, const TcpOptions& o = {});
 TcpPeers tcp_peers_from_config(const std::string& yaml_path, uint32_t job, const TcpOptions& o = {});
 

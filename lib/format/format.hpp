@@ -16,26 +16,14 @@
 #include <span>
 #include <string_view>
 
+#include "prism/types.hpp"
 #include "util/closed_set.hpp"
 
 namespace prism {
 
-// Wire codes (BRIEF.md, "Arithmetic").
-enum class Format : uint8_t {
-  FP32 = 1,
-  FP16 = 2,
-  BF16 = 3,
-  E4M3FN = 4,
-  E4M3FNUZ = 5,
-  E5M2 = 6,
-  E5M2FNUZ = 7,
-  INT8 = 8,
-  INT32 = 9,
-};
+// Format, Exceptions and their wire codes: prism/types.hpp (the public vocabulary).
 inline constexpr int kFormatCount = 9;  // detail::kInfo has a row for each, in code order
 
-// What a result outside the output format's range becomes (wire codes).
-enum class Exceptions : uint8_t { IEEE = 1, SATURATE = 2 };
 inline constexpr size_t kExceptionsCount = 2;
 inline constexpr Entry<Exceptions> kExceptions[] = {
     {Exceptions::IEEE, "ieee", "an overflow becomes an infinity (NaN where the format has none)"},

@@ -222,7 +222,7 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
   h.out_dtype = Format(p[off::out_dtype]);
   h.policy = Policy(p[off::policy]);
   h.encoding = Encoding(p[off::encoding]);
-  h.transport = Transport(p[off::transport]);
+  h.transport = PartialTransport(p[off::transport]);
   h.exceptions = Exceptions(p[off::exceptions]);
   h.flags = p[off::flags];
   h.status = p[off::status];
@@ -402,7 +402,7 @@ Header session_header(Kind kind, uint32_t job, uint16_t group) {
   h.dtype = h.out_dtype = Format(0);  // no descriptor: a session is the job's
   h.policy = Policy(0);
   h.encoding = Encoding(0);
-  h.transport = Transport(0);
+  h.transport = PartialTransport(0);
   h.exceptions = Exceptions(0);
   return h;
 }

@@ -153,7 +153,7 @@ struct Header {
   Format out_dtype = Format::FP32;
   Policy policy = Policy::KULISCH_FIXED;
   Encoding encoding = Encoding::DTYPE;
-  Transport transport = Transport::KULISCH;
+  PartialTransport transport = PartialTransport::KULISCH;
   Exceptions exceptions = Exceptions::IEEE;
   uint8_t flags = 0;
   uint8_t status = 0;

@@ -4,8 +4,8 @@
 #include <new>
 #include <string>
 
-#include "rank/prism.h"
-#include "rank/prism.hpp"
+#include "prism/prism.h"
+#include "prism/prism.hpp"
 
 struct prism_comm {
   prism::Communicator c;
@@ -69,12 +69,12 @@ prism::OpOptions options(const prism_op_options* o) {
   prism::OpOptions d;
   if (!o) return d;
   if (o->out) {
-    d.out = prism::Dtype(o->out);
+    d.out = prism::Format(o->out);  // checked with the op (an unknown code is refused there)
     d.out_given = true;
   }
-  if (o->policy) d.policy = prism::Reduction(o->policy);
+  if (o->policy) d.policy = prism::Policy(o->policy);
   if (o->transport) d.transport = prism::PartialTransport(o->transport);
-  if (o->overflow) d.overflow = prism::OverflowMode(o->overflow);
+  if (o->overflow) d.exceptions = prism::Exceptions(o->overflow);
   return d;
 }
 
@@ -119,13 +119,13 @@ void prism_comm_destroy(prism_comm* c) { delete c; }
 int prism_allreduce(prism_comm* c, const void* in, void* out, size_t count, prism_dtype dtype,
                     const prism_op_options* o, prism_op_report* report) {
   if (!c) return fail(PRISM_EINVAL, "prism_allreduce: a null communicator");
-  return guarded([&] { put_report(c->c.allreduce(in, out, count, prism::Dtype(dtype), options(o)), report); });
+  return guarded([&] { put_report(c->c.allreduce(in, out, count, prism::Format(dtype), options(o)), report); });
 }
 
 int prism_reduce(prism_comm* c, const void* in, void* out, size_t count, prism_dtype dtype, uint16_t root,
                  const prism_op_options* o, prism_op_report* report) {
   if (!c) return fail(PRISM_EINVAL, "prism_reduce: a null communicator");
-  return guarded([&] { put_report(c->c.reduce(in, out, count, prism::Dtype(dtype), root, options(o)), report); });
+  return guarded([&] { put_report(c->c.reduce(in, out, count, prism::Format(dtype), root, options(o)), report); });
 }
 
 int prism_iallreduce(prism_comm* c, const void* in, void* out, size_t count, prism_dtype dtype,
@@ -133,7 +133,7 @@ int prism_iallreduce(prism_comm* c, const void* in, void* out, size_t count, pri
   if (!c || !req) return fail(PRISM_EINVAL, "prism_iallreduce: a null argument");
   *req = nullptr;
   return guarded([&] {
-    *req = new prism_request{c, c->c.iallreduce(in, out, count, prism::Dtype(dtype), options(o))};
+    *req = new prism_request{c, c->c.iallreduce(in, out, count, prism::Format(dtype), options(o))};
   });
 }
 
@@ -142,7 +142,7 @@ int prism_ireduce(prism_comm* c, const void* in, void* out, size_t count, prism_
   if (!c || !req) return fail(PRISM_EINVAL, "prism_ireduce: a null argument");
   *req = nullptr;
   return guarded([&] {
-    *req = new prism_request{c, c->c.ireduce(in, out, count, prism::Dtype(dtype), root, options(o))};
+    *req = new prism_request{c, c->c.ireduce(in, out, count, prism::Format(dtype), root, options(o))};
   });
 }
 
@@ -187,6 +187,6 @@ int prism_comm_stats(const prism_comm* c, prism_stats* s) {
   return PRISM_OK;
 }
 
-size_t prism_dtype_size(prism_dtype d) { return prism::dtype_bytes(prism::Dtype(d)); }
+size_t prism_dtype_size(prism_dtype d) { return prism::format_bytes(prism::Format(d)); }
 
 }  // extern "C"

@@ -9,9 +9,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "prism/prism.hpp"
 #include "proto/packet.hpp"
 #include "proto/steer.hpp"
-#include "rank/prism.hpp"
 #include "rank/rtt.hpp"
 #include "rank/udp_link.hpp"
 
@@ -48,7 +48,7 @@ struct Communicator::Impl {
   Impl(const Endpoints& e, const Tuning& t);
 
   void join();  // join.cpp
-  uint32_t start(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o, bool reduce, uint16_t root);
+  uint32_t start(const void* in, void* out, size_t count, Format dtype, const OpOptions& o, bool reduce, uint16_t root);
   void progress(int max_wait_ms);
   rank::Op& op_of(const Request& r, uint64_t id);
   OpReport take(uint32_t id);

@@ -20,19 +20,6 @@ using rank::Op;
 
 // prism.hpp mirrors the wire codes so that it needs no internal header: the
 // two must agree (the library casts one to the other).
-static_assert(uint8_t(Dtype::FP32) == uint8_t(Format::FP32) && uint8_t(Dtype::FP16) == uint8_t(Format::FP16) &&
-              uint8_t(Dtype::BF16) == uint8_t(Format::BF16) && uint8_t(Dtype::E4M3FN) == uint8_t(Format::E4M3FN) &&
-              uint8_t(Dtype::E4M3FNUZ) == uint8_t(Format::E4M3FNUZ) && uint8_t(Dtype::E5M2) == uint8_t(Format::E5M2) &&
-              uint8_t(Dtype::E5M2FNUZ) == uint8_t(Format::E5M2FNUZ) && uint8_t(Dtype::INT8) == uint8_t(Format::INT8) &&
-              uint8_t(Dtype::INT32) == uint8_t(Format::INT32) && kFormatCount == 9);
-static_assert(uint8_t(Reduction::FP32_ARRIVAL) == uint8_t(Policy::FP32_ARRIVAL) &&
-              uint8_t(Reduction::KULISCH_FIXED) == uint8_t(Policy::KULISCH_FIXED) &&
-              uint8_t(Reduction::FP32_BINOMIAL) == uint8_t(Policy::FP32_BINOMIAL) && kPolicyCount == 3);
-static_assert(uint8_t(PartialTransport::ROUNDED) == uint8_t(Transport::ROUNDED) &&
-              uint8_t(PartialTransport::KULISCH) == uint8_t(Transport::KULISCH) &&
-              uint8_t(PartialTransport::AUTO) == uint8_t(Transport::AUTO) && kTransportCount == 3);
-static_assert(uint8_t(OverflowMode::IEEE) == uint8_t(Exceptions::IEEE) &&
-              uint8_t(OverflowMode::SATURATE) == uint8_t(Exceptions::SATURATE) && kExceptionsCount == 2);
 
 namespace {
 
@@ -104,16 +91,16 @@ uint32_t Communicator::Impl::chunk_elems_for(size_t in_bytes, size_t out_bytes) 
   return uint32_t(std::min<size_t>(65535, body / std::max(in_bytes, out_bytes + 1)));
 }
 
-uint32_t Communicator::Impl::start(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o,
+uint32_t Communicator::Impl::start(const void* in, void* out, size_t count, Format dtype, const OpOptions& o,
                                    bool reduce, uint16_t root) {
-  const Format f = Format(uint8_t(dtype));
+  const Format f = dtype;
   if (!format_from_code(uint8_t(dtype)))
     throw Error(Errc::INVALID_ARGUMENT, "unknown dtype code " + std::to_string(int(dtype)));
-  const Format of = o.out_given ? Format(uint8_t(o.out)) : (is_float(f) ? Format::FP32 : Format::INT32);
+  const Format of = o.out_given ? o.out : (is_float(f) ? Format::FP32 : Format::INT32);
   if (!format_from_code(uint8_t(of)))
     throw Error(Errc::INVALID_ARGUMENT, "unknown output dtype code " + std::to_string(int(o.out)));
   if (!policy_from_code(uint8_t(o.policy)) || !transport_from_code(uint8_t(o.transport)) ||
-      !exceptions_from_code(uint8_t(o.overflow)))
+      !exceptions_from_code(uint8_t(o.exceptions)))
     throw Error(Errc::INVALID_ARGUMENT, "unknown policy, transport or overflow code");
   if (reduce && root >= ep.group)
     throw Error(Errc::INVALID_ARGUMENT,
@@ -141,8 +128,8 @@ uint32_t Communicator::Impl::start(const void* in, void* out, size_t count, Dtyp
   OpDesc d;
   d.dtype = f;
   d.out = of;
-  d.policy = Policy(uint8_t(o.policy));
-  d.exceptions = Exceptions(uint8_t(o.overflow));
+  d.policy = o.policy;
+  d.exceptions = o.exceptions;
   d.group = ep.group;
   d.lanes = C;
   if (auto e = admission_error(d, kMaxWidth)) throw Error(Errc::INVALID_ARGUMENT, *e);
@@ -171,7 +158,7 @@ uint32_t Communicator::Impl::start(const void* in, void* out, size_t count, Dtyp
   h.out_dtype = of;
   h.policy = d.policy;
   h.encoding = wire::Encoding::DTYPE;
-  h.transport = Transport(uint8_t(o.transport));
+  h.transport = o.transport;
   h.exceptions = d.exceptions;
   op->t_start = op->t_progress = now_ns();
   op->report.op = op->op;
@@ -442,24 +429,26 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
-Request Communicator::iallreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o) {
+Request Communicator::iallreduce(const void* in, void* out, size_t count, Format dtype, const OpOptions& o) {
   const uint32_t id = impl_->start(in, out, count, dtype, o, false, 0);
   impl_->progress(0);
   return Request(this, id, id);
 }
 
-Request Communicator::ireduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o) {
+Request Communicator::ireduce(const void* in, void* out, size_t count, Format dtype, uint16_t root,
+                              const OpOptions& o) {
   const uint32_t id = impl_->start(in, out, count, dtype, o, true, root);
   impl_->progress(0);
   return Request(this, id, id);
 }
 
-OpReport Communicator::allreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o) {
+OpReport Communicator::allreduce(const void* in, void* out, size_t count, Format dtype, const OpOptions& o) {
   Request r = iallreduce(in, out, count, dtype, o);
   return wait(r);
 }
 
-OpReport Communicator::reduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o) {
+OpReport Communicator::reduce(const void* in, void* out, size_t count, Format dtype, uint16_t root,
+                              const OpOptions& o) {
   Request r = ireduce(in, out, count, dtype, root, o);
   return wait(r);
 }
@@ -491,13 +480,13 @@ const Endpoints& Communicator::endpoints() const { return impl_->ep; }
 uint32_t Communicator::next_op() const { return impl_->next_op; }
 uint32_t Communicator::session_nonce() const { return impl_->nonce; }
 uint32_t Communicator::window() const { return impl_->window; }
-uint32_t Communicator::chunk_elems(Dtype dtype, const OpOptions& o) const {
-  const Format f = Format(uint8_t(dtype));
-  const Format of = o.out_given ? Format(uint8_t(o.out)) : (is_float(f) ? Format::FP32 : Format::INT32);
+uint32_t Communicator::chunk_elems(Format dtype, const OpOptions& o) const {
+  const Format f = dtype;
+  const Format of = o.out_given ? o.out : (is_float(f) ? Format::FP32 : Format::INT32);
   return impl_->chunk_elems_for(info(f).bytes, info(of).bytes);
 }
 
-size_t dtype_bytes(Dtype d) { return format_from_code(uint8_t(d)) ? info(Format(uint8_t(d))).bytes : 0; }
-const char* dtype_name(Dtype d) { return format_from_code(uint8_t(d)) ? info(Format(uint8_t(d))).name : "?"; }
+size_t format_bytes(Format f) { return format_from_code(uint8_t(f)) ? info(f).bytes : 0; }
+const char* format_name(Format f) { return format_from_code(uint8_t(f)) ? info(f).name : "?"; }
 
 }  // namespace prism

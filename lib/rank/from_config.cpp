@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "config/config.hpp"
-#include "rank/prism.hpp"
+#include "prism/prism.hpp"
 
 namespace prism {
 namespace {

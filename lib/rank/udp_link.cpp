@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "rank/prism.hpp"
+#include "prism/prism.hpp"
 
 namespace prism::rank {
 namespace {

@@ -377,11 +377,11 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
   const bool fp32_policy = is_float(s.desc.dtype) && s.desc.policy != Policy::KULISCH_FIXED;
   const uint32_t osz = info(s.desc.out_dtype).bytes;
   std::vector<LaneExact> lanes;
-  if (!fp32_policy && s.desc.transport != Transport::ROUNDED) {
+  if (!fp32_policy && s.desc.transport != PartialTransport::ROUNDED) {
     lanes.resize(s.lanes());
     s.acc->state(lanes.data());
     auto body = std::make_shared<std::vector<uint8_t>>(size_t(s.lanes()) * osz);
-    if (s.desc.transport == Transport::AUTO &&
+    if (s.desc.transport == PartialTransport::AUTO &&
         lanes_fit_format(lanes.data(), s.lanes(), unit_exp(s.desc.dtype), s.desc.out_dtype, body->data())) {
       h.encoding = wire::Encoding::OUT_DTYPE;
       h.count = uint16_t(s.lanes());

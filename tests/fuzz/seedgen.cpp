@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "proto/partial.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
+#include "proto/partial.hpp"
 
 namespace {
 
@@ -63,7 +63,7 @@ wire::Header header(wire::Kind k, Format dt, Format out, uint16_t count) {
   h.out_dtype = out;
   h.policy = Policy::KULISCH_FIXED;
   h.encoding = k == wire::Kind::CONTRIB ? wire::Encoding::DTYPE : wire::Encoding::OUT_DTYPE;
-  h.transport = Transport::KULISCH;
+  h.transport = PartialTransport::KULISCH;
   h.exceptions = Exceptions::IEEE;
   h.flags = wire::hflag::LAST_CHUNK;
   return h;
@@ -184,7 +184,7 @@ void hand_made() {
     body.insert(body.end(), {0, 0, flag::OVERFLOW});
     put(std::string("result-sideband-") + name(out), frame(r, body, kSwitch, kRank));
     wire::Header p = header(wire::Kind::PARTIAL, dt, out, 5);
-    p.transport = Transport::ROUNDED;
+    p.transport = PartialTransport::ROUNDED;
     put(std::string("partial-rounded-") + name(out), frame(p, elements(out, 5, 200 + c), kSwitch, kSwitch));
     p.flags |= wire::hflag::SIDEBAND;
     Bytes pb = elements(out, 5, 300 + c);
@@ -220,7 +220,7 @@ void hand_made() {
   wire::Header jn = header(wire::Kind::JOIN, Format(0), Format(0), 0);
   jn.policy = Policy(0);
   jn.encoding = wire::Encoding(0);
-  jn.transport = Transport(0);
+  jn.transport = PartialTransport(0);
   jn.exceptions = Exceptions(0);
   jn.op = 0x1234ABCD;
   jn.chunk = 0;

@@ -158,19 +158,19 @@ TEST(AccCache, CollectivesCalledAgain) {
     second.push_back(make_input(Format::FP32, count, 20 + uint32_t(r)));
   }
   const auto want = one_accumulator(op, second, count);
-  using Fn = void (*)(Transport&, const void*, size_t, const ReduceOp&, void*, uint8_t*);
+  using Fn = void (*)(Links&, const void*, size_t, const ReduceOp&, void*, uint8_t*);
   const std::pair<const char*, Fn> algos[] = {
       {"ring", ring_allreduce},
       {"rhd", rhd_allreduce},
-      {"binomial", [](Transport& t, const void* in, size_t n, const ReduceOp& o, void* out,
+      {"binomial", [](Links& t, const void* in, size_t n, const ReduceOp& o, void* out,
                       uint8_t* fl) { binomial_allreduce(t, in, n, o, out, fl, 0); }},
-      {"chain", [](Transport& t, const void* in, size_t n, const ReduceOp& o, void* out,
+      {"chain", [](Links& t, const void* in, size_t n, const ReduceOp& o, void* out,
                    uint8_t* fl) { chain_allreduce(t, in, n, o, out, fl, 3); }},
   };
   for (const auto& [algo, fn] : algos) {
     SCOPED_TRACE(algo);
     std::vector<std::vector<uint8_t>> out(p, std::vector<uint8_t>(count * 4)), fl(p, std::vector<uint8_t>(count));
-    run_group(p, [&](int r, Transport& t) {
+    run_group(p, [&](int r, Links& t) {
       fn(t, first[size_t(r)].data(), count, op, out[size_t(r)].data(), fl[size_t(r)].data());
       fn(t, second[size_t(r)].data(), count, op, out[size_t(r)].data(), fl[size_t(r)].data());
     });

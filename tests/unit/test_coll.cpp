@@ -61,7 +61,7 @@ void check(const ReduceOp& op, int p, size_t count, int root, Policy ref_policy)
   const Result want = reference(op, p, in, count, root, ref_policy);
   const size_t osz = prism::info(op.out).bytes;
   std::vector<Result> red(static_cast<size_t>(p)), all(static_cast<size_t>(p));
-  run_group(p, [&](int r, prism::coll::Transport& t) {
+  run_group(p, [&](int r, prism::coll::Links& t) {
     Result& a = red[size_t(r)];
     Result& b = all[size_t(r)];
     a = Result{Bytes(count * osz, 0xEE), Bytes(count, 0xEE)};
@@ -156,7 +156,7 @@ TEST(CollBinomial, Fp32BinomialIsTheSeedsTree) {
     std::memcpy(want.data(), x[0].data(), count * 4);
     for (Policy pol : {Policy::FP32_BINOMIAL, Policy::FP32_ARRIVAL}) {
       std::vector<Bytes> got(static_cast<size_t>(p), Bytes(count * 4));
-      run_group(p, [&](int r, prism::coll::Transport& t) {
+      run_group(p, [&](int r, prism::coll::Links& t) {
         prism::coll::binomial_allreduce(t, in[size_t(r)].data(), count,
                                         ReduceOp{Format::FP32, Format::FP32, pol, Exceptions::IEEE},
                                         got[size_t(r)].data(), nullptr);
@@ -178,7 +178,7 @@ void check_pattern(int p, int root, size_t count) {
   const ReduceOp op{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE};
   run_group(
       p,
-      [&](int r, prism::coll::Transport& t) {
+      [&](int r, prism::coll::Links& t) {
         const Bytes in = make_input(Format::FP32, count, uint32_t(r));
         Bytes out(count * 4);
         prism::coll::binomial_allreduce(t, in.data(), count, op, out.data(), nullptr, root);
@@ -238,21 +238,21 @@ TEST(CollBinomial, MessagesAreTheSeeds) {
 TEST(CollBinomial, Errors) {
   // An op the arithmetic refuses.
   EXPECT_THROW(run_group(2,
-                         [](int, prism::coll::Transport& t) {
+                         [](int, prism::coll::Links& t) {
                            uint8_t in[4] = {}, out[4];
                            prism::coll::binomial_allreduce(
                                t, in, 1, ReduceOp{Format::FP32, Format::INT32, Policy::KULISCH_FIXED}, out, nullptr);
                          }),
                std::invalid_argument);
   EXPECT_THROW(run_group(2,
-                         [](int, prism::coll::Transport& t) {
+                         [](int, prism::coll::Links& t) {
                            uint8_t in[4] = {}, out[4];
                            prism::coll::binomial_reduce(t, in, 1, ReduceOp{}, out, nullptr, 2);
                          }),
                std::invalid_argument);
   // Ranks that disagree on the op: the receiver names the sender and both ops.
   try {
-    run_group(2, [](int r, prism::coll::Transport& t) {
+    run_group(2, [](int r, prism::coll::Links& t) {
       uint8_t in[8] = {}, out[8];
       const ReduceOp op{Format::FP32, Format::FP32, r == 0 ? Policy::KULISCH_FIXED : Policy::FP32_ARRIVAL};
       prism::coll::binomial_reduce(t, in, 2, op, out, nullptr);
@@ -332,7 +332,7 @@ TEST(CollBinomial, LargeVectorAndBroadcast) {
       Bytes src(n);
       for (size_t i = 0; i < n; ++i) src[i] = uint8_t(i * 7 + root);
       std::vector<Bytes> got(static_cast<size_t>(p), Bytes(n));
-      run_group(p, [&](int r, prism::coll::Transport& t) {
+      run_group(p, [&](int r, prism::coll::Links& t) {
         if (r == root) got[size_t(r)] = src;
         prism::coll::binomial_broadcast(t, got[size_t(r)].data(), n, root);
       });

@@ -65,7 +65,7 @@ void check_chain_exact(const ReduceOp& op, int p, size_t count, size_t m) {
   const Result want = reference(op, p, in, count);
   const size_t osz = prism::info(op.out).bytes;
   std::vector<Result> red(static_cast<size_t>(p)), all(static_cast<size_t>(p));
-  run_group(p, [&](int r, prism::coll::Transport& t) {
+  run_group(p, [&](int r, prism::coll::Links& t) {
     Result& a = red[size_t(r)];
     Result& b = all[size_t(r)];
     a = Result{Bytes(count * osz, 0xEE), Bytes(count, 0xEE)};
@@ -90,7 +90,7 @@ void check_ring_exact(const ReduceOp& op, int p, size_t count) {
   const Result want = reference(op, p, in, count);
   const size_t osz = prism::info(op.out).bytes;
   std::vector<Result> all(static_cast<size_t>(p));
-  run_group(p, [&](int r, prism::coll::Transport& t) {
+  run_group(p, [&](int r, prism::coll::Links& t) {
     Result& b = all[size_t(r)];
     b = Result{Bytes(count * osz, 0xEE), Bytes(count, 0xEE)};
     prism::coll::ring_allreduce(t, in[size_t(r)].data(), count, op, b.out.data(), b.flags.data());
@@ -159,7 +159,7 @@ void check_fp32_bound(const char* name, Format f, int p, size_t count, size_t m,
   for (int i = 0; i < 2; ++i) {
     const ReduceOp op{f, Format::FP32, i ? Policy::FP32_BINOMIAL : Policy::FP32_ARRIVAL, Exceptions::IEEE};
     got[i].assign(size_t(p), Bytes(count * 4));
-    run_group(p, [&](int r, prism::coll::Transport& t) {
+    run_group(p, [&](int r, prism::coll::Links& t) {
       algo(t, in[size_t(r)].data(), count, op, got[i][size_t(r)].data(), m);
     });
   }
@@ -176,11 +176,10 @@ void check_fp32_bound(const char* name, Format f, int p, size_t count, size_t m,
   }
 }
 
-void chain_fp32(prism::coll::Transport& t, const uint8_t* in, size_t count, const ReduceOp& op, uint8_t* out,
-                size_t m) {
+void chain_fp32(prism::coll::Links& t, const uint8_t* in, size_t count, const ReduceOp& op, uint8_t* out, size_t m) {
   prism::coll::chain_allreduce(t, in, count, op, out, nullptr, m);
 }
-void ring_fp32(prism::coll::Transport& t, const uint8_t* in, size_t count, const ReduceOp& op, uint8_t* out, size_t) {
+void ring_fp32(prism::coll::Links& t, const uint8_t* in, size_t count, const ReduceOp& op, uint8_t* out, size_t) {
   prism::coll::ring_allreduce(t, in, count, op, out, nullptr);
 }
 
@@ -202,7 +201,7 @@ TEST(CollChain, SeedsPipeline) {
   const ReduceOp op{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE};
   run_group(
       p,
-      [&](int r, prism::coll::Transport& t) {
+      [&](int r, prism::coll::Links& t) {
         const Bytes in = make_input(Format::FP32, count, uint32_t(r));
         Bytes out(count * 4);
         prism::coll::chain_allreduce(t, in.data(), count, op, out.data(), nullptr, m);
@@ -260,7 +259,7 @@ TEST(CollChain, Broadcast) {
         std::vector<uint8_t> src(n);
         for (size_t i = 0; i < n; ++i) src[i] = uint8_t(i * 13 + p);
         std::vector<std::vector<uint8_t>> got(static_cast<size_t>(p), std::vector<uint8_t>(n));
-        run_group(p, [&](int r, prism::coll::Transport& t) {
+        run_group(p, [&](int r, prism::coll::Links& t) {
           if (r == 0) got[0] = src;
           prism::coll::chain_broadcast(t, got[size_t(r)].data(), n, m);
         });

@@ -49,8 +49,8 @@ using prism::Format;
 using prism::OpDesc;
 using prism::Policy;
 using prism::coll::coll_block_start;
+using prism::coll::Links;
 using prism::coll::ReduceOp;
-using prism::coll::Transport;
 using prism::coll::test::run_group;
 using Bytes = std::vector<uint8_t>;
 
@@ -121,7 +121,7 @@ std::vector<std::array<Result, kAlgoCount>> run_all(const ReduceOp& op, int p, c
                                                     size_t count) {
   const size_t osz = prism::info(op.out).bytes;
   std::vector<std::array<Result, kAlgoCount>> got(static_cast<size_t>(p));
-  run_group(p, [&](int r, Transport& t) {
+  run_group(p, [&](int r, Links& t) {
     auto& g = got[size_t(r)];
     for (int a = 0; a < kAlgoCount; ++a) {
       const size_t n = out_len(a, count, p, r);
@@ -372,7 +372,7 @@ void expect_refused(const ReduceOp& op) {
   Bytes out(64), flags(16);
   for (int a = 0; a < kAlgoCount; ++a)
     EXPECT_THROW(run_group(1,
-                           [&](int, Transport& t) {
+                           [&](int, Links& t) {
                              switch (a) {
                                case BINOMIAL_ALLREDUCE:
                                  prism::coll::binomial_allreduce(t, in.data(), 16, op, out.data(), flags.data());

@@ -49,7 +49,7 @@ Result reference(const ReduceOp& op, int p, const std::vector<Bytes>& in, size_t
 std::vector<Result> run_rhd(const ReduceOp& op, int p, const std::vector<Bytes>& in, size_t count) {
   const size_t osz = prism::info(op.out).bytes;
   std::vector<Result> all(static_cast<size_t>(p));
-  run_group(p, [&](int r, prism::coll::Transport& t) {
+  run_group(p, [&](int r, prism::coll::Links& t) {
     Result& b = all[size_t(r)];
     b = Result{Bytes(count * osz, 0xEE), Bytes(count, 0xEE)};
     prism::coll::rhd_allreduce(t, in[size_t(r)].data(), count, op, b.out.data(), b.flags.data());
@@ -128,7 +128,7 @@ TEST(CollRhd, ReduceEveryRoot) {
             for (int r = 0; r < p; ++r) in.push_back(make_input(f, c, uint32_t(31 * p + r + c)));
             const auto all = run_rhd(op, p, in, c);
             std::vector<Result> red(static_cast<size_t>(p));
-            run_group(p, [&](int r, prism::coll::Transport& t) {
+            run_group(p, [&](int r, prism::coll::Links& t) {
               Result& b = red[size_t(r)];
               b = Result{Bytes(c * 4, 0xEE), Bytes(c, 0xEE)};
               prism::coll::rhd_reduce(t, in[size_t(r)].data(), c, op, b.out.data(), b.flags.data(), root);
@@ -153,7 +153,7 @@ TEST(CollRhd, BroadcastEveryRoot) {
       for (int root = 0; root < p; ++root) {
         std::vector<Bytes> buf(static_cast<size_t>(p), Bytes(bytes, 0));
         buf[size_t(root)] = make_input(Format::E4M3FN, bytes, uint32_t(root + p));
-        run_group(p, [&](int r, prism::coll::Transport& t) {
+        run_group(p, [&](int r, prism::coll::Links& t) {
           prism::coll::rhd_broadcast(t, buf[size_t(r)].data(), bytes, root);
         });
         for (int r = 0; r < p; ++r)
@@ -215,7 +215,7 @@ void check_pattern(int p) {
   const ReduceOp op{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE};
   run_group(
       p,
-      [&](int r, prism::coll::Transport& t) {
+      [&](int r, prism::coll::Links& t) {
         const Bytes in = make_input(Format::FP32, count, uint32_t(r));
         Bytes out(count * 4);
         prism::coll::rhd_allreduce(t, in.data(), count, op, out.data(), nullptr);
@@ -283,7 +283,7 @@ void check_rooted_pattern(int p, int root) {
     std::vector<std::vector<int>> got(static_cast<size_t>(p));
     run_group(
         p,
-        [&](int x, prism::coll::Transport& t) {
+        [&](int x, prism::coll::Links& t) {
           Bytes in = make_input(Format::FP32, 100, uint32_t(x));
           Bytes out(400);
           if (bcast)

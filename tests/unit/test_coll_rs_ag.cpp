@@ -31,14 +31,14 @@ using prism::Exceptions;
 using prism::Format;
 using prism::Policy;
 using prism::coll::coll_block_start;
+using prism::coll::Links;
 using prism::coll::ReduceOp;
-using prism::coll::Transport;
 using Bytes = std::vector<uint8_t>;
 using prism::coll::test::make_input;
 using prism::coll::test::run_group;
 
-using ReduceScatter = void (*)(Transport&, const void*, size_t, const ReduceOp&, void*, uint8_t*);
-using Allgather = void (*)(Transport&, const void*, void*, size_t, size_t);
+using ReduceScatter = void (*)(Links&, const void*, size_t, const ReduceOp&, void*, uint8_t*);
+using Allgather = void (*)(Links&, const void*, void*, size_t, size_t);
 using Allreduce = ReduceScatter;
 
 struct Algo {
@@ -84,7 +84,7 @@ std::vector<Bytes> inputs(Format f, int p, size_t count, bool finite = false) {
 std::vector<Result> run_rs(const Algo& a, const ReduceOp& op, int p, const std::vector<Bytes>& in, size_t count) {
   const size_t osz = prism::info(op.out).bytes;
   std::vector<Result> got(static_cast<size_t>(p));
-  run_group(p, [&](int r, Transport& t) {
+  run_group(p, [&](int r, Links& t) {
     const size_t e = block_len(count, p, r);
     Result& b = got[size_t(r)];
     b = Result{Bytes(e * osz, 0xEE), Bytes(e, 0xEE)};
@@ -184,7 +184,7 @@ TEST(CollReduceScatter, Fp32WithinRecursiveSummationBound) {
 // Every rank's block of `count` elements of `esz` bytes, from one vector.
 std::vector<Bytes> run_ag(const Algo& a, int p, const Bytes& whole, size_t count, size_t esz) {
   std::vector<Bytes> got(static_cast<size_t>(p));
-  run_group(p, [&](int r, Transport& t) {
+  run_group(p, [&](int r, Links& t) {
     got[size_t(r)] = Bytes(count * esz, 0xEE);
     a.ag(t, whole.data() + coll_block_start(count, p, r) * esz, got[size_t(r)].data(), count, esz);
   });
@@ -223,7 +223,7 @@ TEST(CollReduceScatter, ThenAllgatherIsTheAllreduce) {
           const auto in = inputs(op.dtype, p, c);
           const size_t osz = prism::info(op.out).bytes;
           std::vector<Result> two(static_cast<size_t>(p)), one(static_cast<size_t>(p));
-          run_group(p, [&](int r, Transport& t) {
+          run_group(p, [&](int r, Links& t) {
             const size_t e = block_len(c, p, r);
             Result mine{Bytes(e * osz), Bytes(e)};
             a.rs(t, in[size_t(r)].data(), c, op, mine.out.data(), mine.flags.data());
@@ -264,7 +264,7 @@ void check_pattern(int p, bool reduce_scatter) {
   const Bytes whole = make_input(Format::FP32, count, 5);
   run_group(
       p,
-      [&](int x, Transport& t) {
+      [&](int x, Links& t) {
         const Bytes in = make_input(Format::FP32, count, uint32_t(x));
         Bytes out(count * esz), fl(count);
         if (reduce_scatter)
@@ -341,7 +341,7 @@ TEST(CollRing, ReduceScatterAndAllgatherGoAroundTheRing) {
       const size_t count = 100;
       run_group(
           p,
-          [&](int x, Transport& t) {
+          [&](int x, Links& t) {
             Bytes in = make_input(Format::FP32, count, uint32_t(x)), out(count * 4);
             if (rs)
               prism::coll::ring_reduce_scatter(t, in.data(), count, ReduceOp{}, out.data(), nullptr);
@@ -363,7 +363,7 @@ TEST(CollReduceScatter, DisagreeingRanksThrow) {
   for (const Algo& a : kAlgos) {
     const ReduceOp kul{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE};
     EXPECT_THROW(run_group(2,
-                           [&](int r, Transport& t) {
+                           [&](int r, Links& t) {
                              const size_t c = r == 0 ? 10 : 11;
                              Bytes in(44), out(44), fl(11);
                              a.rs(t, in.data(), c, kul, out.data(), fl.data());
@@ -371,7 +371,7 @@ TEST(CollReduceScatter, DisagreeingRanksThrow) {
                  prism::coll::CollectiveError)
         << a.name << ": counts";
     EXPECT_THROW(run_group(2,
-                           [&](int r, Transport& t) {
+                           [&](int r, Links& t) {
                              ReduceOp op = kul;
                              if (r == 1) op.policy = Policy::FP32_ARRIVAL;
                              Bytes in(40), out(40), fl(10);
@@ -380,14 +380,14 @@ TEST(CollReduceScatter, DisagreeingRanksThrow) {
                  prism::coll::CollectiveError)
         << a.name << ": ops";
     EXPECT_THROW(run_group(2,
-                           [&](int r, Transport& t) {
+                           [&](int r, Links& t) {
                              Bytes in(48), out(48);
                              a.ag(t, in.data(), out.data(), r == 0 ? 10 : 12, 4);
                            }),
                  prism::coll::CollectiveError)
         << a.name << ": allgather counts";
     EXPECT_THROW(run_group(2,
-                           [&](int r, Transport& t) {
+                           [&](int r, Links& t) {
                              Bytes in(40), out(40);
                              a.ag(t, in.data(), out.data(), 10, r == 0 ? 4 : 2);
                            }),
@@ -397,7 +397,7 @@ TEST(CollReduceScatter, DisagreeingRanksThrow) {
     EXPECT_THROW(
         run_group(
             2,
-            [&](int, Transport& t) {
+            [&](int, Links& t) {
               Bytes in(4), out(4);
               a.rs(t, in.data(), 1, ReduceOp{Format::FP32, Format::INT32, Policy::KULISCH_FIXED}, out.data(), nullptr);
             }),

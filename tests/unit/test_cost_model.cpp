@@ -211,13 +211,13 @@ struct Counts {
   std::map<int, size_t> bytes_sent, bytes_received;
 };
 
-Counts observe(int p, size_t count, void (*fn)(Transport&, const void*, size_t, const ReduceOp&, void*, uint8_t*)) {
+Counts observe(int p, size_t count, void (*fn)(Links&, const void*, size_t, const ReduceOp&, void*, uint8_t*)) {
   Counts c;
   std::mutex mu;
   const ReduceOp op{Format::INT32, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE};
   run_group(
       p,
-      [&](int r, Transport& t) {
+      [&](int r, Links& t) {
         const auto in = make_input(Format::INT32, count, 100 + r, true);
         std::vector<uint8_t> out(count * 4), fl(count);
         fn(t, in.data(), count, op, out.data(), fl.data());
@@ -261,7 +261,7 @@ TEST(CostModel, BinomialRootSendsAndTakesWhatTheModelCounts) {
   const size_t count = kBinomialBlock;  // one block (more stream, and the model counts alpha once per level)
   for (int p : {2, 3, 5, 8}) {
     const Counts b =
-        observe(p, count, [](Transport& t, const void* in, size_t n, const ReduceOp& op, void* out, uint8_t* fl) {
+        observe(p, count, [](Links& t, const void* in, size_t n, const ReduceOp& op, void* out, uint8_t* fl) {
           binomial_allreduce(t, in, n, op, out, fl, 0);
         });
     const double alpha = pred(Algorithm::BINOMIAL, AR, p, count, only(1, 0, 0));

@@ -761,7 +761,7 @@ TEST(Names, PoliciesExceptionsTransportsRoundTrip) {
     ASSERT_TRUE(t.has_value());
     EXPECT_EQ(uint8_t(*t), c);
   }
-  EXPECT_STREQ(prism::name(prism::Transport::AUTO), "auto");
+  EXPECT_STREQ(prism::name(prism::PartialTransport::AUTO), "auto");
   EXPECT_FALSE(prism::transport_from_code(0).has_value());
   EXPECT_FALSE(prism::transport_from_code(4).has_value());
 }
@@ -797,8 +797,8 @@ TEST(ClosedSets, FormatsAreNamedParsedAndListedInCodeOrder) {
 }
 
 TEST(ClosedSets, PoliciesTransportsAndExceptions) {
+  using prism::PartialTransport;
   using prism::Policy;
-  using prism::Transport;
   EXPECT_EQ(prism::choices<Policy>(), "fp32_arrival kulisch fp32_binomial");
   EXPECT_EQ(prism::choices<Policy>(", "), "fp32_arrival, kulisch, fp32_binomial");
   EXPECT_EQ(prism::from_name<Policy>("kulisch"), Policy::KULISCH_FIXED);
@@ -810,9 +810,9 @@ TEST(ClosedSets, PoliciesTransportsAndExceptions) {
   EXPECT_EQ(prism::from_code<Policy>(3), Policy::FP32_BINOMIAL);
   for (int c = 0; c < 256; ++c)
     EXPECT_EQ(prism::policy_from_code(uint8_t(c)), prism::from_code<Policy>(uint8_t(c))) << c;
-  EXPECT_EQ(prism::choices<Transport>(), "rounded kulisch auto");
+  EXPECT_EQ(prism::choices<PartialTransport>(), "rounded kulisch auto");
   for (int c = 0; c < 256; ++c)
-    EXPECT_EQ(prism::transport_from_code(uint8_t(c)), prism::from_code<Transport>(uint8_t(c))) << c;
+    EXPECT_EQ(prism::transport_from_code(uint8_t(c)), prism::from_code<PartialTransport>(uint8_t(c))) << c;
   EXPECT_EQ(prism::choices<Exceptions>(), "ieee saturate");
   for (int c = 0; c < 256; ++c)
     EXPECT_EQ(prism::exceptions_from_code(uint8_t(c)), prism::from_code<Exceptions>(uint8_t(c))) << c;

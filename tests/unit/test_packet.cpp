@@ -199,7 +199,7 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
   h.out_dtype = rand_format(rng);
   h.policy = Policy(1 + rng() % 3);
   h.encoding = enc;
-  h.transport = Transport(1 + rng() % 3);
+  h.transport = PartialTransport(1 + rng() % 3);
   h.exceptions = Exceptions(1 + rng() % 2);
   h.flags = uint8_t(rng() % 4);  // RETRANSMIT, LAST_CHUNK
   h.status = 0;
@@ -218,7 +218,7 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     h.dtype = h.out_dtype = Format(0);
     h.policy = Policy(0);
     h.encoding = Encoding(0);
-    h.transport = Transport(0);
+    h.transport = PartialTransport(0);
     h.exceptions = Exceptions(0);
     if (kind == Kind::JOINED && rng() % 2) {
       b.payload.resize((size_t(h.group) + 7) / 8);
@@ -243,7 +243,7 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     h.out_dtype = Format(uint8_t(rng()));
     h.policy = Policy(uint8_t(rng()));
     h.encoding = Encoding(uint8_t(rng()));
-    h.transport = Transport(uint8_t(rng()));
+    h.transport = PartialTransport(uint8_t(rng()));
     h.exceptions = Exceptions(uint8_t(rng()));
     return b;
   }

@@ -308,7 +308,7 @@ void run_ranks(FakeSwitch& sw, uint16_t R, size_t count, uint32_t ops, uint32_t 
             out[s].assign(count, 0x7EADBEEF);
             for (size_t i = 0; i < count; ++i) in[s][i] = input(r, i, op + s);
             prism::OpOptions o;
-            req.push_back(c.iallreduce(in[s].data(), out[s].data(), count, prism::Dtype::INT32, o));
+            req.push_back(c.iallreduce(in[s].data(), out[s].data(), count, prism::Format::INT32, o));
           }
           for (uint32_t s = split; s-- > 0;) {  // completed in reverse order
             c.wait(req[s]);
@@ -440,7 +440,7 @@ std::string error_of(FakeSwitch& sw, uint16_t R, prism::Tuning t, prism::Errc* c
       try {
         prism::Communicator c(sw.endpoints(r), t);
         std::vector<int32_t> in(300, 1), out(300);
-        c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+        c.allreduce(in.data(), out.data(), in.size(), prism::Format::INT32);
       } catch (const prism::Error& e) {
         err[r] = e.what();
         codes[r] = e.code();
@@ -485,7 +485,7 @@ TEST(Rank, AbandonedOpNamesTheMissingRank) {
       try {
         prism::Communicator c(sw.endpoints(r), t);
         std::vector<int32_t> in(50, 1), out(50);
-        c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+        c.allreduce(in.data(), out.data(), in.size(), prism::Format::INT32);
       } catch (const prism::Error& e) {
         err[r] = e.what();
         EXPECT_EQ(e.code(), prism::Errc::ABANDONED);
@@ -522,7 +522,7 @@ TEST(Rank, JoiningGivesTheSessionsFirstOpAndWaitsForEveryRank) {
       prism::Communicator c(sw.endpoints(r), fast());
       first[r] = c.next_op();
       std::vector<int32_t> in(10, 1), out(10);
-      c.allreduce(in.data(), out.data(), in.size(), prism::Dtype::INT32);
+      c.allreduce(in.data(), out.data(), in.size(), prism::Format::INT32);
       EXPECT_EQ(out[0], 3);
     });
   for (auto& x : th) x.join();
@@ -576,17 +576,18 @@ TEST(Rank, BadArgumentsAreRefusedBeforeAnythingIsSent) {
     return std::string("no error");
   };
   prism::OpOptions f16;
-  f16.out = prism::Dtype::FP16;
+  f16.out = prism::Format::FP16;
   f16.out_given = true;
-  EXPECT_NE(msg([&] { c.allreduce(a.data(), a.data() + 1, 8, prism::Dtype::FP32, f16); }).find("overlap"),
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), a.data() + 1, 8, prism::Format::FP32, f16); }).find("overlap"),
             std::string::npos);
-  EXPECT_NE(msg([&] { c.allreduce(a.data(), nullptr, 8, prism::Dtype::FP32); }).find("output buffer is null"),
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), nullptr, 8, prism::Format::FP32); }).find("output buffer is null"),
             std::string::npos);
-  EXPECT_NE(msg([&] { c.reduce(a.data(), b.data(), 8, prism::Dtype::FP32, 5); }).find("not a rank"), std::string::npos);
+  EXPECT_NE(msg([&] { c.reduce(a.data(), b.data(), 8, prism::Format::FP32, 5); }).find("not a rank"),
+            std::string::npos);
   prism::OpOptions int_out;
-  int_out.out = prism::Dtype::INT32;
+  int_out.out = prism::Format::INT32;
   int_out.out_given = true;
-  EXPECT_NE(msg([&] { c.allreduce(a.data(), b.data(), 8, prism::Dtype::FP32, int_out); }), "no error");
+  EXPECT_NE(msg([&] { c.allreduce(a.data(), b.data(), 8, prism::Format::FP32, int_out); }), "no error");
   EXPECT_EQ(c.stats().packets_sent, 0u);
   EXPECT_EQ(c.next_op(), FakeSwitch::kFirstOp);  // nothing consumed an op number
   prism::Endpoints e = sw.endpoints(0);
@@ -605,7 +606,7 @@ TEST(Rank, ReduceGivesTheRootTheSumAndOthersNothingToKeep) {
     th.emplace_back([&, r] {
       prism::Communicator c(sw.endpoints(r), fast());
       std::vector<int32_t> in(100, int32_t(r + 1));
-      c.reduce(in.data(), r == 1 ? root_out.data() : nullptr, in.size(), prism::Dtype::INT32, 1);
+      c.reduce(in.data(), r == 1 ? root_out.data() : nullptr, in.size(), prism::Format::INT32, 1);
     });
   for (auto& x : th) x.join();
   for (int32_t v : root_out) EXPECT_EQ(v, 3);

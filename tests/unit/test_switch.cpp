@@ -532,7 +532,7 @@ TEST(Switch, AnOpWiderThanTheConfiguredWidthIsRefused) {
 // Two leaves (ranks 0,1 and 2,3) under a root: KULISCH and AUTO transport give
 // the single switch's bits; AUTO sends fewer bytes when the partials are exact
 // out_dtype values.
-class Tree : public ::testing::TestWithParam<Transport> {};
+class Tree : public ::testing::TestWithParam<PartialTransport> {};
 
 TEST_P(Tree, TwoLevelsGiveTheSingleSwitchBits) {
   const char* leaf_t = R"(
@@ -563,10 +563,10 @@ jobs:
 )";
   Switch leaf[2] = {Switch(buf[0]), Switch(buf[1])};
   Switch top(root);
-  const Transport tr = GetParam();
+  const PartialTransport tr = GetParam();
   // Values that are exact fp32 sums in pairs make AUTO's rounded encoding lossless.
   auto in = inputs(4, 200, 4);
-  if (tr == Transport::AUTO)  // small integers: every pair sum is an fp32 value
+  if (tr == PartialTransport::AUTO)  // small integers: every pair sum is an fp32 value
     for (auto& r : in)
       for (auto& x : r) x = std::round(std::clamp(x, -1e6f, 1e6f));
   size_t upstream_bytes = 0;
@@ -604,14 +604,14 @@ jobs:
     ASSERT_EQ(L.cap.outs.size(), 2u);
     for (const auto& fwd : L.cap.outs) EXPECT_EQ(std::vector<uint8_t>(fwd.body->begin(), fwd.body->end()), want);
   }
-  if (tr == Transport::AUTO) {
+  if (tr == PartialTransport::AUTO) {
     EXPECT_LE(upstream_bytes, 2u * 800u) << "AUTO sent the rounded encoding";
   } else {
     EXPECT_GT(upstream_bytes, 2u * 800u);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Tree, ::testing::Values(Transport::KULISCH, Transport::AUTO));
+INSTANTIATE_TEST_SUITE_P(Transports, Tree, ::testing::Values(PartialTransport::KULISCH, PartialTransport::AUTO));
 
 // A leaf whose parent's RESULT is late sends its PARTIAL again with
 // RETRANSMIT; a root that already completed the op answers with the RESULT.

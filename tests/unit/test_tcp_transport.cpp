@@ -1,4 +1,4 @@
-// The TCP Transport (lib/coll/tcp.hpp) on loopback, ranks as threads: what
+// The TCP Links (lib/coll/tcp.hpp) on loopback, ranks as threads: what
 // transport.hpp promises (each pair reliable and in order, recv(peer) picks
 // that peer's next message, sendrecv never deadlocks on large exchanges, a
 // too-long message and a lost peer are TransportErrors naming the peer), and
@@ -56,7 +56,7 @@ TcpOptions quick() {
 // Runs body(rank, transport) on a thread per rank (in `ranks`, default all)
 // after connecting; the first failure of each rank is recorded in errors[rank].
 std::vector<std::string> run_group(const TcpPeers& peers, const TcpOptions& o,
-                                   const std::function<void(int, std::unique_ptr<Transport>&)>& body,
+                                   const std::function<void(int, std::unique_ptr<Links>&)>& body,
                                    std::vector<int> ranks = {}) {
   const int n = int(peers.ranks.size());
   if (ranks.empty())
@@ -66,7 +66,7 @@ std::vector<std::string> run_group(const TcpPeers& peers, const TcpOptions& o,
   for (int r : ranks)
     threads.emplace_back([&, r] {
       try {
-        std::unique_ptr<Transport> t = connect_tcp(peers, r, o);
+        std::unique_ptr<Links> t = connect_tcp(peers, r, o);
         EXPECT_EQ(t->rank(), r);
         EXPECT_EQ(t->size(), n);
         body(r, t);
@@ -112,7 +112,7 @@ TEST(TcpTransport, EveryPairExchangesAtOnceWithSendrecv) {
     SCOPED_TRACE("p = " + std::to_string(n));
     const int rounds = n % 2 ? n : n - 1;
     std::atomic<int> exchanges{0};
-    auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+    auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Links>& t) {
       for (int k = 0; k < rounds; ++k) {
         const int partner = tournament_partner(n, k, r);
         if (partner == r) continue;
@@ -138,7 +138,7 @@ TEST(TcpTransport, EveryPairExchangesAtOnceWithSendrecv) {
 TEST(TcpTransport, ShiftExchangesInACycleDoNotDeadlock) {
   for (int n = 2; n <= 5; ++n) {
     SCOPED_TRACE("p = " + std::to_string(n));
-    auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+    auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Links>& t) {
       for (int s = 1; s < n; ++s) {
         const int to = (r + s) % n, from = (r - s + n) % n;
         for (size_t size : kSizes) {
@@ -156,7 +156,7 @@ TEST(TcpTransport, ShiftExchangesInACycleDoNotDeadlock) {
 // Two ranks each send() 16 MiB to the other before either receives: each
 // send drains what the other sends, so neither waits for the other's recv.
 TEST(TcpTransport, CrossedLargeSendsBothComplete) {
-  auto errors = run_group(free_peers(2), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(2), quick(), [&](int r, std::unique_ptr<Links>& t) {
     const int peer = 1 - r;
     for (int i = 0; i < 3; ++i) {
       const std::vector<uint8_t> out = message(r, peer, (16 << 20) + size_t(i));
@@ -178,7 +178,7 @@ TEST(TcpTransport, CrossedLargeSendsBothComplete) {
 TEST(TcpTransport, ManyMessagesKeepTheirOrderPerPeer) {
   const int n = 4, count = 3000;
   auto size_of = [](int from, int i) { return i % 500 == 499 ? size_t(300000 + from) : size_t((i * 7 + from) % 97); };
-  auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(n), quick(), [&](int r, std::unique_ptr<Links>& t) {
     if (r != 0) {
       for (int i = 0; i < count; ++i) {
         std::vector<uint8_t> m = message(r, i, size_of(r, i));
@@ -207,7 +207,7 @@ TEST(TcpTransport, ManyMessagesKeepTheirOrderPerPeer) {
 // lengths, and is consumed: the next message comes through whole. Both when
 // it is already queued and when the recv is waiting as it arrives.
 TEST(TcpTransport, MessageLongerThanCapIsRefused) {
-  auto errors = run_group(free_peers(2), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(2), quick(), [&](int r, std::unique_ptr<Links>& t) {
     if (r == 1) {
       const std::vector<uint8_t> a = message(1, 0, 100), b = message(1, 0, 10), c = message(1, 0, 4 << 20),
                                  d = message(1, 0, 20);
@@ -225,7 +225,7 @@ TEST(TcpTransport, MessageLongerThanCapIsRefused) {
     try {
       t->recv(1, in.data(), 50);
       ADD_FAILURE() << "a 100-byte message fit in 50";
-    } catch (const TransportError& e) {
+    } catch (const LinkError& e) {
       const std::string w = e.what();
       EXPECT_NE(w.find("100 bytes from rank 1"), std::string::npos) << w;
       EXPECT_NE(w.find("at most 50"), std::string::npos) << w;
@@ -234,7 +234,7 @@ TEST(TcpTransport, MessageLongerThanCapIsRefused) {
     EXPECT_TRUE(std::vector<uint8_t>(in.begin(), in.begin() + 10) == message(1, 0, 10));
     const uint8_t go = 1;
     t->send(1, &go, 1);
-    EXPECT_THROW(t->recv(1, in.data(), 50), TransportError);  // waiting as the 4 MiB one arrives
+    EXPECT_THROW(t->recv(1, in.data(), 50), LinkError);  // waiting as the 4 MiB one arrives
     ASSERT_EQ(t->recv(1, in.data(), 50), 20u);
     EXPECT_TRUE(std::vector<uint8_t>(in.begin(), in.begin() + 20) == message(1, 0, 20));
     t->send(1, &go, 1);
@@ -247,7 +247,7 @@ TEST(TcpTransport, MessageLongerThanCapIsRefused) {
 // then recv throws naming it, and so does a send to it (once the kernel
 // has noticed).
 TEST(TcpTransport, PeerThatClosesIsAnErrorNamingIt) {
-  auto errors = run_group(free_peers(3), quick(), [&](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(3), quick(), [&](int r, std::unique_ptr<Links>& t) {
     if (r == 2) {
       const std::vector<uint8_t> m = message(2, 0, 1000);
       t->send(0, m.data(), m.size());
@@ -265,14 +265,14 @@ TEST(TcpTransport, PeerThatClosesIsAnErrorNamingIt) {
     try {
       t->recv(2, in.data(), in.size());
       ADD_FAILURE() << "a message from a closed peer";
-    } catch (const TransportError& e) {
+    } catch (const LinkError& e) {
       EXPECT_NE(std::string(e.what()).find("rank 2 is gone"), std::string::npos) << e.what();
     }
     std::string send_error;
     for (int i = 0; i < 100 && send_error.empty(); ++i) {
       try {
         t->send(2, in.data(), in.size());
-      } catch (const TransportError& e) {
+      } catch (const LinkError& e) {
         send_error = e.what();
       }
     }
@@ -300,7 +300,7 @@ TEST(TcpTransport, PeerThatClosesMidMessageIsAnError) {
       std::vector<uint8_t> in(1 << 20);
       first.assign(in.begin(), in.begin() + std::ptrdiff_t(t->recv(1, in.data(), in.size())));
       t->recv(1, in.data(), in.size());
-    } catch (const TransportError& e) {
+    } catch (const LinkError& e) {
       error = e.what();
     }
   });
@@ -342,16 +342,16 @@ TEST(TcpTransport, PeerThatClosesMidMessageIsAnError) {
 TEST(TcpTransport, RecvTimeoutNamesThePeer) {
   TcpOptions o = quick();
   o.recv_timeout = 300ms;
-  auto errors = run_group(free_peers(2), o, [&](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(2), o, [&](int r, std::unique_ptr<Links>& t) {
     uint8_t x;
     if (r == 0) {
       const auto t0 = std::chrono::steady_clock::now();
       EXPECT_THROW(
-          try { t->recv(1, &x, 1); } catch (const TransportError& e) {
+          try { t->recv(1, &x, 1); } catch (const LinkError& e) {
             EXPECT_NE(std::string(e.what()).find("no message from rank 1 for 300 ms"), std::string::npos) << e.what();
             throw;
           },
-          TransportError);
+          LinkError);
       EXPECT_GE(std::chrono::steady_clock::now() - t0, 300ms);
     } else {
       std::this_thread::sleep_for(800ms);  // connected, silent, and still there
@@ -367,7 +367,7 @@ TEST(TcpTransport, ConnectTimeoutNamesTheRanksThatNeverStarted) {
   TcpOptions o = quick();
   o.connect_timeout = 700ms;
   const auto t0 = std::chrono::steady_clock::now();
-  auto errors = run_group(free_peers(4), o, [](int, std::unique_ptr<Transport>&) {}, {0, 2});
+  auto errors = run_group(free_peers(4), o, [](int, std::unique_ptr<Links>&) {}, {0, 2});
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 700ms);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   for (int r : {0, 2}) {
@@ -414,13 +414,13 @@ TEST(TcpTransport, HandshakeMismatchIsAClearError) {
     std::thread t0([&] {
       try {
         connect_tcp(a, 0, o);
-      } catch (const TransportError& e) {
+      } catch (const LinkError& e) {
         e0 = e.what();
       }
     });
     try {
       connect_tcp(b, 1, o);
-    } catch (const TransportError& e) {
+    } catch (const LinkError& e) {
       e1 = e.what();
     }
     t0.join();
@@ -435,13 +435,13 @@ TEST(TcpTransport, HandshakeMismatchIsAClearError) {
     std::thread t0([&] {
       try {
         connect_tcp(a, 0, o);
-      } catch (const TransportError& e) {
+      } catch (const LinkError& e) {
         e0 = e.what();
       }
     });
     try {
       connect_tcp(b, 1, o);
-    } catch (const TransportError&) {
+    } catch (const LinkError&) {
     }
     t0.join();
     EXPECT_NE(e0.find("in a group of 2, but this is job 7 in a group of 3"), std::string::npos) << e0;
@@ -450,19 +450,19 @@ TEST(TcpTransport, HandshakeMismatchIsAClearError) {
 
 TEST(TcpTransport, BadArgumentsAreRefused) {
   TcpPeers p = free_peers(2);
-  EXPECT_THROW(connect_tcp(p, 2, quick()), TransportError);
+  EXPECT_THROW(connect_tcp(p, 2, quick()), LinkError);
   p.ranks[1] = p.ranks[0];
   try {
     connect_tcp(p, 0, quick());
     ADD_FAILURE();
-  } catch (const TransportError& e) {
+  } catch (const LinkError& e) {
     EXPECT_NE(std::string(e.what()).find("ranks 0 and 1 share the address"), std::string::npos) << e.what();
   }
   // A peer out of range, or oneself.
-  auto errors = run_group(free_peers(2), quick(), [](int r, std::unique_ptr<Transport>& t) {
+  auto errors = run_group(free_peers(2), quick(), [](int r, std::unique_ptr<Links>& t) {
     uint8_t x = 0;
-    EXPECT_THROW(t->send(r, &x, 1), TransportError);
-    EXPECT_THROW(t->recv(5, &x, 1), TransportError);
+    EXPECT_THROW(t->send(r, &x, 1), LinkError);
+    EXPECT_THROW(t->recv(5, &x, 1), LinkError);
   });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
@@ -494,11 +494,11 @@ TEST(TcpPeersFromConfig, MembersAddressesAndUdpPortPlusOffset) {
   EXPECT_EQ(p.ranks[0].port, 20662);
   EXPECT_EQ(p.ranks[1].port, 30100);
   o.port_offset = 40000;
-  EXPECT_THROW(tcp_peers_from_config(cfg, 7, o), TransportError);
+  EXPECT_THROW(tcp_peers_from_config(cfg, 7, o), LinkError);
   try {
     tcp_peers_from_config(cfg, 9);
     ADD_FAILURE();
-  } catch (const TransportError& e) {
+  } catch (const LinkError& e) {
     EXPECT_NE(std::string(e.what()).find("no job 9 (its jobs: 7)"), std::string::npos) << e.what();
   }
 }
@@ -515,7 +515,7 @@ TEST(TcpPeersFromConfig, RanksBehindAnotherSwitchAreAnError) {
   try {
     tcp_peers_from_config(cfg, 7);
     ADD_FAILURE();
-  } catch (const TransportError& e) {
+  } catch (const LinkError& e) {
     EXPECT_NE(std::string(e.what()).find("ranks 2, 3 are not members at this switch"), std::string::npos) << e.what();
   }
 }

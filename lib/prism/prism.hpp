@@ -8,7 +8,7 @@
 // (`pkg-config --cflags --libs prism`). The C API is prism.h.
 //
 //   auto comm = prism::Communicator::from_config("switch.yaml", {/*job*/ 7, /*rank*/ 3});
-//   comm.allreduce(grad.data(), grad.data(), grad.size(), prism::Dtype::FP32);   // in place
+//   comm.allreduce(grad.data(), grad.data(), grad.size(), prism::Format::FP32);   // in place
 //
 // One thread drives a Communicator (as MPI_THREAD_FUNNELED): every call,
 // wait() and test() included, makes progress on every outstanding op.
@@ -20,29 +20,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "types.hpp"
+
 namespace prism {
 
-// Element formats, by their wire codes (docs/ARITHMETIC.md).
-enum class Dtype : uint8_t {
-  FP32 = 1,
-  FP16 = 2,
-  BF16 = 3,
-  E4M3FN = 4,
-  E4M3FNUZ = 5,
-  E5M2 = 6,
-  E5M2FNUZ = 7,
-  INT8 = 8,
-  INT32 = 9
-};
-// How the switch sums: arrival-order fp32, exact (one rounding), or fp32 in binomial-tree order.
-enum class Reduction : uint8_t { FP32_ARRIVAL = 1, KULISCH_FIXED = 2, FP32_BINOMIAL = 3 };
-// How partial sums travel between switches of a tree.
-enum class PartialTransport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
-// What an overflow of the output format gives: IEEE (an infinity) or SATURATE (the largest finite).
-enum class OverflowMode : uint8_t { IEEE = 1, SATURATE = 2 };
+// Format, Policy, PartialTransport and Exceptions (the library's own enums):
+// types.hpp.
 
-size_t dtype_bytes(Dtype d);
-const char* dtype_name(Dtype d);
+size_t format_bytes(Format f);      // 0 for a value that is not a Format
+const char* format_name(Format f);  // "fp32", ...; "?" for a value that is not a Format
 
 // What went wrong. Every Error's what() names the op, the chunk where it
 // matters, the reason, and what to do.
@@ -101,12 +87,12 @@ struct ConfigSelect {
 };
 
 struct OpOptions {
-  Dtype out = Dtype::FP32;  // output format (an integer input defaults to INT32 when out is left FP32 and
-                            // out_given is false)
+  Format out = Format::FP32;  // output format (an integer input defaults to INT32 when out is left FP32 and
+                              // out_given is false)
   bool out_given = false;
-  Reduction policy = Reduction::KULISCH_FIXED;
+  Policy policy = Policy::KULISCH_FIXED;
   PartialTransport transport = PartialTransport::KULISCH;
-  OverflowMode overflow = OverflowMode::IEEE;
+  Exceptions exceptions = Exceptions::IEEE;
 };
 
 // What a completed op reports: elements of the result with each flag.
@@ -165,19 +151,19 @@ class Communicator {
   // `in` holds `count` elements of `dtype`; `out` receives `count` elements
   // of the output format. `in` == `out` (in place) is allowed when the two
   // formats have the same width.
-  OpReport allreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o = {});
-  Request iallreduce(const void* in, void* out, size_t count, Dtype dtype, const OpOptions& o = {});
+  OpReport allreduce(const void* in, void* out, size_t count, Format dtype, const OpOptions& o = {});
+  Request iallreduce(const void* in, void* out, size_t count, Format dtype, const OpOptions& o = {});
   // Only `root` needs an `out` (others may pass null): over a switch every
   // member receives the RESULT, so a reduce costs what an allreduce does.
-  OpReport reduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o = {});
-  Request ireduce(const void* in, void* out, size_t count, Dtype dtype, uint16_t root, const OpOptions& o = {});
+  OpReport reduce(const void* in, void* out, size_t count, Format dtype, uint16_t root, const OpOptions& o = {});
+  Request ireduce(const void* in, void* out, size_t count, Format dtype, uint16_t root, const OpOptions& o = {});
 
   OpReport wait(Request& r);  // throws the op's Error; the request is spent either way
   bool test(Request& r);      // true when wait() would return at once
 
   const Stats& stats() const;
   const Endpoints& endpoints() const;
-  uint32_t chunk_elems(Dtype dtype, const OpOptions& o = {}) const;  // elements per packet for an op
+  uint32_t chunk_elems(Format dtype, const OpOptions& o = {}) const;  // elements per packet for an op
   uint32_t next_op() const;
   uint32_t session_nonce() const;  // this communicator's JOIN nonce (0: it did not join)
   uint32_t window() const;

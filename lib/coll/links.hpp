@@ -1,7 +1,8 @@
-// Point-to-point messages between the ranks of a group, for the host
-// collectives (issue 18: binomial tree, pipelined chain, RHD, ring): reliable
-// and in order between each pair of ranks, as TCP is. An interface, so a
-// faster transport can be added; inproc.hpp runs a group as threads of one
+// A rank's links to the other ranks of its group: point-to-point messages for
+// the host collectives (binomial tree, pipelined chain, RHD, ring), reliable
+// and in order between each pair of ranks, as TCP is. ("Links", not
+// "transport": PartialTransport is how a partial sum is encoded.) An
+// interface, so a faster kind of link can be added; inproc.hpp runs a group as threads of one
 // process (for tests, with an observer that sees every message), tcp.hpp
 // between processes (as Gloo does).
 #pragma once
@@ -13,13 +14,13 @@
 
 namespace prism::coll {
 
-struct TransportError : std::runtime_error {
+struct LinkError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class Transport {
+class Links {
  public:
-  virtual ~Transport() = default;
+  virtual ~Links() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Sends `len` bytes to `peer` as one message. It may return before the
@@ -27,7 +28,7 @@ class Transport {
   // messages it can buffer.
   virtual void send(int peer, const void* data, size_t len) = 0;
   // The next message from `peer`, into `data` (at most `cap` bytes); returns
-  // its length. Throws TransportError when it is longer than `cap`, or the
+  // its length. Throws LinkError when it is longer than `cap`, or the
   // peer is gone.
   virtual size_t recv(int peer, void* data, size_t cap) = 0;
   // Sends to `to` and receives from `from` at once (a ring's or RHD's

@@ -52,7 +52,7 @@ typedef struct prism_request prism_request;
 typedef struct {
   uint32_t window, chunk_elems, timeout_ms, rto_initial_ms, rto_min_ms, rto_max_ms;
   uint32_t join_timeout_ms;
-  int no_join;       /* 1: do not join the job's session; op numbers start at first_op */
+  int no_join; /* 1: do not join the job's session; op numbers start at first_op */
   uint32_t first_op;
 } prism_tuning;
 
