@@ -2,6 +2,16 @@
 // connection per pair of ranks, each message a 64-bit little-endian length
 // and then its bytes.
 //
+// The code, by role (lib/coll/tcp/, as Gloo's transport/tcp): fd.hpp (an
+// owned descriptor), socket (addresses, the links' socket options),
+// listener, pair (one peer's framing and queue), links.cpp (the Links over
+// pairs: the poll() loop), connect.cpp (the setup below), from_config.cpp
+// (the only part that reads the switch's YAML).
+//
+// Where the addresses come from: a TcpPeers (explicit, or the switch's YAML
+// through tcp_peers_from_config), or a rendezvous store (rendezvous/store.hpp),
+// where each rank publishes the port it listens at.
+//
 // Setup: every rank listens at its own address; rank i connects to every
 // rank j < i (retrying while j is not listening yet) and accepts every rank
 // j > i, all at once in one poll() loop, so no order of starting deadlocks.
@@ -24,7 +34,13 @@
 #include <vector>
 
 #include "coll/links.hpp"
-#include "config/config.hpp"
+
+namespace prism {
+struct SwitchConfig;  // config/config.hpp
+namespace rdv {
+class Store;  // rendezvous/store.hpp
+}
+}  // namespace prism
 
 namespace prism::coll {
 
@@ -44,12 +60,28 @@ struct TcpOptions {
   std::chrono::milliseconds recv_timeout{60000};     // a recv (or send) with no progress for this long throws
   int port_offset = 0;                               // tcp_peers_from_config: TCP port = member's udp_port + this
   int socket_buffer = 8 << 20;  // SO_SNDBUF/SO_RCVBUF asked for (the kernel caps it at net.core.[rw]mem_max)
+  // connect_tcp(store, ...): the IPv4 address this rank listens at and
+  // publishes. Empty: $PRISM_HOST_IP if set, else the address the kernel
+  // sends from to reach the TCP store's server (the store given, when it is
+  // a TcpStore; else the host of $PRISM_STORE's tcp:// URL or $MASTER_ADDR),
+  // else 127.0.0.1 (a file or callback store: every rank on one host).
+  std::string local_ip;
 };
 
 // Connects rank `rank` to every other rank of `peers`; returns once all are
 // connected. Throws LinkError (a bad rank, an address it cannot listen
 // at, a handshake mismatch, or the timeout with the ranks still missing).
 std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o = {});
+
+// Connects rank `rank` of a group of `size` through a rendezvous store: it
+// listens at o.local_ip on a port the kernel picks, publishes "tcp/<rank>" =
+// "ip:port" (rank 0 also "tcp/group" = "<id> <size>", the group identity
+// every hello carries: a random id), reads every other rank's, then
+// connects as above. Give each group its own keys (a PrefixStore) when one
+// store serves several. Throws LinkError: a bad rank or size, an address it
+// cannot listen at, a rank that never published within o.connect_timeout
+// (naming the missing ranks), a store that fails (StoreError's text).
+std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const TcpOptions& o = {});
 
 // The addresses of job `job`'s ranks (0: the config's only job) from the
 // switch's YAML: each member's ip, and its udp_port + o.port_offset as TCP

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "coll/tcp.hpp"
+#include "config/config.hpp"
 
 namespace prism::coll {
 namespace {

@@ -1,0 +1,309 @@
+#include "rendezvous/tcp_store_server.hpp"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <list>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "rendezvous/store.hpp"
+#include "rendezvous/tcp_store.hpp"
+#include "rendezvous/tcp_store_wire.hpp"
+
+namespace prism::rdv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using coll::Fd;
+using namespace wire;
+
+struct Client {
+  Fd fd;
+  bool greeted = false;
+  std::vector<uint8_t> in;   // bytes received, not yet a whole request
+  std::vector<uint8_t> out;  // reply bytes not yet sent
+  bool parked = false;       // a GET waits for `key`
+  std::string key;
+  Clock::time_point deadline;
+};
+
+// The size of the whole request at `b` (`n` bytes here; 0: not all here
+// yet), or nullopt when it breaks the protocol.
+std::optional<size_t> request_size(const uint8_t* b, size_t n) {
+  if (n == 0) return 0;
+  if (b[0] < uint8_t(Cmd::SET) || b[0] > uint8_t(Cmd::CHECK)) return std::nullopt;
+  if (n < 5) return 0;
+  const uint64_t klen = get(b + 1, 4);
+  if (klen > kMaxKey) return std::nullopt;
+  const size_t head = 5 + size_t(klen);
+  switch (Cmd(b[0])) {
+    case Cmd::SET: {
+      if (n < head + 4) return 0;
+      const uint64_t vlen = get(b + head, 4);
+      if (vlen > kMaxValue) return std::nullopt;
+      return n < head + 4 + vlen ? 0 : head + 4 + size_t(vlen);
+    }
+    case Cmd::GET:
+    case Cmd::ADD: return n < head + 8 ? 0 : head + 8;
+    case Cmd::CHECK: return n < head ? 0 : head;
+  }
+  return std::nullopt;
+}
+
+constexpr uint64_t kLongestWaitMs = uint64_t(30) * 24 * 3600 * 1000;  // a GET's timeout is capped here
+
+class Loop {
+ public:
+  Loop(int listener, int wake) : listener_(listener), wake_(wake) {}
+
+  void run() {
+    std::vector<pollfd> pf;
+    std::vector<Client*> who;
+    for (;;) {
+      pf.clear(), who.clear();
+      pf.push_back({wake_, POLLIN, 0}), who.push_back(nullptr);
+      const Clock::time_point now = Clock::now();
+      if (now >= accept_paused_until_) pf.push_back({listener_, POLLIN, 0}), who.push_back(nullptr);
+      Clock::time_point wake = now + std::chrono::hours(24);
+      if (now < accept_paused_until_) wake = std::min(wake, accept_paused_until_);
+      for (Client& c : clients_) {
+        pf.push_back({c.fd.get(), short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0}), who.push_back(&c);
+        if (c.parked) wake = std::min(wake, c.deadline);
+      }
+      const int ms = int(std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
+      if (poll(pf.data(), pf.size(), std::max(ms, 0)) < 0 && errno != EINTR) return;
+      if (pf[0].revents) return;  // the owner is going
+      for (size_t i = 1; i < pf.size(); ++i) {
+        if (!pf[i].revents) continue;
+        if (!who[i]) {
+          accept_all();
+        } else {
+          Client& c = *who[i];
+          if (pf[i].revents & POLLOUT) flush(c);
+          if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(c);
+        }
+      }
+      expire(Clock::now());
+      clients_.remove_if([](const Client& c) { return !c.fd; });
+    }
+  }
+
+ private:
+  void accept_all() {
+    for (;;) {
+      Fd fd(accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+      if (!fd) {
+        // Out of descriptors: wait a little rather than spin on a listener that stays readable.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+        return;
+      }
+      clients_.push_back(Client{});
+      clients_.back().fd = std::move(fd);
+    }
+  }
+
+  void drop(Client& c) {
+    c.fd.reset();
+    c.parked = false;
+  }
+
+  void flush(Client& c) {
+    size_t sent = 0;
+    while (c.fd && sent < c.out.size()) {
+      const ssize_t r = send(c.fd.get(), c.out.data() + sent, c.out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r > 0) {
+        sent += size_t(r);
+      } else if (r < 0 && errno == EINTR) {
+        continue;
+      } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        return drop(c);
+      }
+    }
+    c.out.erase(c.out.begin(), c.out.begin() + std::ptrdiff_t(sent));
+  }
+
+  void receive(Client& c) {
+    uint8_t buf[64 << 10];
+    for (;;) {
+      const ssize_t r = recv(c.fd.get(), buf, sizeof buf, 0);
+      if (r > 0) {
+        c.in.insert(c.in.end(), buf, buf + r);
+        if (size_t(r) < sizeof buf) break;
+      } else if (r < 0 && errno == EINTR) {
+        continue;
+      } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        return drop(c);  // gone (its parked GET, if any, with it)
+      }
+    }
+    serve(c);
+  }
+
+  // Answers c's whole requests, in order, until one parks.
+  void serve(Client& c) {
+    if (!c.greeted) {
+      if (c.in.size() < sizeof kGreeting) return;
+      if (std::memcmp(c.in.data(), kGreeting, sizeof kGreeting) != 0) return drop(c);
+      c.greeted = true;
+      c.out.insert(c.out.end(), kGreeting, kGreeting + sizeof kGreeting);
+      c.in.erase(c.in.begin(), c.in.begin() + sizeof kGreeting);
+    }
+    size_t off = 0;
+    while (c.fd && !c.parked) {
+      const std::optional<size_t> n = request_size(c.in.data() + off, c.in.size() - off);
+      if (!n) return drop(c);
+      if (*n == 0) break;
+      const std::vector<uint8_t> req(c.in.begin() + std::ptrdiff_t(off), c.in.begin() + std::ptrdiff_t(off + *n));
+      off += *n;
+      handle(c, req.data(), req.size());
+    }
+    c.in.erase(c.in.begin(), c.in.begin() + std::ptrdiff_t(off));
+    if (c.fd && !c.out.empty()) flush(c);
+  }
+
+  void handle(Client& c, const uint8_t* p, size_t n) {
+    const Cmd cmd = Cmd(p[0]);
+    const size_t klen = size_t(get(p + 1, 4));
+    std::string key(reinterpret_cast<const char*>(p + 5), klen);
+    const uint8_t* arg = p + 5 + klen;
+    switch (cmd) {
+      case Cmd::SET:
+        data_[key].assign(arg + 4, p + n);
+        c.out.push_back(uint8_t(Status::OK));
+        woken(key);
+        return;
+      case Cmd::GET: {
+        const auto it = data_.find(key);
+        if (it != data_.end()) return value_reply(c, it->second);
+        const uint64_t ms = get(arg, 8);
+        c.parked = true, c.key = std::move(key);
+        c.deadline = Clock::now() + std::chrono::milliseconds(std::min(ms, kLongestWaitMs));
+        return;
+      }
+      case Cmd::ADD: {
+        const int64_t delta = int64_t(get(arg, 8));
+        int64_t v = 0;
+        const auto it = data_.find(key);
+        if (it != data_.end()) {
+          const char* b = reinterpret_cast<const char*>(it->second.data());
+          const auto r = std::from_chars(b, b + it->second.size(), v);
+          if (r.ec != std::errc() || r.ptr != b + it->second.size())
+            return error_reply(c, "key '" + key + "' holds a value that is not a decimal integer: add() only works " +
+                                      "on keys that only add() sets");
+        }
+        if (__builtin_add_overflow(v, delta, &v))
+          return error_reply(c, "adding " + std::to_string(delta) + " to key '" + key + "' overflows 64 bits");
+        const std::string s = std::to_string(v);
+        data_[key].assign(s.begin(), s.end());
+        c.out.push_back(uint8_t(Status::OK));
+        put(c.out, uint64_t(v), 8);
+        woken(key);
+        return;
+      }
+      case Cmd::CHECK:
+        c.out.push_back(uint8_t(Status::OK));
+        c.out.push_back(data_.count(key) ? 1 : 0);
+        return;
+    }
+  }
+
+  void value_reply(Client& c, const Bytes& v) {
+    c.out.push_back(uint8_t(Status::OK));
+    put(c.out, v.size(), 4);
+    c.out.insert(c.out.end(), v.begin(), v.end());
+  }
+  void error_reply(Client& c, const std::string& why) {
+    c.out.push_back(uint8_t(Status::ERROR));
+    put(c.out, why.size(), 4);
+    put(c.out, why);
+  }
+
+  // `key` was just set: its parked GETs are answered, and their clients'
+  // further requests served.
+  void woken(const std::string& key) {
+    const Bytes& v = data_[key];
+    for (Client& w : clients_) {
+      if (!w.fd || !w.parked || w.key != key) continue;
+      w.parked = false;
+      value_reply(w, v);
+      pending_.push_back(&w);
+    }
+    if (serving_woken_) return;  // serve() below would recurse through another SET
+    serving_woken_ = true;
+    while (!pending_.empty()) {
+      Client* w = pending_.front();
+      pending_.erase(pending_.begin());
+      serve(*w);
+    }
+    serving_woken_ = false;
+  }
+
+  void expire(Clock::time_point now) {
+    for (Client& c : clients_) {
+      if (!c.fd || !c.parked || c.deadline > now) continue;
+      c.parked = false;
+      c.out.push_back(uint8_t(Status::TIMEOUT));
+      serve(c);
+    }
+  }
+
+  int listener_, wake_;
+  Clock::time_point accept_paused_until_{};
+  std::list<Client> clients_;  // a list: pointers to clients stay valid while others come and go
+  std::unordered_map<std::string, Bytes> data_;
+  std::vector<Client*> pending_;
+  bool serving_woken_ = false;
+};
+
+}  // namespace
+
+TcpStoreServer::TcpStoreServer(uint16_t port) {
+  listener_.reset(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listener_) throw StoreError(std::string("TCP store: socket(): ") + std::strerror(errno));
+  const int one = 1;
+  setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(port);
+  if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener_.get(), 1024) != 0)
+    throw StoreError("TCP store: cannot serve at port " + std::to_string(port) + ": " + std::strerror(errno) +
+                     " (another job's store there? give this job another port: MASTER_PORT or PRISM_STORE)");
+  socklen_t len = sizeof a;
+  getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  port_ = ntohs(a.sin_port);
+  wake_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_) throw StoreError(std::string("TCP store: eventfd(): ") + std::strerror(errno));
+  thread_ = std::thread([this] { serve(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  const uint64_t one = 1;
+  if (write(wake_.get(), &one, sizeof one) < 0) {
+    // An eventfd write fails only when its counter is full: it is readable then, which is all we need.
+  }
+  thread_.join();
+}
+
+void TcpStoreServer::serve() {
+  try {
+    Loop(listener_.get(), wake_.get()).run();
+  } catch (const std::exception&) {
+    // Out of memory: the store ends (its clients see their connections close) rather than the process.
+  }
+}
+
+}  // namespace prism::rdv
