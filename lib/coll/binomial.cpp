@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/algorithms.hpp"
 #include "coll/buffer_cache.hpp"
 
 namespace prism::coll {
@@ -147,6 +148,49 @@ void binomial_allreduce(Links& t, const void* in, size_t count, const ReduceOp& 
     }
   }
   if (tr.v == 0 && flags && count) std::memcpy(flags, fl.data(), count);
+}
+
+void run_binomial(Context& ctx, const Call& c) {
+  Links& t = *ctx.links;
+  switch (c.coll) {
+    case Collective::ALLREDUCE: return binomial_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
+    case Collective::REDUCE: return binomial_reduce(t, c.in, c.count, c.op, c.out, c.flags, c.root);
+    case Collective::BROADCAST: return binomial_broadcast(t, c.out, c.count * info(c.op.dtype).bytes, c.root);
+    case Collective::BARRIER: {  // an allreduce of one int32: nobody has the sum before everybody sent
+      const ReduceOp count{Format::INT32, Format::INT32, Policy::KULISCH_FIXED, Exceptions::IEEE};
+      int32_t one = 1, all = 0;
+      return binomial_allreduce(t, &one, 1, count, &all, nullptr);
+    }
+    case Collective::REDUCE_SCATTER:
+    case Collective::ALLGATHER: break;
+  }
+  throw std::logic_error("binomial: kAlgorithms offers a collective run_binomial does not run");
+}
+
+// Sends do not wait for the receiver: the blocks stream down the tree, and
+// alpha is paid once per level, as the seed counts it. The root's first
+// partial (level 0) is one rank's own input.
+std::optional<double> predict_binomial(const Problem& pr, const CostParams& c, size_t) {
+  using namespace model;
+  const double n = double(pr.count) * double(pr.elem_bytes), L = ceil_log2(pr.p);
+  const double lanes = block_lanes(pr, kBinomialBlock);
+  const Rates r = rates(c, lanes);
+  // The children encode the next block while the root merges this one: on
+  // the root's path, each partial's bytes and its merge.
+  const double w1 = c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single;
+  const double merge = c.partial_ratio * c.beta + c.merge_share * (r.reduce - c.partial_ratio * c.beta);
+  const double merge1 = w1 * c.beta + c.merge_share_single * (r.first - w1 * c.beta);
+  const double reduce = L * c.alpha + n * merge1 + (L - 1) * n * merge;
+  std::optional<double> path;
+  switch (pr.coll) {
+    case Collective::REDUCE: path = reduce; break;
+    case Collective::BROADCAST: path = L * (c.alpha + n * r.raw); break;
+    case Collective::ALLREDUCE: path = reduce + L * (c.alpha + n * r.result); break;
+    case Collective::BARRIER: path = 2 * L * c.alpha; break;
+    case Collective::REDUCE_SCATTER:
+    case Collective::ALLGATHER: break;
+  }
+  return host(pr, c, path, double(pr.p / 2), lanes);
 }
 
 }  // namespace prism::coll

@@ -4,10 +4,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -288,6 +290,54 @@ CostParams cost_params_from_json(const std::string& text) {
   c.switch_alpha = num("switch_alpha", false);
   c.switch_beta = num("switch_beta", false);
   return c;
+}
+
+std::string op_key(const ReduceOp& op) {
+  return std::string(info(op.dtype).name) + "->" + info(op.out).name + " " + name(op.policy) + " " +
+         name(op.exceptions);
+}
+
+std::string calibration_json(const CalibrationFile& f) {
+  std::string op;
+  for (char ch : f.op) {  // op_key()s are plain ASCII; escape what JSON needs anyway
+    if (ch == '"' || ch == '\\') op += '\\';
+    op += ch;
+  }
+  return "{\"op\":\"" + op + "\",\"ranks\":" + std::to_string(f.ranks) + "," + to_json(f.params).substr(1);
+}
+
+CalibrationFile calibration_from_json(const std::string& text) {
+  CalibrationFile f;
+  f.params = cost_params_from_json(text);
+  try {
+    const YAML::Node n = YAML::Load(text);
+    if (n["op"]) f.op = n["op"].as<std::string>();
+    if (n["ranks"]) f.ranks = n["ranks"].as<int>();
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(std::string("'op' or 'ranks' is not readable: ") + e.what());
+  }
+  return f;
+}
+
+CostParams read_calibration(const std::string& path, const ReduceOp& op, int ranks) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read calibration " + path + ": " + std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CalibrationFile f;
+  try {
+    f = calibration_from_json(text);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("calibration " + path + ": " + e.what() + " (make one with prism-rank --calibrate)");
+  }
+  if (!f.op.empty() && f.op != op_key(op))
+    throw std::invalid_argument("calibration " + path + " was measured for " + f.op + ", this op is " + op_key(op) +
+                                ": gamma and w are the op's own; make one for it with prism-rank --calibrate FILE");
+  if (f.ranks && f.ranks != ranks)
+    throw std::invalid_argument("calibration " + path + " was measured in a group of " + std::to_string(f.ranks) +
+                                " ranks, this one has " + std::to_string(ranks) +
+                                " (ranks sharing a host change what the model predicts); make one with "
+                                "prism-rank --calibrate FILE");
+  return f.params;
 }
 
 }  // namespace prism::coll

@@ -67,4 +67,23 @@ CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t 
 std::string to_json(const CostParams& c);
 CostParams cost_params_from_json(const std::string& text);
 
+// A calibration file: the parameters with what they were measured for. gamma
+// and w belong to one op, the host figures (ranks per host) to one group
+// size, so a file records both and reading it for another op or group size
+// is refused (it would predict another machine's costs).
+//   {"op": "fp32->fp32 kulisch ieee", "ranks": 4, "alpha": ..., ...}
+struct CalibrationFile {
+  std::string op;  // op_key() of the op it was measured for ("" in an older file: any)
+  int ranks = 0;   // the group's size when measured (0 in an older file: any)
+  CostParams params;
+};
+std::string op_key(const ReduceOp& op);  // "fp32->fp32 kulisch ieee"
+std::string calibration_json(const CalibrationFile& f);
+// Throws std::invalid_argument naming the key that is missing or bad.
+CalibrationFile calibration_from_json(const std::string& text);
+// Reads `path` for `op` in a group of `ranks`. Throws std::invalid_argument
+// saying what is wrong (unreadable, malformed, another op, another group
+// size) and how to make a right one.
+CostParams read_calibration(const std::string& path, const ReduceOp& op, int ranks);
+
 }  // namespace prism::coll

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/algorithms.hpp"
 #include "coll/buffer_cache.hpp"
 
 namespace prism::coll {
@@ -134,6 +135,69 @@ size_t chain_optimal_segments(size_t n, int p, double t_start, double t_byte) {
   const double tl = chain_model_time(double(n), p, double(lo), t_start, t_byte);
   const double th = chain_model_time(double(n), p, double(hi), t_start, t_byte);
   return th < tl ? hi : lo;
+}
+
+namespace {
+
+// T_start and T_byte of the chain's model for this collective, with gamma at
+// segments of `lanes` lanes. The pipeline's pace is its slowest hop: one that
+// passes a sum on (p >= 3), or at p = 2 the one hop, rank 1's own input.
+std::optional<std::pair<double, double>> chain_terms(const Problem& pr, const CostParams& c, double lanes) {
+  const model::Rates r = model::rates(c, lanes);
+  const double hop = pr.p >= 3 ? r.reduce : r.first;
+  switch (pr.coll) {
+    case Collective::REDUCE: return std::pair{c.alpha, hop};
+    case Collective::BROADCAST: return std::pair{c.alpha, r.raw};
+    case Collective::ALLREDUCE: return std::pair{2 * c.alpha, hop + r.result};
+    case Collective::REDUCE_SCATTER:
+    case Collective::ALLGATHER:
+    case Collective::BARRIER: break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+size_t chain_default_segments(size_t count) {
+  return std::max<size_t>(8, (count + kChainMaxSegment - 1) / kChainMaxSegment);
+}
+
+size_t model_segments(const Problem& pr, const CostParams& c) {
+  // gamma depends on the segment's size, the segment on gamma: the seed's m at
+  // the largest segment's gamma, then once more at the segment that gives.
+  const size_t bytes = pr.count * pr.elem_bytes;
+  const size_t fewest = (pr.count + kChainMaxSegment - 1) / kChainMaxSegment;  // bounded memory
+  size_t m = fewest;
+  for (int round = 0; round < 2; ++round) {
+    const auto terms = chain_terms(pr, c, double(pr.count) / double(std::max<size_t>(1, m)));
+    if (!terms) return 1;
+    m = chain_optimal_segments(bytes, pr.p, terms->first, terms->second);
+    m = std::clamp<size_t>(std::max(m, fewest), 1, std::max<size_t>(1, pr.count));
+  }
+  return m;
+}
+
+void run_chain(Context& ctx, const Call& c) {
+  Links& t = *ctx.links;
+  const size_t m = c.segments ? c.segments : chain_default_segments(c.count);
+  switch (c.coll) {
+    case Collective::ALLREDUCE: return chain_allreduce(t, c.in, c.count, c.op, c.out, c.flags, m);
+    case Collective::REDUCE: return chain_reduce(t, c.in, c.count, c.op, c.out, c.flags, m);
+    case Collective::BROADCAST: return chain_broadcast(t, c.out, c.count * info(c.op.dtype).bytes, m);
+    case Collective::REDUCE_SCATTER:
+    case Collective::ALLGATHER:
+    case Collective::BARRIER: break;
+  }
+  throw std::logic_error("chain: kAlgorithms offers a collective run_chain does not run");
+}
+
+std::optional<double> predict_chain(const Problem& pr, const CostParams& c, size_t segments) {
+  if (!chain_terms(pr, c, 1)) return std::nullopt;
+  if (!segments) segments = model_segments(pr, c);
+  const double lanes = double(pr.count) / double(segments);
+  const auto terms = chain_terms(pr, c, lanes);
+  const double n = double(pr.count) * double(pr.elem_bytes);
+  return model::host(pr, c, chain_model_time(n, pr.p, double(segments), terms->first, terms->second), 1, lanes);
 }
 
 }  // namespace prism::coll

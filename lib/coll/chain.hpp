@@ -57,6 +57,9 @@ void chain_broadcast(Links& t, void* data, size_t bytes, size_t segments);
 void chain_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                      size_t segments);
 
+// The chain's m without a model: 8, and at most kChainMaxSegment elements a segment.
+size_t chain_default_segments(size_t count);
+
 // The pipelined chain's model (seed 000): T(n, p, m) = (T_start + n/m *
 // T_byte)(p + m - 2) for n bytes over p ranks in m segments.
 double chain_model_time(double n, int p, double m, double t_start, double t_byte);

@@ -101,13 +101,12 @@
 #include <span>
 #include <vector>
 
+#include "prism/types.hpp"
+
 namespace prism::coll {
 
-enum class Algorithm : uint8_t { SWITCH, BINOMIAL, CHAIN, RHD, RING };
-enum class CollectiveKind : uint8_t { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER };
-
-const char* name(Algorithm a);
-const char* name(CollectiveKind c);
+// Algorithm and Collective are prism/types.hpp's; their tables (names, what
+// runs what, each algorithm's run and predict functions) are algorithms.hpp's.
 
 struct CostParams {
   double alpha = 0;          // s per message
@@ -146,7 +145,7 @@ double gamma_at(const CostParams& c, double lanes);
 double local_at(const CostParams& c, double lanes);
 
 struct Problem {
-  CollectiveKind coll = CollectiveKind::ALLREDUCE;
+  Collective coll = Collective::ALLREDUCE;
   int p = 1;              // ranks
   size_t count = 0;       // elements per rank (broadcast, allgather: in the whole vector)
   size_t elem_bytes = 4;  // input element size (broadcast, allgather: the element size moved)
@@ -155,15 +154,44 @@ struct Problem {
 
 // The predicted seconds of `algo` for `pr` (with m = `segments` for the
 // chain; 0 means the model's m), or nothing when `algo` does not run that
-// collective: the ring runs allreduce, reduce-scatter and allgather; the chain
-// reduces to and broadcasts from rank 0 only; the switch runs allreduce and
-// reduce, and only with have_switch.
+// collective (its row in kAlgorithms says which it runs; the switch's
+// prediction also needs have_switch). Throws std::invalid_argument for AUTO.
 std::optional<double> predict(Algorithm algo, const Problem& pr, const CostParams& c, size_t segments = 0);
 
 // The chain's m for `pr`: the seed's optimum (chain_optimal_segments) with
 // T_start and T_byte as above, at least count / kChainMaxSegment, at most the
 // element count.
 size_t model_segments(const Problem& pr, const CostParams& c);
+
+// What every algorithm's prediction is built from (the algorithms' own
+// predict functions, in their files, use them).
+namespace model {
+
+int ceil_log2(int p);
+int floor_log2(int p);
+double blocks(size_t count, size_t block);            // count / block, rounded up, at least 1
+double block_lanes(const Problem& pr, size_t block);  // the accumulator's lanes: min(count, block)
+
+// The per-byte costs of the two kinds of step.
+struct Rates {
+  double reduce;  // w beta + gamma: a partial sent and merged, per input byte
+  double result;  // o beta: a result moved, per input byte
+  double raw;     // beta: bytes moved as they are (broadcast, allgather)
+  double first;   // w1 beta + gamma1: a partial of one rank's own input
+};
+// With gamma at an accumulator of `lanes` lanes.
+Rates rates(const CostParams& c, double lanes);
+
+// A host algorithm's prediction from its critical path `path` (seconds, or
+// nothing when it does not run `pr`): + each rank's own input (n local), and
+// no less than the work bound, where `own` of the p - 1 partials per element
+// carry one rank's own input, the accumulators have `lanes` lanes and
+// `extra_work` seconds of the algorithm's own are added to the group's work
+// (p = 1: 0).
+std::optional<double> host(const Problem& pr, const CostParams& c, std::optional<double> path, double own, double lanes,
+                           double extra_work = 0);
+
+}  // namespace model
 
 struct Choice {
   Algorithm algo = Algorithm::BINOMIAL;
@@ -181,8 +209,5 @@ Choice choose(const Problem& pr, const CostParams& c, std::span<const Algorithm>
 
 // The most elements model_segments puts in one chain segment.
 inline constexpr size_t kChainMaxSegment = 65536;
-
-inline constexpr Algorithm kAllAlgorithms[] = {Algorithm::SWITCH, Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD,
-                                               Algorithm::RING};
 
 }  // namespace prism::coll

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coll/acc_cache.hpp"
+#include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
 
@@ -419,6 +420,60 @@ void rhd_broadcast(Links& t, void* data, size_t bytes, int root) {
     }
     if (sh.rank < 2 * sh.r) t.send(sh.rank ^ 1, seg, len);
   }
+}
+
+void run_rhd(Context& ctx, const Call& c) {
+  Links& t = *ctx.links;
+  switch (c.coll) {
+    case Collective::ALLREDUCE: return rhd_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
+    case Collective::REDUCE: return rhd_reduce(t, c.in, c.count, c.op, c.out, c.flags, c.root);
+    case Collective::BROADCAST: return rhd_broadcast(t, c.out, c.count * info(c.op.dtype).bytes, c.root);
+    case Collective::REDUCE_SCATTER: return rhd_reduce_scatter(t, c.in, c.count, c.op, c.out, c.flags);
+    case Collective::ALLGATHER: return rhd_allgather(t, c.in, c.out, c.count, info(c.op.dtype).bytes);
+    case Collective::BARRIER: break;
+  }
+  throw std::logic_error("rhd: kAlgorithms offers a collective run_rhd does not run");
+}
+
+std::optional<double> predict_rhd(const Problem& pr, const CostParams& c, size_t) {
+  using namespace model;
+  const double n = double(pr.count) * double(pr.elem_bytes);
+  const int k = floor_log2(pr.p), q = 1 << k;
+  const double f = pr.p != q ? 1 : 0, B = blocks(pr.count, kRhdBlock), half = double(q - 1) / q;
+  const double lanes = block_lanes(pr, kRhdBlock);
+  const Rates r = rates(c, lanes);
+  // The seed's reduce-scatter (and, with `rate` = beta, allgather) for p not a power of two: the
+  // fold, k halving steps, the odd ranks' blocks. Step i moves at most 2^(k-i) + min(r, 2^(k-i))
+  // rank blocks (a folded pair's segment is two): the seed's ceil(p / 2^i) where the pairs spread
+  // evenly, within its bounds otherwise.
+  const auto uneven = [&](double fold, double rate, double last) {
+    const int extra = pr.p - q;
+    double t = B * c.alpha + n * fold;
+    for (int i = 1; i <= k; ++i) {
+      const int h = 1 << (k - i);
+      t += B * c.alpha + double(h + std::min(extra, h)) / pr.p * n * rate;
+    }
+    return t + B * c.alpha + n / pr.p * last;
+  };
+  // The partials on the critical path: the fold's (the odd rank's own input)
+  // and the halving steps' sums; at a power of two the first step's half is
+  // the rank's own input.
+  const double partials = f ? n * r.first + half * n * r.reduce : n / 2 * r.first + (half - 0.5) * n * r.reduce;
+  std::optional<double> path;
+  switch (pr.coll) {
+    case Collective::ALLREDUCE: path = (2 * k + 2 * f) * B * c.alpha + partials + (f + half) * n * r.result; break;
+    case Collective::REDUCE: path = (2 * k + f) * B * c.alpha + partials + half * n * r.result; break;
+    case Collective::BROADCAST:
+      path = ceil_log2(pr.p) * (blocks(size_t(n), kRhdBlock * 4) * c.alpha + n * r.raw);
+      break;
+    case Collective::REDUCE_SCATTER: path = f ? uneven(r.first, r.reduce, r.result) : k * B * c.alpha + partials; break;
+    case Collective::ALLGATHER: path = f ? uneven(r.raw, r.raw, r.raw) : k * B * c.alpha + half * n * r.raw; break;
+    case Collective::BARRIER: break;
+  }
+  // Of the p - 1 partials per element, the fold's r and half of the rest carry one rank's own input.
+  const double own = (pr.p - q) + (q - (pr.p - q)) / 2.0;
+  // The gather of reduce's result blocks to the root is work too.
+  return host(pr, c, path, own, lanes, pr.coll == Collective::REDUCE ? n * r.result : 0);
 }
 
 }  // namespace prism::coll

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coll/acc_cache.hpp"
+#include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
 
@@ -187,6 +188,39 @@ void ring_allgather(Links& t, const void* my_block, void* out, size_t count, siz
       if (const size_t l = br.len(j, u))
         std::memcpy(dst + br.first(j, u) * elem_bytes, stage.data() + at[size_t(u)] * elem_bytes, l * elem_bytes);
   }
+}
+
+void run_ring(Context& ctx, const Call& c) {
+  Links& t = *ctx.links;
+  switch (c.coll) {
+    case Collective::ALLREDUCE: return ring_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
+    case Collective::REDUCE_SCATTER: return ring_reduce_scatter(t, c.in, c.count, c.op, c.out, c.flags);
+    case Collective::ALLGATHER: return ring_allgather(t, c.in, c.out, c.count, info(c.op.dtype).bytes);
+    case Collective::REDUCE:
+    case Collective::BROADCAST:
+    case Collective::BARRIER: break;
+  }
+  throw std::logic_error("ring: kAlgorithms offers a collective run_ring does not run");
+}
+
+std::optional<double> predict_ring(const Problem& pr, const CostParams& c, size_t) {
+  using namespace model;
+  const double n = double(pr.count) * double(pr.elem_bytes);
+  const double steps = pr.p - 1, B = blocks(pr.count, kRingBlock), frac = steps / pr.p;
+  const double lanes = block_lanes(pr, kRingBlock);
+  const Rates r = rates(c, lanes);
+  // The reduce-scatter's first step passes the rank's own input on, the others sums.
+  const double partials = n / pr.p * r.first + (steps - 1) / pr.p * n * r.reduce;
+  std::optional<double> path;
+  switch (pr.coll) {
+    case Collective::ALLREDUCE: path = 2 * steps * B * c.alpha + partials + frac * n * r.result; break;
+    case Collective::REDUCE_SCATTER: path = steps * B * c.alpha + partials; break;
+    case Collective::ALLGATHER: path = steps * B * c.alpha + frac * n * r.raw; break;
+    case Collective::REDUCE:
+    case Collective::BROADCAST:
+    case Collective::BARRIER: break;
+  }
+  return host(pr, c, path, 1, lanes);
 }
 
 }  // namespace prism::coll

@@ -8,8 +8,10 @@
 // once, to nearest with ties to even.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -212,5 +214,18 @@ inline uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
 inline float bits_float(uint32_t b) { return std::bit_cast<float>(b); }
 inline double bits_double(uint64_t b) { return std::bit_cast<double>(b); }
 inline uint64_t double_bits(double x) { return std::bit_cast<uint64_t>(x); }
+
+// `v` rounded once into format `f`: to nearest (ties away from zero for the
+// integer formats, the format's own rounding for the float ones), saturating
+// at the largest finite magnitude (an integer format's at +-(2^(bits-1) - 1),
+// symmetric, so a negated value is representable too).
+inline uint32_t encode_double(Format f, double v) {
+  if (f == Format::INT8) return uint32_t(uint8_t(int8_t(std::clamp(std::llround(v), -127LL, 127LL))));
+  if (f == Format::INT32) return uint32_t(int32_t(std::clamp(std::llround(v), -2147483647LL, 2147483647LL)));
+  if (v == 0) return zero_bits(f, std::signbit(v));
+  int e;
+  const double m = std::frexp(std::fabs(v), &e);
+  return encode_float(f, v < 0, uint64_t(std::ldexp(m, 53)), e - 53, false, Exceptions::SATURATE).bits;
+}
 
 }  // namespace prism

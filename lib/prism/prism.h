@@ -42,7 +42,8 @@ typedef enum {
   PRISM_ETIMEOUT = -3,   /* no RESULT came back in time */
   PRISM_EREFUSED = -4,   /* the switch NACKed the op */
   PRISM_EABANDONED = -5, /* the switch abandoned the op: a contributor never sent */
-  PRISM_EINTERNAL = -6
+  PRISM_EINTERNAL = -6,
+  PRISM_ELINK = -7 /* a link to another rank failed (a peer died, went silent, or disagreed) */
 } prism_errc;
 
 typedef struct prism_comm prism_comm;

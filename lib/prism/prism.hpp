@@ -38,6 +38,7 @@ enum class Errc {
   TIMEOUT = 3,           // no RESULT came back in time for some chunks
   REFUSED = 4,           // the switch NACKed the op (the reason is in the message and nack_reason)
   ABANDONED = 5,         // the switch abandoned the op: a contributor never sent (missing ranks named)
+  LINK = 6,              // a link to another rank failed (a peer died, went silent, or called another collective)
 };
 class Error : public std::runtime_error {
  public:

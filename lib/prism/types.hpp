@@ -1,8 +1,8 @@
 // PRISM's vocabulary: the closed sets a program names when it asks for a
-// collective, with their wire codes (docs/PROTOCOL.md). The library uses
-// these very enums (lib/format/format.hpp and lib/arith/op.hpp add their
-// tables: names, docs, parsing), so the public API and the library speak one
-// language, with no casts between them.
+// collective, with their wire codes where they have one (docs/PROTOCOL.md). The library uses
+// these very enums (lib/format/format.hpp, lib/arith/op.hpp and
+// lib/coll/algorithms.hpp add their tables: names, docs, parsing, dispatch), so the public API and the library speak
+// one language, with no casts between them.
 //
 // Self-contained (the standard library only): installed as <prism/types.hpp>
 // beside prism.hpp.
@@ -36,5 +36,12 @@ enum class PartialTransport : uint8_t { ROUNDED = 1, KULISCH = 2, AUTO = 3 };
 
 // What a result outside the output format's range becomes.
 enum class Exceptions : uint8_t { IEEE = 1, SATURATE = 2 };
+
+// The collectives a Group runs (prism/group.hpp).
+enum class Collective : uint8_t { ALLREDUCE, REDUCE, BROADCAST, REDUCE_SCATTER, ALLGATHER, BARRIER };
+
+// How a Group runs a collective: through the PRISM switch, or among the hosts
+// by one of the seeds' algorithms; AUTO lets the cost model choose.
+enum class Algorithm : uint8_t { AUTO = 0, SWITCH = 1, BINOMIAL = 2, CHAIN = 3, RHD = 4, RING = 5 };
 
 }  // namespace prism

@@ -31,6 +31,7 @@ int code_of(prism::Errc e) {
     case prism::Errc::TIMEOUT: return PRISM_ETIMEOUT;
     case prism::Errc::REFUSED: return PRISM_EREFUSED;
     case prism::Errc::ABANDONED: return PRISM_EABANDONED;
+    case prism::Errc::LINK: return PRISM_ELINK;
   }
   return PRISM_EINTERNAL;
 }

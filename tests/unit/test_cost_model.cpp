@@ -27,14 +27,14 @@ CostParams only(double alpha, double beta, double gamma, double w = 1, double o 
   return c;
 }
 
-double pred(Algorithm a, CollectiveKind k, int p, size_t count, const CostParams& c, size_t m = 0) {
+double pred(Algorithm a, Collective k, int p, size_t count, const CostParams& c, size_t m = 0) {
   const auto t = predict(a, Problem{k, p, count, 4, 0}, c, m);
   EXPECT_TRUE(t.has_value()) << name(a) << " " << name(k);
   return t.value_or(-1);
 }
 
-constexpr auto AR = CollectiveKind::ALLREDUCE;
-constexpr auto RED = CollectiveKind::REDUCE;
+constexpr auto AR = Collective::ALLREDUCE;
+constexpr auto RED = Collective::REDUCE;
 
 // Seed 001, allreduce: 2 log p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma for p = 2^k, and
 // (2 floor(log p) + 2) alpha + (2 (p'-1)/p' + 2) n beta + ((p'-1)/p' + 1) n gamma otherwise.
@@ -54,7 +54,7 @@ TEST(CostModel, RhdAllreduceIsSeed001sTable) {
   EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, RED, 6, count, only(0, 1, 0)), (2 * 3.0 / 4 + 1) * n);
   EXPECT_DOUBLE_EQ(pred(Algorithm::RHD, RED, 4, count, only(1, 1, 1)), 2 * 2 + 2 * 3.0 / 4 * n + 3.0 / 4 * n);
   // broadcast: ceil(log p)(alpha + n beta)
-  const Problem bc{CollectiveKind::BROADCAST, 6, 1000, 4, 0};
+  const Problem bc{Collective::BROADCAST, 6, 1000, 4, 0};
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, bc, only(1, 1, 0)), 3 * (1 + n));
 }
 
@@ -63,17 +63,17 @@ TEST(CostModel, RhdReduceScatterNonPowerOfTwoIsTheSeedsThreeSteps) {
   // gamma) with s_1 = 2 + 2 rank blocks (the pair's segments are two), s_2 = 1 + 1 (the seed's
   // ceil(6/2^i) = 3, 2 assumes them spread evenly), then the scatter alpha + n/6 beta.
   const double n = 4000;
-  const Problem rs{CollectiveKind::REDUCE_SCATTER, 6, 1000, 4, 0};
+  const Problem rs{Collective::REDUCE_SCATTER, 6, 1000, 4, 0};
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(1, 0, 0)), 4);
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(0, 1, 0)), n + 4.0 / 6 * n + 2.0 / 6 * n + n / 6);
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs, only(0, 0, 1)), n + 4.0 / 6 * n + 2.0 / 6 * n);
   // p = 5 = q + 1 and p = 7 = 2q - 1: the seed's sum itself (3 + 2 and 4 + 2 of 7)
-  const Problem rs5{CollectiveKind::REDUCE_SCATTER, 5, 1000, 4, 0}, rs7{CollectiveKind::REDUCE_SCATTER, 7, 1000, 4, 0};
+  const Problem rs5{Collective::REDUCE_SCATTER, 5, 1000, 4, 0}, rs7{Collective::REDUCE_SCATTER, 7, 1000, 4, 0};
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs5, only(0, 0, 1)), n + (3.0 + 2.0) / 5 * n);
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs7, only(0, 0, 1)), n + (4.0 + 2.0) / 7 * n);
-  const Problem ag{CollectiveKind::ALLGATHER, 6, 1000, 4, 0};
+  const Problem ag{Collective::ALLGATHER, 6, 1000, 4, 0};
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, ag, only(0, 0, 1)), 0);  // no gamma
-  const Problem rs8{CollectiveKind::REDUCE_SCATTER, 8, 1000, 4, 0};
+  const Problem rs8{Collective::REDUCE_SCATTER, 8, 1000, 4, 0};
   EXPECT_DOUBLE_EQ(*predict(Algorithm::RHD, rs8, only(1, 1, 1)), 3 + 7.0 / 8 * n * 2);
 }
 
@@ -145,7 +145,7 @@ TEST(CostModel, EveryRankPaysForItsOwnInputOnce) {
     EXPECT_DOUBLE_EQ(pred(a, AR, 8, 1000, c), n) << name(a);
   c.ranks_per_host = 8, c.host_cores = 2;  // eight inputs on two cores
   EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 8, 1000, c), 4 * n);
-  const Problem bc{CollectiveKind::BROADCAST, 8, 1000, 4, 0};  // a broadcast reduces nothing
+  const Problem bc{Collective::BROADCAST, 8, 1000, 4, 0};  // a broadcast reduces nothing
   EXPECT_DOUBLE_EQ(*predict(Algorithm::BINOMIAL, bc, c), 0);
 }
 
