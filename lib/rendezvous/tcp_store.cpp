@@ -192,7 +192,12 @@ auto TcpStore::call(const std::vector<uint8_t>& req, std::string_view what, Mill
     std::string msg;
     if (recv_all(fd.get(), len, 4, deadline) == Io::OK) {
       msg.resize(size_t(wire::get(len, 4)));
-      if (recv_all(fd.get(), reinterpret_cast<uint8_t*>(msg.data()), msg.size(), deadline) != Io::OK) msg.clear();
+      if (recv_all(fd.get(), reinterpret_cast<uint8_t*>(msg.data()), msg.size(), deadline) == Io::OK) {
+        std::lock_guard<std::mutex> lock(mu_);  // the connection is still in step: keep it
+        idle_.push_back(std::move(fd));
+      } else {
+        msg = "the server refused the request, and closed before saying why";
+      }
     }
     throw StoreError("TCP store " + where() + ", " + std::string(what) + ": " + msg);
   }
