@@ -6,6 +6,12 @@
 
 namespace prism::coll {
 
+std::vector<Algorithm> all_algorithms() {
+  std::vector<Algorithm> out;
+  for (const AlgorithmInfo& row : kAlgorithms) out.push_back(row.value);
+  return out;
+}
+
 const AlgorithmInfo* algorithm_info(Algorithm a) {
   for (const AlgorithmInfo& row : kAlgorithms)
     if (row.value == a) return &row;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "coll/call.hpp"
 #include "coll/cost_model.hpp"
@@ -122,6 +123,9 @@ constexpr bool every_row_complete() {
 static_assert(every_row_complete(), "every row of kAlgorithms has a name, a doc, a run and a predict function");
 
 constexpr std::span<const AlgorithmInfo> algorithms() { return kAlgorithms; }
+
+// Every algorithm, in table order.
+std::vector<Algorithm> all_algorithms();
 
 // The row of `a` (null for AUTO or a value that is not an algorithm).
 const AlgorithmInfo* algorithm_info(Algorithm a);

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "coll/algorithms.hpp"
 #include "coll/binomial.hpp"
 #include "coll/calibrate.hpp"
 #include "coll/cost_model.hpp"
@@ -196,9 +197,9 @@ TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
     EXPECT_TRUE(c.algo == Algorithm::BINOMIAL || c.algo == Algorithm::RHD) << name(c.algo);
   CostParams c = only(1e-5, 1e-9, 1e-8);
   c.have_switch = true, c.switch_alpha = 1e-5, c.switch_beta = 1e-10;
-  EXPECT_EQ(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, kAllAlgorithms).algo, Algorithm::SWITCH);
+  EXPECT_EQ(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, all_algorithms()).algo, Algorithm::SWITCH);
   c.switch_alpha = 10;  // a switch far away
-  EXPECT_NE(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, kAllAlgorithms).algo, Algorithm::SWITCH);
+  EXPECT_NE(choose(Problem{AR, 8, 1 << 20, 4, 0}, c, all_algorithms()).algo, Algorithm::SWITCH);
   const Algorithm ring_only[] = {Algorithm::RING};
   EXPECT_THROW(choose(Problem{RED, 4, 10, 4, 0}, c, ring_only), std::invalid_argument);
 }
