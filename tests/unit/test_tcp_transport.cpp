@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +22,8 @@
 
 #include "coll/tcp.hpp"
 #include "config/config.hpp"
+#include "rendezvous/file_store.hpp"
+#include "rendezvous/tcp_store.hpp"
 
 namespace prism::coll {
 namespace {
@@ -467,6 +470,238 @@ TEST(TcpTransport, BadArgumentsAreRefused) {
   });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// --- Connecting through a rendezvous store (no addresses given): each rank
+// listens on a port the kernel picks and publishes it.
+
+// Rank r's shift exchange with every other rank (0 B, 1 B, 1 MiB each);
+// "" when every message came back as the sender made it.
+std::string shift_exchange(Links& t) {
+  const int r = t.rank(), n = t.size();
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    for (size_t size : {size_t(0), size_t(1), size_t(1) << 20}) {
+      const std::vector<uint8_t> out = message(r, to, size);
+      std::vector<uint8_t> in(size);
+      if (t.sendrecv(to, out.data(), out.size(), from, in.data(), in.size()) != size || in != message(from, r, size))
+        return "rank " + std::to_string(r) + ": wrong message from rank " + std::to_string(from) + " of " +
+               std::to_string(size) + " bytes";
+    }
+  }
+  return "";
+}
+
+enum class StoreKind { TCP, FILE };
+
+// A store every rank of a test reaches, and each rank's own client of it.
+struct SharedStore {
+  explicit SharedStore(StoreKind k) : kind(k) {
+    char tmpl[] = "/tmp/prism_tcp_store_XXXXXX";
+    dir = mkdtemp(tmpl);
+    if (k == StoreKind::TCP) server = rdv::make_tcp_store("127.0.0.1", 0, true, 20s);
+  }
+  ~SharedStore() {
+    server.reset();
+    std::system(("rm -rf '" + dir + "'").c_str());
+  }
+  // A new client (after fork() too); rank 0 of a TCP store in this process
+  // may share the server's.
+  std::shared_ptr<rdv::Store> client() const {
+    if (kind == StoreKind::TCP) return rdv::make_tcp_store("127.0.0.1", server->port(), false, 20s);
+    return rdv::make_file_store(dir + "/store");
+  }
+  StoreKind kind;
+  std::string dir;
+  std::shared_ptr<rdv::TcpStore> server;
+};
+
+const char* store_name(StoreKind k) { return k == StoreKind::TCP ? "TCP store" : "file store"; }
+
+// Ranks as threads, each with its own client of the store, under a prefix
+// per group size (one store, many groups).
+TEST(TcpThroughStore, ThreadsConnectAndExchangeForEveryGroupSize) {
+  for (StoreKind kind : {StoreKind::TCP, StoreKind::FILE}) {
+    SharedStore shared(kind);
+    for (int n = 1; n <= 5; ++n) {
+      SCOPED_TRACE(std::string(store_name(kind)) + ", p = " + std::to_string(n));
+      std::vector<std::string> errors(static_cast<size_t>(n));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            rdv::PrefixStore store("p" + std::to_string(n), shared.client());
+            auto t = connect_tcp(store, r, n, quick());
+            if (t->rank() != r || t->size() != n) throw LinkError("wrong rank or size");
+            errors[size_t(r)] = shift_exchange(*t);
+          } catch (const std::exception& e) {
+            errors[size_t(r)] = e.what();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+    }
+  }
+}
+
+// Ranks as processes (fork), each its own store client; exit status 0 when
+// its exchange was right.
+TEST(TcpThroughStore, ForkedProcessesConnectAndExchange) {
+  for (StoreKind kind : {StoreKind::TCP, StoreKind::FILE}) {
+    SharedStore shared(kind);
+    for (int n = 1; n <= 5; ++n) {
+      SCOPED_TRACE(std::string(store_name(kind)) + ", p = " + std::to_string(n));
+      std::vector<pid_t> kids;
+      for (int r = 0; r < n; ++r) {
+        const pid_t pid = fork();
+        if (pid == 0) {
+          int code = 1;
+          try {
+            rdv::PrefixStore store("p" + std::to_string(n), shared.client());
+            auto t = connect_tcp(store, r, n, quick());
+            const std::string e = shift_exchange(*t);
+            if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
+            code = e.empty() ? 0 : 2;
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          }
+          _exit(code);
+        }
+        kids.push_back(pid);
+      }
+      for (int r = 0; r < n; ++r) {
+        int status = 0;
+        ASSERT_EQ(waitpid(kids[size_t(r)], &status, 0), kids[size_t(r)]);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << ": status " << status;
+      }
+    }
+  }
+}
+
+// What a rank publishes: its listening address, reachable ("ip:port"), and
+// rank 0 the group's identity and size. With the TcpStore itself (not a
+// prefix over it), the address is the one that reaches the store's host.
+TEST(TcpThroughStore, PublishesIpPortAndTheGroup) {
+  SharedStore shared(StoreKind::TCP);
+  auto s0 = shared.server;
+  auto s1 = shared.client();
+  std::string e0, e1;
+  std::thread t0([&] {
+    try {
+      auto t = connect_tcp(*s0, 0, 2, quick());
+      e0 = shift_exchange(*t);
+    } catch (const std::exception& e) {
+      e0 = e.what();
+    }
+  });
+  try {
+    auto t = connect_tcp(*s1, 1, 2, quick());
+    e1 = shift_exchange(*t);
+  } catch (const std::exception& e) {
+    e1 = e.what();
+  }
+  t0.join();
+  EXPECT_EQ(e0, "");
+  EXPECT_EQ(e1, "");
+  for (const char* key : {"tcp/0", "tcp/1"}) {
+    const std::string v = s1->get_string(key, 1s);
+    EXPECT_EQ(v.rfind("127.0.0.1:", 0), 0u) << key << " = " << v;
+  }
+  const std::string group = s1->get_string("tcp/group", 1s);
+  EXPECT_NE(group.find(" 2"), std::string::npos) << group;
+}
+
+// Ranks 0 and 2 of 4 start; 1 and 3 never publish: both fail after the
+// connect timeout, naming the missing ranks.
+TEST(TcpThroughStore, RanksThatNeverPublishAreNamed) {
+  for (StoreKind kind : {StoreKind::TCP, StoreKind::FILE}) {
+    SCOPED_TRACE(store_name(kind));
+    SharedStore shared(kind);
+    TcpOptions o = quick();
+    o.connect_timeout = 700ms;
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> threads;
+    for (int r : {0, 2})
+      threads.emplace_back([&, r] {
+        try {
+          auto store = shared.client();
+          connect_tcp(*store, r, 4, o);
+        } catch (const LinkError& e) {
+          errors[size_t(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r : {0, 2}) {
+      const std::string& e = errors[size_t(r)];
+      EXPECT_NE(e.find("rank " + std::to_string(r) + " of a group of 4: ranks 1, 3 never published their address"),
+                std::string::npos)
+          << e;
+      EXPECT_NE(e.find("within 700 ms"), std::string::npos) << e;
+    }
+  }
+}
+
+TEST(TcpThroughStore, DifferentGroupSizesAreAClearError) {
+  SharedStore shared(StoreKind::FILE);
+  TcpOptions o = quick();
+  o.connect_timeout = 2s;
+  std::string e0, e1;
+  std::thread t0([&] {
+    try {
+      connect_tcp(*shared.client(), 0, 2, o);
+    } catch (const LinkError& e) {
+      e0 = e.what();
+    }
+  });
+  try {
+    connect_tcp(*shared.client(), 1, 3, o);
+  } catch (const LinkError& e) {
+    e1 = e.what();
+  }
+  t0.join();
+  EXPECT_NE(e1.find("rank 0 started a group of 2, this rank was told 3"), std::string::npos) << e1;
+  EXPECT_NE(e0, "");  // rank 0 is left without its peer
+}
+
+TEST(TcpThroughStore, LocalAddressFromOptionsOrEnvironment) {
+  SharedStore shared(StoreKind::FILE);
+  auto keep = shared.client();  // the file lives while it has a user
+  {  // TcpOptions::local_ip: every rank listens (and publishes) there
+    TcpOptions o = quick();
+    o.local_ip = "127.0.0.3";
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          rdv::PrefixStore store("given", shared.client());
+          auto t = connect_tcp(store, r, 2, o);
+          errors[size_t(r)] = shift_exchange(*t);
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+    const std::string v = keep->get_string("given/tcp/1", 1s);
+    EXPECT_EQ(v.rfind("127.0.0.3:", 0), 0u) << v;
+  }
+  const char* old = std::getenv("PRISM_HOST_IP");
+  const std::string saved = old ? old : "";
+  setenv("PRISM_HOST_IP", "not-an-ip", 1);
+  try {
+    auto store = shared.client();
+    connect_tcp(*store, 0, 1, quick());
+    ADD_FAILURE() << "a bad PRISM_HOST_IP was taken";
+  } catch (const LinkError& e) {
+    EXPECT_NE(std::string(e.what()).find("PRISM_HOST_IP 'not-an-ip' is not an IPv4 address"), std::string::npos)
+        << e.what();
+  }
+  old ? setenv("PRISM_HOST_IP", saved.c_str(), 1) : unsetenv("PRISM_HOST_IP");
+  auto store = shared.client();
+  EXPECT_THROW(connect_tcp(*store, 2, 2, quick()), LinkError);
+  EXPECT_THROW(connect_tcp(*store, 0, 0, quick()), LinkError);
 }
 
 const std::string kConfig =
