@@ -86,6 +86,7 @@ class Runtime {
   uint16_t rx_queues(uint16_t cfg_port) const { return port_info_.at(cfg_port).rxq; }
   uint16_t tx_queues(uint16_t cfg_port) const { return port_info_.at(cfg_port).txq; }
   const SwitchConfig& config() const { return cfg_; }
+  const sw::Directory& directory() const { return dir_; }
   std::vector<std::pair<std::string, unsigned>> ring_fill() const;
   // NACKs sent out of a switch port, by RX and every shard.
   uint64_t nacks(uint16_t cfg_port) const;

@@ -18,11 +18,14 @@ RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw
       kernel_link_(kernel_link),
       next_(std::move(next)),
       nacks_(std::move(nacks)),
-      ring_drops_(ring_ifindex ? std::make_unique<RingDrops>(ring_ifindex) : nullptr) {}
+      ring_drops_(ring_ifindex ? std::make_unique<RingDrops>(ring_ifindex) : nullptr),
+      ns_per_tsc_(1e9 / double(rte_get_tsc_hz())) {}
 
-void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v) {
+void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc) {
   c_.dropped[size_t(*v.drop)].add();
-  sw::answer(dir_, v, p, *nacks_);
+  if (v.pool) v.pool->counters().refused[size_t(*v.drop)].fetch_add(1, std::memory_order_relaxed);
+  // A pool message's refusal goes to its source at most once per 100 ms (sw::NackLimiter).
+  sw::answer(dir_, v, p, *nacks_, &limit_, uint64_t(double(now_tsc) * ns_per_tsc_));
   rte_pktmbuf_free(m);
 }
 
@@ -76,7 +79,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
       c_.multi_segment.add();
       mt->v = sw::Verdict{};
       mt->v.drop = sw::Drop::MALFORMED;
-      refuse(m, mt->p, mt->v);
+      refuse(m, mt->p, mt->v, now_tsc);
       continue;
     }
     // A device with RX checksum offload that found both sums good says so: they are not summed again.
@@ -91,7 +94,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     if (r != wire::Refusal::OK) c_.refused[size_t(r)].add();
     mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);
     if (!mt->v.admitted()) {
-      refuse(m, mt->p, mt->v);
+      refuse(m, mt->p, mt->v, now_tsc);
       continue;
     }
     mt->in_port = cfg_port_;

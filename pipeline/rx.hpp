@@ -62,7 +62,7 @@ class RxStage final : public Stage {
   const RouteCounters* route() const { return next_->route(); }
 
  private:
-  void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v);
+  void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc);
   // ARP or ICMP echo for this port's address: answered (true), or not for us.
   bool answer_local(rte_mbuf* m);
   bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here
@@ -81,6 +81,8 @@ class RxStage final : public Stage {
   LinkWatch link_;
   std::unique_ptr<RingDrops> ring_drops_;
   uint64_t next_drops_tsc_ = 0;
+  double ns_per_tsc_;
+  sw::NackLimiter limit_;  // NACKs to pool messages' sources (sw::answer)
 };
 
 }  // namespace prism::pipe

@@ -1,12 +1,15 @@
 #include "telemetry.hpp"
 
+#include <rte_cycles.h>
 #include <rte_telemetry.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
 #include <string>
 
+#include "config/config.hpp"
 #include "runtime.hpp"
 
 namespace prism::pipe {
@@ -178,6 +181,64 @@ int tel_jobs(const char*, const char*, rte_tel_data* d) {
   });
 }
 
+// Job pools: the switch's clock as the shards read it (their now_ns), for idle times.
+uint64_t now_ns(const Runtime& rt) { return uint64_t(double(rte_get_tsc_cycles()) * (1e9 / double(rt.tsc_hz()))); }
+
+// A pool's ids and counters, as "name value" pairs: telemetry and the summary.
+std::vector<std::pair<std::string, uint64_t>> pool_fields(const sw::Pool& p) {
+  const auto& c = p.counters();
+  std::vector<std::pair<std::string, uint64_t>> v = {
+      {"first", p.cfg().first},          {"count", p.cfg().count},
+      {"max_group", p.cfg().max_group},  {"free", p.free_ids()},
+      {"allocated", c.allocated.load()}, {"released", c.released.load()},
+      {"reclaimed", c.reclaimed.load()}, {"nacks_limited", c.nacks_limited.load()},
+  };
+  constexpr sw::Drop kPoolReasons[] = {sw::Drop::POOL_FULL, sw::Drop::GROUP_TOO_LARGE, sw::Drop::OUT_OF_POOL,
+                                       sw::Drop::RANK_TAKEN};
+  for (const sw::Drop d : kPoolReasons)  // always shown
+    v.emplace_back(std::string("refused_") + name(d), c.refused[size_t(d)].load());
+  for (const auto& e : sw::kDrops)  // the other reasons a pool message was refused for, when any was
+    if (const uint64_t n = c.refused[size_t(e.value)].load();
+        n && std::find(std::begin(kPoolReasons), std::end(kPoolReasons), e.value) == std::end(kPoolReasons))
+      v.emplace_back(std::string("refused_") + e.name, n);
+  return v;
+}
+
+// rank -> "MAC IP:UDP port N", for each bound rank of a pooled job.
+std::string binding_text(const sw::Member& m) {
+  return format_mac(m.addr.mac) + " " + format_ipv4(m.addr.ip) + ":" + std::to_string(m.addr.port) + " port " +
+         std::to_string(m.port);
+}
+
+int tel_pools(const char*, const char*, rte_tel_data* d) {
+  return with_runtime(d, [&](const Runtime& rt) {
+    const uint64_t now = now_ns(rt);
+    for (const auto& pool : rt.directory().pools()) {
+      rte_tel_data* pd = rte_tel_data_alloc();
+      rte_tel_data_start_dict(pd);
+      for (const auto& [k, n] : pool_fields(*pool)) rte_tel_data_add_dict_u64(pd, k.c_str(), n);
+      rte_tel_data_add_dict_container(d, ("pool" + std::to_string(pool->id())).c_str(), pd, 0);
+      for (const sw::Job* j : pool->jobs()) {
+        const sw::PooledJob& pj = *j->pooled;
+        const sw::PoolJobState st = pj.state();
+        if (st == sw::PoolJobState::FREE) continue;
+        rte_tel_data* jd = rte_tel_data_alloc();
+        rte_tel_data_start_dict(jd);
+        rte_tel_data_add_dict_string(jd, "state", name(st));
+        rte_tel_data_add_dict_u64(jd, "pool", pool->id());
+        rte_tel_data_add_dict_u64(jd, "group", pj.R());
+        rte_tel_data_add_dict_u64(jd, "bound", pj.bound.load());
+        const uint64_t heard = pj.heard_ns.load();
+        rte_tel_data_add_dict_u64(jd, "idle_ms", now > heard ? (now - heard) / 1000000 : 0);
+        for (uint16_t r = 0; r < pj.R(); ++r)
+          if (pj.is_bound(r))
+            rte_tel_data_add_dict_string(jd, ("rank" + std::to_string(r)).c_str(), binding_text(j->members[r]).c_str());
+        rte_tel_data_add_dict_container(d, ("job" + std::to_string(j->cfg->id)).c_str(), jd, 0);
+      }
+    }
+  });
+}
+
 int tel_slots(const char*, const char*, rte_tel_data* d) {
   return with_runtime(d, [&](const Runtime& rt) {
     for (const auto& rs : rt.reducers()) {
@@ -217,6 +278,26 @@ void register_telemetry(const Runtime* rt) {
   rte_telemetry_register_cmd("/prism/jobs", tel_jobs, "PRISM per job, in op chunks: opened, completed, in flight");
   rte_telemetry_register_cmd("/prism/slots", tel_slots, "PRISM slot tables: capacity, in use, high water");
   rte_telemetry_register_cmd("/prism/arbiter", tel_arbiter, "PRISM arbiter: mode and packets served per input port");
+  rte_telemetry_register_cmd("/prism/pools", tel_pools,
+                             "PRISM job pools: ids, free ids, counters, refusals; each pooled job not free with its "
+                             "state, R, idle time and bound members");
+}
+
+// Each pool's counters, and its jobs not free.
+void print_pools(const Runtime& rt) {
+  const uint64_t now = now_ns(rt);
+  for (const auto& pool : rt.directory().pools()) {
+    std::string line;
+    for (const auto& [k, n] : pool_fields(*pool)) line += (line.empty() ? "" : ", ") + k + " " + std::to_string(n);
+    std::printf("  pool %u: %s\n", pool->id(), line.c_str());
+    for (const sw::Job* j : pool->jobs()) {
+      const sw::PooledJob& pj = *j->pooled;
+      if (pj.state() == sw::PoolJobState::FREE) continue;
+      const uint64_t heard = pj.heard_ns.load();
+      std::printf("    pooled job %u %s: group %u, bound %u, idle_ms %llu\n", j->cfg->id, name(pj.state()), pj.R(),
+                  pj.bound.load(), (unsigned long long)(now > heard ? (now - heard) / 1000000 : 0));
+    }
+  }
 }
 
 void print_summary(const Runtime& rt, bool report_incomplete) {
@@ -265,6 +346,7 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
         std::printf("    dropped %-20s %llu\n", e.name, (unsigned long long)s.drops[size_t(e.value)]);
     if (!red) continue;
     for (const auto& [job, js] : red->job_stats()) {
+      if (js.opened == 0 && rt.directory().pool_of(job)) continue;  // a pooled id this shard never saw an op of
       std::printf("    job %u chunks: %s\n", job, pairs(js, sw::kJobStats).c_str());
       if (report_incomplete && js.timed_out)
         std::printf("  INCOMPLETE job %u: %llu op chunks abandoned after op_timeout_ms\n", job,
@@ -275,6 +357,7 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
         std::printf("  INCOMPLETE job %u op %u chunk %u: %u of %u contributions\n", o.key.job, o.key.op, o.key.chunk,
                     o.terms, o.group);
   }
+  print_pools(rt);
   std::fflush(stdout);
 }
 

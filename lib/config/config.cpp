@@ -140,7 +140,14 @@ void check_not_a_port_ip(const Reader& rd, const SwitchConfig& c, const YAML::No
 // formats (every format when absent) at the job's group size, under the
 // policies that keep an exact sum (needs_exact_width()). Else every such op
 // would be refused at run time.
-void check_width(const Reader& rd, const YAML::Node& width_node, int width, const JobConfig& j, size_t ji) {
+// What check_width() says about a job or a pool: "job 7" / "pool 1000",
+// "the job's group" / "the pool's max_group", and the key of its entry.
+struct WidthSubject {
+  std::string who, group_word, key;
+};
+
+void check_width(const Reader& rd, const YAML::Node& width_node, int width, const JobConfig& j,
+                 const WidthSubject& subj) {
   std::vector<Format> formats = j.formats;
   if (formats.empty())
     for (const auto& e : entries(Format{})) formats.push_back(e.value);
@@ -160,14 +167,14 @@ void check_width(const Reader& rd, const YAML::Node& width_node, int width, cons
     kulisch_float |= is_float(f);
   }
   if (narrow.empty()) return;
-  const std::string fkey = idx("jobs", ji) + ".formats";
+  const std::string fkey = subj.key + ".formats";
   rd.fail(width_node, "kulisch_width",
-          std::to_string(width) + " bits is too narrow for job " + std::to_string(j.id) + ": an exact sum of " +
-              std::to_string(j.group) + " values (the job's group) is refused at run time where " + narrow +
+          std::to_string(width) + " bits is too narrow for " + subj.who + ": an exact sum of " +
+              std::to_string(j.group) + " values (" + subj.group_word + ") is refused at run time where " + narrow +
               "; raise kulisch_width to at least " + std::to_string(widest) + ", or drop " +
               (narrow.find(',') == std::string::npos ? "that format" : "those formats") + " from " + fkey +
               (j.formats.empty() ? " (absent, it allows every format)" : "") +
-              (kulisch_float ? (" (or, for a float format, kulisch from " + idx("jobs", ji) + ".policies)") : ""));
+              (kulisch_float ? (" (or, for a float format, kulisch from " + subj.key + ".policies)") : ""));
 }
 
 }  // namespace
@@ -212,6 +219,25 @@ std::optional<uint32_t> parse_ipv4(const std::string& s) {
   return ip;
 }
 
+std::optional<Ipv4Range> parse_cidr(const std::string& s) {
+  const auto slash = s.find('/');
+  const auto ip = parse_ipv4(s.substr(0, slash));
+  if (!ip) return std::nullopt;
+  Ipv4Range r{*ip, 32};
+  if (slash != std::string::npos) {
+    const std::string len = s.substr(slash + 1);
+    if (len.empty() || len.size() > 2 || len.find_first_not_of("0123456789") != std::string::npos ||
+        (len.size() == 2 && len[0] == '0'))
+      return std::nullopt;
+    const int n = std::stoi(len);
+    if (n > 32) return std::nullopt;
+    r.len = uint8_t(n);
+  }
+  const uint32_t host = r.len == 0 ? ~0u : r.len == 32 ? 0u : (~0u >> r.len);
+  if (r.net & host) return std::nullopt;  // bits past the prefix: a typo for another range
+  return r;
+}
+
 std::string format_mac(const wire::Mac& m) {
   char b[18];
   std::snprintf(b, sizeof b, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
@@ -232,6 +258,17 @@ const JobConfig* SwitchConfig::job(uint32_t id) const {
   for (const auto& j : jobs)
     if (j.id == id) return &j;
   return nullptr;
+}
+const PoolConfig* SwitchConfig::pool_of(uint32_t job) const {
+  for (const auto& p : pools)
+    if (p.has(job)) return &p;
+  return nullptr;
+}
+bool PoolConfig::admits(uint32_t ip) const {
+  return std::any_of(ranges.begin(), ranges.end(), [&](const Ipv4Range& r) { return r.has(ip); });
+}
+bool PoolConfig::lists(uint16_t port) const {
+  return ports.empty() || std::find(ports.begin(), ports.end(), port) != ports.end();
 }
 const PortConfig* SwitchConfig::port(uint16_t id) const {
   for (const auto& p : ports)
@@ -332,6 +369,30 @@ void read_children(const Reader& rd, const YAML::Node& cs, const std::string& ke
   }
 }
 
+// formats: and policies: of a job or a pool: lists of the closed sets' words.
+void read_formats(const Reader& rd, const YAML::Node& j, const std::string& key, std::vector<Format>& out) {
+  if (const YAML::Node fs = j["formats"]) {
+    if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
+    for (size_t k = 0; k < fs.size(); ++k) {
+      const std::string v = rd.str(fs[k], idx(key + ".formats", k));
+      const auto f = from_name<Format>(v);
+      if (!f) rd.fail(fs[k], idx(key + ".formats", k), "'" + v + "' is not a format (" + choices<Format>() + ")");
+      out.push_back(*f);
+    }
+  }
+}
+void read_policies(const Reader& rd, const YAML::Node& j, const std::string& key, std::vector<Policy>& out) {
+  if (const YAML::Node ps = j["policies"]) {
+    if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const std::string v = rd.str(ps[k], idx(key + ".policies", k));
+      const auto p = from_name<Policy>(v);
+      if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (" + choices<Policy>() + ")");
+      out.push_back(*p);
+    }
+  }
+}
+
 // jobs[i]: its id, formats, policies, members, children and group, checked
 // against the switch's role and ports.
 JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key, const SwitchConfig& c,
@@ -344,24 +405,8 @@ JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key
   if (const YAML::Node u = j["udp_checksum"])
     jc.udp_checksum_optional =
         rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
-  if (const YAML::Node fs = j["formats"]) {
-    if (!fs.IsSequence()) rd.fail(fs, key + ".formats", "expected a list such as [fp32, bf16]");
-    for (size_t k = 0; k < fs.size(); ++k) {
-      const std::string v = rd.str(fs[k], idx(key + ".formats", k));
-      const auto f = from_name<Format>(v);
-      if (!f) rd.fail(fs[k], idx(key + ".formats", k), "'" + v + "' is not a format (" + choices<Format>() + ")");
-      jc.formats.push_back(*f);
-    }
-  }
-  if (const YAML::Node ps = j["policies"]) {
-    if (!ps.IsSequence()) rd.fail(ps, key + ".policies", "expected a list such as [kulisch, fp32_arrival]");
-    for (size_t k = 0; k < ps.size(); ++k) {
-      const std::string v = rd.str(ps[k], idx(key + ".policies", k));
-      const auto p = from_name<Policy>(v);
-      if (!p) rd.fail(ps[k], idx(key + ".policies", k), "'" + v + "' is not a policy (" + choices<Policy>() + ")");
-      jc.policies.push_back(*p);
-    }
-  }
+  read_formats(rd, j, key, jc.formats);
+  read_policies(rd, j, key, jc.policies);
   const YAML::Node ms = j["members"];
   read_members(rd, ms, key, c, jc);
   read_children(rd, j["children"], key, c, jc);
@@ -405,11 +450,122 @@ void read_jobs(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   for (size_t i = 0; i < js.size(); ++i) c.jobs.push_back(read_job(rd, js[i], idx("jobs", i), c, job_ids));
 }
 
+// pools[i].ranges: CIDR ranges, at least one.
+void read_ranges(const Reader& rd, const YAML::Node& pn, const std::string& key, PoolConfig& pc) {
+  const YAML::Node rs = rd.need(pn, "ranges", key);
+  if (!rs.IsSequence() || rs.size() == 0)
+    rd.fail(rs, key + ".ranges", "expected a list of at least one IPv4 range such as [10.0.0.0/24]");
+  for (size_t k = 0; k < rs.size(); ++k) {
+    const std::string v = rd.str(rs[k], idx(key + ".ranges", k));
+    const auto r = parse_cidr(v);
+    if (!r) {
+      const auto slash = v.find('/');
+      const std::string len = slash == std::string::npos ? "" : v.substr(slash + 1);
+      // The address and the length are fine but bits past the prefix are set (10.0.0.1/24).
+      const bool host_bits = parse_ipv4(v.substr(0, slash)) && !len.empty() && len.size() <= 2 &&
+                             len.find_first_not_of("0123456789") == std::string::npos && std::stoi(len) <= 32;
+      rd.fail(rs[k], idx(key + ".ranges", k),
+              host_bits ? "'" + v + "' has bits set past its prefix length: write the range's first address"
+                        : "'" + v + "' is not an IPv4 range (write a.b.c.d/len, len 0..32, such as 10.0.0.0/24)");
+    }
+    pc.ranges.push_back(*r);
+  }
+}
+
+// pools[i].ports: switch ports its ranks may come through (default: every port).
+void read_pool_ports(const Reader& rd, const YAML::Node& pn, const std::string& key, const SwitchConfig& c,
+                     PoolConfig& pc) {
+  const YAML::Node ps = pn["ports"];
+  if (!ps) return;
+  if (!ps.IsSequence() || ps.size() == 0)
+    rd.fail(ps, key + ".ports", "expected a list of switch port ids such as [0] (or leave it out: every port)");
+  for (size_t k = 0; k < ps.size(); ++k) {
+    const uint16_t id = uint16_t(rd.uint(ps[k], idx(key + ".ports", k), 0, 1023));
+    if (!c.ports.empty() && !c.port(id))
+      rd.fail(ps[k], idx(key + ".ports", k), "port " + std::to_string(id) + " is not in ports");
+    pc.ports.push_back(id);
+  }
+}
+
+// pools[i]: a range of job ids, disjoint from every job and every other pool.
+PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& key, const SwitchConfig& c) {
+  if (pn.IsMap() && pn["children"])
+    rd.fail(pn["children"], key + ".children",
+            "a pooled job has no child switches: its ranks attach to this switch directly (declare a job with "
+            "children under jobs:)");
+  rd.only(
+      pn, key,
+      {"jobs", "max_group", "ranges", "ports", "slot_quota", "formats", "policies", "udp_checksum", "idle_timeout_ms"});
+  PoolConfig pc;
+  const YAML::Node ids = rd.need(pn, "jobs", key);
+  rd.only(ids, key + ".jobs", {"first", "count"});
+  pc.first = uint32_t(rd.uint(rd.need(ids, "first", key + ".jobs"), key + ".jobs.first", 0, 0xFFFFFFFFu));
+  pc.count = uint32_t(rd.uint(rd.need(ids, "count", key + ".jobs"), key + ".jobs.count", 1, 65536));
+  if (uint64_t(pc.first) + pc.count - 1 > 0xFFFFFFFFu)
+    rd.fail(ids["count"], key + ".jobs.count",
+            "ids " + std::to_string(pc.first) + " + 0.." + std::to_string(pc.count - 1) +
+                " run past 4294967295: lower first or count");
+  pc.max_group = uint16_t(rd.uint(rd.need(pn, "max_group", key), key + ".max_group", 1, 65535));
+  if (uint64_t(pc.count) * pc.max_group > (uint64_t(1) << 20))
+    rd.fail(pn["max_group"], key + ".max_group",
+            std::to_string(pc.count) + " jobs of up to " + std::to_string(pc.max_group) +
+                " ranks: the switch keeps a member entry for each (count x max_group at most 1048576): lower count "
+                "or max_group");
+  read_ranges(rd, pn, key, pc);
+  read_pool_ports(rd, pn, key, c, pc);
+  pc.slot_quota = uint32_t(rd.uint_or(pn, "slot_quota", key, 0, 1u << 24, 0));
+  read_formats(rd, pn, key, pc.formats);
+  read_policies(rd, pn, key, pc.policies);
+  if (const YAML::Node u = pn["udp_checksum"])
+    pc.udp_checksum_optional =
+        rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
+  pc.idle_timeout_ms = uint32_t(rd.uint_or(pn, "idle_timeout_ms", key, 1, 86400000, 30000));
+  return pc;
+}
+
+// pools: at a root only, each pool's ids apart from every job's and every other pool's.
+void read_pools(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
+  const YAML::Node ps = root["pools"];
+  if (!ps) return;
+  if (!ps.IsSequence()) rd.fail(ps, "pools", "expected a list of pools");
+  if (c.role == Role::LEAF && ps.size())
+    rd.fail(ps, "pools",
+            "a leaf cannot take pooled jobs: pools are for a root switch with the ranks attached directly (declare "
+            "the pool at the root, or set switch.role: root)");
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const std::string key = idx("pools", i);
+    PoolConfig pc = read_pool(rd, ps[i], key, c);
+    const YAML::Node at = ps[i]["jobs"];
+    for (const auto& j : c.jobs)
+      if (pc.has(j.id))
+        rd.fail(at, key + ".jobs",
+                "ids " + std::to_string(pc.first) + ".." + std::to_string(pc.first + pc.count - 1) + " include job " +
+                    std::to_string(j.id) +
+                    " of jobs: a pool's ids are apart from every declared job (move the pool or the job)");
+    for (size_t k = 0; k < c.pools.size(); ++k)
+      if (pc.has(c.pools[k].first) || c.pools[k].has(pc.first))
+        rd.fail(at, key + ".jobs",
+                "ids " + std::to_string(pc.first) + ".." + std::to_string(pc.first + pc.count - 1) + " overlap " +
+                    idx("pools", k) + "'s " + std::to_string(c.pools[k].first) + ".." +
+                    std::to_string(c.pools[k].first + c.pools[k].count - 1) + ": pools are disjoint");
+    c.pools.push_back(std::move(pc));
+  }
+}
+
 // The switch-wide settings: width, timers, rings, arbiter, reducers, fan-out, lcores.
 void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   c.kulisch_width = int(rd.uint_or(root, "kulisch_width", "", 8, 4096, kMaxWidth));
   for (size_t i = 0; i < c.jobs.size(); ++i)
-    check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, c.jobs[i], i);
+    check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, c.jobs[i],
+                {"job " + std::to_string(c.jobs[i].id), "the job's group", idx("jobs", i)});
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    JobConfig widest;  // the largest job the pool admits
+    widest.group = c.pools[i].max_group;
+    widest.formats = c.pools[i].formats;
+    widest.policies = c.pools[i].policies;
+    check_width(rd, root["kulisch_width"] ? root["kulisch_width"] : root, c.kulisch_width, widest,
+                {"pool " + std::to_string(c.pools[i].first), "the pool's max_group", idx("pools", i)});
+  }
   c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
   c.retention_mib = uint32_t(rd.uint_or(root, "retention_mib", "", 0, 4096, 64));
   c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 3000));
@@ -458,13 +614,14 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
   rd.only(root, "",
           {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
-           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores"});
+           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);
   read_ports(rd, root, c);
   if (c.parent) check_not_a_port_ip(rd, c, root["switch"]["parent"]["ip"], "switch.parent.ip", "parent switch");
   read_jobs(rd, root, c);
+  read_pools(rd, root, c);
   read_settings(rd, root, c);
   return c;
 }

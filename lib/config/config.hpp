@@ -72,6 +72,32 @@ struct JobConfig {
   const MemberConfig* member(uint16_t rank) const;
 };
 
+// An IPv4 range in CIDR form (10.0.0.0/24): `len` leading bits of `net`.
+struct Ipv4Range {
+  uint32_t net = 0;
+  uint8_t len = 32;
+  bool has(uint32_t ip) const { return len == 0 || ((ip ^ net) >> (32 - len)) == 0; }
+};
+
+// A pool of job ids that ranks claim at run time (PROTOCOL.md, "Job pools"):
+// ALLOC takes a free id, the first JOIN of each rank binds it to the address
+// it came from. A root switch's, with its ranks attached directly.
+struct PoolConfig {
+  uint32_t first = 0;  // the pool id: ALLOCs name it
+  uint32_t count = 0;  // ids first .. first + count - 1
+  uint16_t max_group = 0;
+  std::vector<Ipv4Range> ranges;  // sources its ranks may have (at least one)
+  std::vector<uint16_t> ports;    // switch ports they may come through; empty: every port
+  uint32_t slot_quota = 0;        // per job, as JobConfig's
+  std::vector<Format> formats;
+  std::vector<Policy> policies;
+  bool udp_checksum_optional = false;
+  uint32_t idle_timeout_ms = 30000;  // a job silent this long is reclaimed
+  bool has(uint32_t job) const { return job - first < count; }
+  bool admits(uint32_t ip) const;
+  bool lists(uint16_t port) const;
+};
+
 // Where the switch sits in a tree of switches.
 enum class Role : uint8_t { ROOT, LEAF };
 inline constexpr size_t kRoleCount = 2;
@@ -132,6 +158,7 @@ struct SwitchConfig {
   std::optional<ParentConfig> parent;
   std::vector<PortConfig> ports;
   std::vector<JobConfig> jobs;
+  std::vector<PoolConfig> pools;
   int kulisch_width = kMaxWidth;
   uint32_t retention_ms = 1000;     // how long a completed result is kept for retransmission
   uint32_t retention_mib = 64;      // room per reducer shard for retained results (0: none are kept)
@@ -148,6 +175,7 @@ struct SwitchConfig {
 
   const JobConfig* job(uint32_t id) const;
   const PortConfig* port(uint16_t id) const;
+  const PoolConfig* pool_of(uint32_t job) const;  // the pool whose ids hold `job`, or null
 };
 
 // Throws ConfigError.
@@ -157,6 +185,7 @@ SwitchConfig parse_config(const std::string& yaml_text, const std::string& name 
 // Address helpers shared with the command-line tools.
 std::optional<wire::Mac> parse_mac(const std::string& s);
 std::optional<uint32_t> parse_ipv4(const std::string& s);
+std::optional<Ipv4Range> parse_cidr(const std::string& s);  // a.b.c.d/len (host bits 0), or a.b.c.d (/32)
 std::string format_mac(const wire::Mac& m);
 std::string format_ipv4(uint32_t ip);
 

@@ -5,6 +5,7 @@
 
 #include "arith/kernels.hpp"
 #include "proto/partial.hpp"
+#include "proto/steer.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -201,6 +202,52 @@ inline void clear(Parsed& r) {
   r.first_lane = r.chunk_lanes = 0;
 }
 
+// The job kinds (sessions and pools: proto/steer.hpp's is_job_kind) have no
+// descriptor: a session or a pool is the job's, not an op's. Their codes,
+// flags and count are 0; terms, status and body by kind (PROTOCOL.md).
+inline Refusal parse_job_kind(const uint8_t* p, const uint8_t* body, size_t blen, Parsed& r) {
+  const Header& h = r.h;
+  if (p[off::dtype]) return Refusal::BAD_DTYPE;
+  if (p[off::out_dtype]) return Refusal::BAD_OUT_DTYPE;
+  if (p[off::policy]) return Refusal::BAD_POLICY;
+  if (p[off::encoding]) return Refusal::BAD_ENCODING;
+  if (p[off::transport]) return Refusal::BAD_TRANSPORT;
+  if (p[off::exceptions]) return Refusal::BAD_EXCEPTIONS;
+  if (h.flags) return Refusal::BAD_FLAGS;
+  if (h.group == 0 && h.kind != Kind::LEAVE) return Refusal::BAD_GROUP;  // LEAVE names no group
+  if (h.count != 0) return Refusal::BAD_COUNT;
+  bool terms_ok = h.terms == 0;  // JOIN, ALLOC, LEAVE
+  uint8_t status_bits = 0;
+  size_t body_len = 0;  // the one body length allowed besides none (0: none)
+  bool body_required = false;
+  switch (h.kind) {
+    case Kind::JOINED:  // ranks joined, COMPLETE, and the bitmap of the ranks joined (or no body)
+      terms_ok = h.terms <= h.group;
+      status_bits = jstatus::COMPLETE;
+      body_len = abandoned_bitmap_bytes(h.group);
+      break;
+    case Kind::ALLOCATED:  // terms: the switch's shard count; slot quota and idle timeout
+      terms_ok = h.terms >= 1;
+      body_len = kAllocatedBody;
+      body_required = true;
+      break;
+    case Kind::LEFT: terms_ok = h.terms <= h.group; break;  // ranks still bound
+    case Kind::JOIN:
+    case Kind::ALLOC:
+    case Kind::LEAVE: break;
+    case Kind::CONTRIB:
+    case Kind::PARTIAL:
+    case Kind::RESULT:
+    case Kind::NACK: return Refusal::BAD_KIND;  // not a job kind: never called for these
+  }
+  if (!terms_ok) return Refusal::BAD_TERMS;
+  if (h.status & ~status_bits) return Refusal::BAD_STATUS;
+  if (blen != 0 ? !(body_len && blen == body_len) : body_required) return Refusal::PAYLOAD_LENGTH;
+  r.payload = blen ? body : nullptr;
+  r.payload_len = blen;
+  return Refusal::OK;
+}
+
 // The PRISM header and body, from the UDP payload on: shared by parse() (a
 // whole frame) and parse_message() (a datagram a socket received).
 inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_partial) {
@@ -247,27 +294,7 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
     return Refusal::OK;
   }
 
-  if (h.kind == Kind::JOIN || h.kind == Kind::JOINED) {
-    // No descriptor: a session is the job's, not an op's. Its codes are 0.
-    if (p[off::dtype]) return Refusal::BAD_DTYPE;
-    if (p[off::out_dtype]) return Refusal::BAD_OUT_DTYPE;
-    if (p[off::policy]) return Refusal::BAD_POLICY;
-    if (p[off::encoding]) return Refusal::BAD_ENCODING;
-    if (p[off::transport]) return Refusal::BAD_TRANSPORT;
-    if (p[off::exceptions]) return Refusal::BAD_EXCEPTIONS;
-    if (h.flags) return Refusal::BAD_FLAGS;
-    if (h.group == 0) return Refusal::BAD_GROUP;
-    if (h.count != 0) return Refusal::BAD_COUNT;
-    const bool joined = h.kind == Kind::JOINED;
-    // JOIN: terms 0, status 0, no body. JOINED: terms = ranks joined, status
-    // COMPLETE or 0, and the bitmap of the ranks joined (or no body).
-    if (joined ? h.terms > h.group : h.terms != 0) return Refusal::BAD_TERMS;
-    if (h.status & (joined ? ~jstatus::COMPLETE : 0xFF)) return Refusal::BAD_STATUS;
-    if (blen != 0 && !(joined && blen == abandoned_bitmap_bytes(h.group))) return Refusal::PAYLOAD_LENGTH;
-    r.payload = blen ? body : nullptr;
-    r.payload_len = blen;
-    return Refusal::OK;
-  }
+  if (is_job_kind(h.kind)) return parse_job_kind(p, body, blen, r);
 
   const auto dt = format_from_code(p[off::dtype]);
   if (!dt) return Refusal::BAD_DTYPE;
@@ -305,7 +332,11 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
       break;
     case Kind::NACK:
     case Kind::JOIN:
-    case Kind::JOINED: break;  // returned above
+    case Kind::JOINED:
+    case Kind::ALLOC:
+    case Kind::ALLOCATED:
+    case Kind::LEAVE:
+    case Kind::LEFT: break;  // returned above
   }
   if (h.count == 0) return Refusal::BAD_COUNT;
 
@@ -405,6 +436,50 @@ Header session_header(Kind kind, uint32_t job, uint16_t group) {
   h.transport = PartialTransport(0);
   h.exceptions = Exceptions(0);
   return h;
+}
+
+Header alloc_header(uint32_t pool, uint32_t nonce, uint16_t asker, uint16_t group) {
+  Header h = session_header(Kind::ALLOC, pool, group);
+  h.op = nonce;
+  h.sender = asker;
+  return h;
+}
+
+Header allocated_header(uint32_t job, uint32_t nonce, uint32_t pool, uint16_t switch_id, uint16_t group,
+                        uint16_t shards) {
+  Header h = session_header(Kind::ALLOCATED, job, group);
+  h.op = nonce;
+  h.chunk = pool;
+  h.sender = switch_id;
+  h.terms = shards;
+  return h;
+}
+
+Header leave_header(uint32_t job, uint32_t nonce, uint16_t rank) {
+  Header h = session_header(Kind::LEAVE, job, 0);
+  h.op = nonce;
+  h.sender = rank;
+  return h;
+}
+
+Header left_header(uint32_t job, uint32_t nonce, uint16_t rank, uint16_t group, uint16_t still_bound) {
+  Header h = session_header(Kind::LEFT, job, group);
+  h.op = nonce;
+  h.sender = rank;
+  h.terms = still_bound;
+  return h;
+}
+
+std::array<uint8_t, kAllocatedBody> allocated_body(const AllocatedBody& b) {
+  std::array<uint8_t, kAllocatedBody> out{};
+  put32(out.data(), b.slot_quota);
+  put32(out.data() + 4, b.idle_timeout_ms);
+  return out;
+}
+
+std::optional<AllocatedBody> allocated_body(const Parsed& p) {
+  if (p.h.kind != Kind::ALLOCATED || p.payload_len != kAllocatedBody) return std::nullopt;
+  return AllocatedBody{be32(p.payload), be32(p.payload + 4)};
 }
 
 Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_partial) {

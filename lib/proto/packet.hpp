@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <span>
 
 #include "proto/wire.hpp"
@@ -157,6 +158,28 @@ Refusal parse_message(std::span<const uint8_t> message, Parsed* out, bool check_
 // ranks: no descriptor (every code 0), terms and count 0; the caller sets op
 // (the nonce), chunk, sender and status.
 Header session_header(Kind kind, uint32_t job, uint16_t group);
+
+// Job pools (PROTOCOL.md, "Job pools"): the four headers, each with no
+// descriptor, count 0 and no flags or status.
+// ALLOC: rank `asker` asks pool `pool` (the pool's first job id) for a job of
+// `group` ranks, with a random non-zero `nonce` (op).
+Header alloc_header(uint32_t pool, uint32_t nonce, uint16_t asker, uint16_t group);
+// ALLOCATED: the answer: `job` allocated for `nonce`, chunk = the pool id,
+// sender = the switch id, terms = the switch's shard count; the body is allocated_body().
+Header allocated_header(uint32_t job, uint32_t nonce, uint32_t pool, uint16_t switch_id, uint16_t group,
+                        uint16_t shards);
+// LEAVE: `rank` leaves pooled `job`; `nonce` is the one it JOINed with; group 0.
+Header leave_header(uint32_t job, uint32_t nonce, uint16_t rank);
+// LEFT: the LEAVE of `rank` answered; terms = the ranks still bound.
+Header left_header(uint32_t job, uint32_t nonce, uint16_t rank, uint16_t group, uint16_t still_bound);
+// ALLOCATED's 8-byte body: the pool's slot_quota and idle_timeout_ms (big-endian u32 each).
+struct AllocatedBody {
+  uint32_t slot_quota = 0;
+  uint32_t idle_timeout_ms = 0;
+};
+std::array<uint8_t, kAllocatedBody> allocated_body(const AllocatedBody& b);
+// The body of a parsed ALLOCATED; nothing for another kind or length.
+std::optional<AllocatedBody> allocated_body(const Parsed& p);
 
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 inline size_t element_bytes(const Header& h) {

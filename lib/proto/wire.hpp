@@ -23,8 +23,19 @@ inline constexpr size_t kEthSize = 14, kVlanSize = 4, kIpv4MinSize = 20, kUdpSiz
 inline constexpr size_t kFrameOverhead = kEthSize + kIpv4MinSize + kUdpSize + kHeaderSize;  // 74
 inline constexpr size_t kMaxFrame = 9018;  // jumbo: 9000-byte IP MTU + Ethernet header + 4 for a VLAN tag
 
-enum class Kind : uint8_t { CONTRIB = 1, PARTIAL = 2, RESULT = 3, NACK = 4, JOIN = 5, JOINED = 6 };
-inline constexpr size_t kKindCount = 6;
+enum class Kind : uint8_t {
+  CONTRIB = 1,
+  PARTIAL = 2,
+  RESULT = 3,
+  NACK = 4,
+  JOIN = 5,
+  JOINED = 6,
+  ALLOC = 7,
+  ALLOCATED = 8,
+  LEAVE = 9,
+  LEFT = 10
+};
+inline constexpr size_t kKindCount = 10;
 inline constexpr Entry<Kind> kKinds[] = {
     {Kind::CONTRIB, "CONTRIB", "a rank's contribution (rank to switch)"},
     {Kind::PARTIAL, "PARTIAL", "a leaf switch's partial sum (switch to parent)"},
@@ -33,6 +44,11 @@ inline constexpr Entry<Kind> kKinds[] = {
     {Kind::JOIN, "JOIN", "a rank joins its job's session, with a nonce of its own (rank to switch, leaf to parent)"},
     {Kind::JOINED, "JOINED",
      "the session's state for a joining rank: ranks joined, COMPLETE and the first op number (switch to rank)"},
+    {Kind::ALLOC, "ALLOC", "a rank asks a job pool for a free job id for a group of R ranks (rank to switch)"},
+    {Kind::ALLOCATED, "ALLOCATED",
+     "the job id a pool gave, with the switch's shard count, slot quota and idle timeout (switch to the asker)"},
+    {Kind::LEAVE, "LEAVE", "a rank of a pooled job leaves it (rank to switch)"},
+    {Kind::LEFT, "LEFT", "a LEAVE answered: the ranks still bound (switch to rank)"},
 };
 static_assert(std::size(kKinds) == kKindCount, "every Kind has a row in kKinds");
 constexpr std::span<const Entry<Kind>> entries(Kind) { return kKinds; }
@@ -48,6 +64,10 @@ inline constexpr Entry<Encoding> kEncodings[] = {
 static_assert(std::size(kEncodings) == kEncodingCount, "every Encoding has a row in kEncodings");
 constexpr std::span<const Entry<Encoding>> entries(Encoding) { return kEncodings; }
 static_assert(codes_in_order<Encoding>(1), "parse() range-checks the encoding code");
+
+// ALLOCATED's body (PROTOCOL.md, Job pools): the pool's slot_quota and
+// idle_timeout_ms, each a big-endian u32.
+inline constexpr size_t kAllocatedBody = 8;
 
 // JOINED's status bits.
 namespace jstatus {
@@ -73,8 +93,12 @@ enum class NackReason : uint8_t {
   NO_FREE_SLOT = 6,
   RESULT_EXPIRED = 7,
   OP_ABANDONED = 8,
+  POOL_FULL = 9,
+  GROUP_TOO_LARGE = 10,
+  OUT_OF_POOL = 11,
+  RANK_TAKEN = 12,
 };
-inline constexpr size_t kNackReasonCount = 8;
+inline constexpr size_t kNackReasonCount = 12;
 inline constexpr Entry<NackReason> kNackReasons[] = {
     {NackReason::MALFORMED, "malformed",
      "the packet's header or body is invalid: fix the sender (it is a bug), do not resend it as it is"},
@@ -97,6 +121,17 @@ inline constexpr Entry<NackReason> kNackReasons[] = {
      "the op chunk was abandoned after op_timeout_ms because a contributor never sent (or died), so it cannot "
      "complete: fail the collective, and restart it, if at all, under new op numbers (terms says how many "
      "contributions had arrived; a body, when present, is a bitmap of this switch's members that had not)"},
+    {NackReason::POOL_FULL, "pool_full",
+     "every job id of the pool is taken: retry later (after a back-off), or ask the switch's operator for a larger "
+     "pool"},
+    {NackReason::GROUP_TOO_LARGE, "group_too_large",
+     "the group is larger than the pool's max_group: use fewer ranks, or a pool that admits more"},
+    {NackReason::OUT_OF_POOL, "out_of_pool",
+     "the source address is outside the pool's ranges, or came in on a switch port the pool does not list: run the "
+     "rank on an address the pool admits"},
+    {NackReason::RANK_TAKEN, "rank_taken",
+     "that rank of the job is already bound to another address (a second process with the same rank, or a spoof): "
+     "give every process its own rank, and let a restarted rank come back from the address it joined from"},
 };
 static_assert(std::size(kNackReasons) == kNackReasonCount, "every NackReason has a row in kNackReasons");
 constexpr std::span<const Entry<NackReason>> entries(NackReason) { return kNackReasons; }

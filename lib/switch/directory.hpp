@@ -2,18 +2,23 @@
 // up by id and by source address. Built once from the configuration; read-only
 // afterwards, so every lcore may share it, but for one atomic per job and
 // shard, each on a cache line of its own: the highest op number that shard
-// opened (for sessions, switch/session.hpp).
+// opened (for sessions, switch/session.hpp), and the run-time state of the
+// pooled jobs (switch/pool.hpp): each pool's jobs are made here at start, with
+// max_group member entries each, so looking a job up costs the same.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "config/config.hpp"
 #include "switch/drop.hpp"
+#include "switch/pool.hpp"
 #include "switch/sink.hpp"
 
 namespace prism::sw {
@@ -35,6 +40,19 @@ struct Job {
   std::vector<Dest> result_dests;  // every member, then every child: where a RESULT goes
   uint32_t format_mask = 0, policy_mask = 0;
   uint32_t index = 0;  // dense, 0 .. jobs - 1: per-job state elsewhere is an array by it
+  // A pooled job's run-time state (null for a declared job). Its members and
+  // result_dests have max_group entries; the first R count, each once bound.
+  std::unique_ptr<PooledJob> pooled;
+  // R: the declared group, or the R a pooled job was allocated with.
+  uint16_t group() const { return pooled ? pooled->R() : cfg->group; }
+  // Where a RESULT goes: every member and child (a pooled job: its R ranks).
+  std::span<const Dest> dests() const {
+    return pooled ? std::span<const Dest>(result_dests.data(), group()) : std::span<const Dest>(result_dests);
+  }
+  // Its members at this switch (a pooled job: the entries of its R ranks).
+  std::span<const Member> local_members() const {
+    return pooled ? std::span<const Member>(members.data(), group()) : std::span<const Member>(members);
+  }
   bool allows(Format f) const { return format_mask & (1u << uint8_t(f)); }
   bool allows(Policy p) const { return policy_mask & (1u << uint8_t(p)); }
   // Where a RESULT for member or child `m` (one of this job's) goes.
@@ -57,6 +75,27 @@ class Directory {
     }
   }
   size_t jobs() const { return jobs_.size(); }
+  // Every job, declared ones first (in the configuration's order), then each pool's.
+  const std::vector<const Job*>& all_jobs() const { return all_; }
+  // The pool whose id (first job id) is `id`, for an ALLOC; null when none.
+  const Pool* pool(uint32_t id) const {
+    for (const auto& p : pools_)
+      if (p->id() == id) return p.get();
+    return nullptr;
+  }
+  const std::vector<std::unique_ptr<Pool>>& pools() const { return pools_; }
+  // The pool that job `id` belongs to; null for a declared or unknown job.
+  const Pool* pool_of(uint32_t id) const {
+    const Job* j = job(id);
+    return j && j->pooled ? j->pooled->pool : nullptr;
+  }
+  // Some pool lists switch port `port`: a refusal of a pool message that
+  // came in on it is answered to its source (PROTOCOL.md, Job pools).
+  bool pool_port(uint16_t port) const {
+    for (const auto& p : pools_)
+      if (p->cfg().lists(port)) return true;
+    return false;
+  }
   // The member or child registered at exactly this source (MAC, IP, UDP port)
   // behind switch port `in_port`, in any job; null when there is none. Only
   // such a source is ever answered (a NACK goes to its registered address).
@@ -99,7 +138,12 @@ class Directory {
 
  private:
   static uint64_t key(const wire::Endpoint& e) { return uint64_t(e.ip) << 16 | e.port; }
+  Job make_job(const JobConfig& jc);
+  void make_pool(const PoolConfig& pc);
   const SwitchConfig& cfg_;
+  std::deque<JobConfig> pooled_cfgs_;  // each pooled job's settings (the pool's), for Job::cfg
+  std::vector<std::unique_ptr<Pool>> pools_;
+  std::vector<const Job*> all_;
   std::unordered_map<uint32_t, Job> jobs_;  // owns them (nodes do not move)
   struct JobRef {
     uint32_t id;

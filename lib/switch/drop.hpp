@@ -34,6 +34,10 @@ enum class Drop : uint8_t {
   BAD_PARTIAL,
   STALE_RESULT,
   NO_CHECKSUM,
+  POOL_FULL,
+  GROUP_TOO_LARGE,
+  OUT_OF_POOL,
+  RANK_TAKEN,
   kCount
 };
 
@@ -57,13 +61,19 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::STALE_RESULT, "stale_result", "a parent's RESULT for no op waiting for it"},
     {Drop::NO_CHECKSUM, "no_checksum",
      "sent without a UDP checksum (0) to a job that requires one (its udp_checksum: optional accepts it)"},
+    {Drop::POOL_FULL, "pool_full", "an ALLOC to a pool whose every job id is taken"},
+    {Drop::GROUP_TOO_LARGE, "group_too_large", "an ALLOC for a group above the pool's max_group"},
+    {Drop::OUT_OF_POOL, "out_of_pool",
+     "a pool message from a source outside the pool's ranges, or on a port the pool does not list"},
+    {Drop::RANK_TAKEN, "rank_taken", "a JOIN, LEAVE or CONTRIB for a pooled job's rank bound to another address"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
 
 // The NACK that answers a drop, when the packet's source is a registered
-// member (a NACK never goes anywhere else); none for drops a sender cannot
-// act on, and never for a spoofed sender id (that would reflect traffic).
+// member, or, for a pool message, its source on a pool's port (a NACK never
+// goes anywhere else); none for drops a sender cannot act on, and never for
+// a spoofed sender id (that would reflect traffic).
 constexpr std::optional<wire::NackReason> nack_for(Drop d) {
   using R = wire::NackReason;
   switch (d) {
@@ -78,6 +88,10 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::NO_FREE_SLOT: return R::NO_FREE_SLOT;
     case Drop::RESULT_EXPIRED: return R::RESULT_EXPIRED;
     case Drop::ABANDONED: return R::OP_ABANDONED;
+    case Drop::POOL_FULL: return R::POOL_FULL;
+    case Drop::GROUP_TOO_LARGE: return R::GROUP_TOO_LARGE;
+    case Drop::OUT_OF_POOL: return R::OUT_OF_POOL;
+    case Drop::RANK_TAKEN: return R::RANK_TAKEN;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:
     case Drop::SPOOFED:

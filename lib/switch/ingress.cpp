@@ -45,6 +45,65 @@ RefusalClass classify(wire::Refusal r) {
   return {Drop::MALFORMED, false};
 }
 
+namespace {
+
+// A refusal of a pool message: answered to its source when it came in on a
+// port some pool lists (`answerable`), never when the kind is no pool
+// message's (a CONTRIB to a pooled job is refused as a spoof is).
+Verdict refuse_pooled(const Directory& dir, Verdict v, Drop d, uint16_t in_port, bool answerable) {
+  v.drop = d;
+  v.to_source = answerable && dir.pool_port(in_port);
+  v.in_port = in_port;
+  return v;
+}
+
+// ALLOC: a source in the pool's ranges, on a port it lists, for a group it
+// admits. Whether an id is free is the pool's shard's to say.
+Verdict alloc_verdict(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
+  Verdict v;
+  v.pool = dir.pool(p.h.job);
+  if (!v.pool) return refuse_pooled(dir, v, Drop::UNKNOWN_JOB, in_port, true);
+  if (!v.pool->admits(p.src, in_port)) return refuse_pooled(dir, v, Drop::OUT_OF_POOL, in_port, true);
+  if (p.h.group > v.pool->cfg().max_group) return refuse_pooled(dir, v, Drop::GROUP_TOO_LARGE, in_port, true);
+  if (p.no_checksum && !v.pool->cfg().udp_checksum_optional)
+    return refuse_pooled(dir, v, Drop::NO_CHECKSUM, in_port, true);
+  v.in_port = in_port;
+  return v;
+}
+
+// JOIN, LEAVE and CONTRIB to a pooled job: by its state and its bindings.
+// A rank bound to this very source is a member like a declared one.
+Verdict pooled_verdict(const Directory& dir, const Job& job, const wire::Parsed& p, uint16_t in_port) {
+  Verdict v;
+  v.job = &job;
+  v.pool = job.pooled->pool;
+  const bool pool_msg = p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE;
+  const auto refuse = [&](Drop d) { return refuse_pooled(dir, v, d, in_port, pool_msg); };
+  if (p.h.kind == wire::Kind::PARTIAL) return refuse(Drop::UNKNOWN_SOURCE);  // a pooled job has no children
+  const PoolJobState st = job.pooled->state();
+  if (!v.pool->admits(p.src, in_port)) return refuse(Drop::OUT_OF_POOL);
+  if (st == PoolJobState::FREE && p.h.kind != wire::Kind::LEAVE)
+    return refuse(pool_msg ? Drop::UNKNOWN_JOB : Drop::UNKNOWN_SOURCE);
+  if (p.no_checksum && !job.cfg->udp_checksum_optional) return refuse(Drop::NO_CHECKSUM);
+  const uint16_t R = job.group();
+  if (p.h.kind == wire::Kind::JOIN && (p.h.group != R || p.h.sender >= R)) return refuse(Drop::MALFORMED);
+  const auto b =
+      st == PoolJobState::FREE ? PooledJob::Binding::UNBOUND : job.pooled->binding(job, p.h.sender, p.src, in_port);
+  if (b == PooledJob::Binding::ANOTHER) return refuse(Drop::RANK_TAKEN);
+  v.in_port = in_port;
+  if (b == PooledJob::Binding::THIS_SOURCE) {
+    v.member = &job.members[p.h.sender];
+    return v;
+  }
+  // Not bound: a JOIN binds it (at the job's shard), a LEAVE is answered
+  // there as already done; a CONTRIB is no member's.
+  if (p.h.kind == wire::Kind::CONTRIB) return refuse(Drop::UNKNOWN_SOURCE);
+  v.bind = p.h.kind == wire::Kind::JOIN;
+  return v;
+}
+
+}  // namespace
+
 Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed& p, uint16_t in_port) {
   Verdict v;
   // Who may be told about a refusal is looked up only when there is one: an
@@ -56,9 +115,15 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   };
   if (refusal != wire::Refusal::OK) {
     const RefusalClass c = classify(refusal);
+    const bool pool_msg = p.h.kind == wire::Kind::ALLOC ||
+                          ((p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE) && dir.pool_of(p.h.job));
+    if (c.source_checked && pool_msg)
+      return refuse_pooled(dir, v, c.drop, in_port, true);  // a broken pool message: told at its source
     return refuse(c.drop, c.source_checked);
   }
-  if (p.h.kind == wire::Kind::NACK) return refuse(Drop::WRONG_KIND, false);  // never answer a NACK
+  if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT)
+    return refuse(Drop::WRONG_KIND, false);  // what a switch sends, never answered
+  if (p.h.kind == wire::Kind::ALLOC) return alloc_verdict(dir, p, in_port);
   v.job = dir.job(p.h.job);
   if (p.h.kind == wire::Kind::RESULT || p.h.kind == wire::Kind::JOINED) {  // from the parent only, never answered
     if (!dir.is_parent(p.src) || !wire::same_mac(dir.config().parent->addr.mac, p.src.mac))
@@ -70,6 +135,8 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   // An unknown job or sender id is news only to a registered source; from
   // anywhere else it is an unknown source.
   if (!v.job) return dir.registered(p.src, in_port) ? refuse(Drop::UNKNOWN_JOB) : refuse(Drop::UNKNOWN_SOURCE, false);
+  if (v.job->pooled) return pooled_verdict(dir, *v.job, p, in_port);
+  if (p.h.kind == wire::Kind::LEAVE) return refuse(Drop::MALFORMED);  // a declared job is never left
   const Member* m = nullptr;
   if (p.h.kind == wire::Kind::JOIN) {
     // From the rank itself, or from a child forwarding one of its ranks' JOINs.
@@ -98,6 +165,21 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   return v;
 }
 
+Out nack_to_source(const Directory& dir, const wire::Header& echoed, wire::NackReason why, const wire::Endpoint& src,
+                   uint16_t port) {
+  Member to{echoed.job, echoed.sender, port, src, 1, false};
+  Out o = nack(dir, echoed, why, to);
+  o.h.sender = echoed.sender;  // the rank refused: a host running several tells which
+  o.h.group = echoed.group;
+  o.h.chunk = echoed.chunk;
+  o.h.dtype = o.h.out_dtype = Format(0);  // a pool message has no descriptor
+  o.h.policy = Policy(0);
+  o.h.encoding = wire::Encoding(0);
+  o.h.transport = PartialTransport(0);
+  o.h.exceptions = Exceptions(0);
+  return o;
+}
+
 Out nack(const Directory& dir, const wire::Parsed& p, wire::NackReason why, const Member& to) {
   return nack(dir, p.h, why, to);
 }
@@ -119,10 +201,19 @@ Out nack(const Directory& dir, const wire::Header& echoed, wire::NackReason why,
   return o;
 }
 
-bool answer(const Directory& dir, const Verdict& v, const wire::Parsed& p, Sink& out) {
+bool answer(const Directory& dir, const Verdict& v, const wire::Parsed& p, Sink& out, NackLimiter* limit,
+            uint64_t now_ns) {
   const auto why = v.nack();
   if (!why) return false;
-  out.send(nack(dir, p, *why, *v.member));
+  if (!v.to_source) {
+    out.send(nack(dir, p, *why, *v.member));
+    return true;
+  }
+  if (limit && !limit->allow(p.src, now_ns)) {
+    if (v.pool) v.pool->counters().nacks_limited.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  out.send(nack_to_source(dir, p.h, *why, p.src, v.in_port));
   return true;
 }
 

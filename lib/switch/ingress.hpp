@@ -22,9 +22,19 @@ struct Verdict {
   const Member* member = nullptr;
   bool from_parent = false;
   std::optional<Drop> drop;  // why it was refused; empty when admitted
+  // Pool messages (PROTOCOL.md, Job pools): the pool of an ALLOC or of a
+  // pooled job; `to_source`: a refusal is answered to the packet's source on
+  // `in_port` (rate-limited), which is no registered member; admitted, the
+  // JOIN of a rank not bound yet, to be bound by the job's shard.
+  const Pool* pool = nullptr;
+  bool to_source = false;
+  bool bind = false;
+  uint16_t in_port = 0;
   bool admitted() const { return !drop; }
-  // The NACK this refusal gets, if any (to `member`).
-  std::optional<wire::NackReason> nack() const { return drop && member ? nack_for(*drop) : std::nullopt; }
+  // The NACK this refusal gets, if any (to `member`, or to the source).
+  std::optional<wire::NackReason> nack() const {
+    return drop && (member || to_source) ? nack_for(*drop) : std::nullopt;
+  }
 };
 
 // What a parser refusal means for the switch: not PRISM traffic at all
@@ -42,7 +52,8 @@ RefusalClass classify(wire::Refusal r);
 // id, on the port it is attached to), and the kind is one this switch takes
 // from it: CONTRIB from a member rank, PARTIAL from a child, RESULT and
 // JOINED from the parent, JOIN from a member rank or a child (forwarding its
-// ranks' JOINs).
+// ranks' JOINs); for a pool (PROTOCOL.md, Job pools), ALLOC from a source in
+// its ranges, and JOIN, LEAVE and CONTRIB to a pooled job by its bindings.
 Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed& p, uint16_t in_port);
 
 // The NACK frame for a refused packet: it echoes the packet's header fields,
@@ -53,8 +64,17 @@ Out nack(const Directory& dir, const wire::Parsed& p, wire::NackReason why, cons
 // The same for an op the switch gives up on with no packet in hand: it
 // echoes the op's descriptor `op` (its first packet's header).
 Out nack(const Directory& dir, const wire::Header& op, wire::NackReason why, const Member& to);
-// Sends a refused packet's NACK to `out` when its verdict has one; true if it did.
+// A refused pool message's NACK to its source (`src` on switch port `port`):
+// it echoes the packet's job, op (the nonce), sender and group, with
+// descriptor bytes 0 (PROTOCOL.md, Job pools).
+Out nack_to_source(const Directory& dir, const wire::Header& echoed, wire::NackReason why, const wire::Endpoint& src,
+                   uint16_t port);
+// Sends a refused packet's NACK to `out` when its verdict has one; true if it
+// did. A NACK to a source goes through `limit` (one per source per 100 ms;
+// what is over is counted in the pool's nacks_limited).
 class Sink;
-bool answer(const Directory& dir, const Verdict& v, const wire::Parsed& p, Sink& out);
+class NackLimiter;
+bool answer(const Directory& dir, const Verdict& v, const wire::Parsed& p, Sink& out, NackLimiter* limit = nullptr,
+            uint64_t now_ns = 0);
 
 }  // namespace prism::sw

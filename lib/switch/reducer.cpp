@@ -30,6 +30,7 @@ struct Reducer::Slot {
   SlotKey key{};
   State state = State::FREE;
   uint32_t gen = 0;                // bumped each time the slot opens: tells a reuse from the op before
+  uint32_t pool_gen = 0;           // a pooled job's generation when it opened (switch/pool.hpp)
   int32_t older = -1, newer = -1;  // neighbours in the open-order list
   const Job* job = nullptr;
   wire::Header desc;  // the op's descriptor, fixed by the first packet
@@ -62,7 +63,7 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   else
     acc = make_accumulator(d);
   acc_desc = d;
-  ranks_seen.assign((size_t(j.cfg->group) + 63) / 64, 0);
+  ranks_seen.assign((size_t(j.group()) + 63) / 64, 0);
   children_seen.assign((j.child_of_id.size() + 63) / 64, 0);
   for (auto& st : staged) st.clear();
   staged.resize(j.children.size());
@@ -70,8 +71,9 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   for (auto& ss : staged_seen) ss.clear();
   staged_count.assign(j.children.size(), 0);
   terms = 0;
-  expected = uint32_t(j.members.size());
+  expected = uint32_t(j.local_members().size());  // a pooled job: its R bound ranks
   for (const auto& c : j.children) expected += c.terms;
+  pool_gen = j.pooled ? j.pooled->generation() : 0;
   t_open = now_ns;
 }
 
@@ -80,6 +82,7 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shar
       index_(slots),
       log_(size_t(dir.config().retention_mib) << 20, kTombstones),
       sessions_(dir),
+      pool_(dir, shard, stats_),
       mtu_(mtu),
       shard_(shard) {
   slots_.reserve(slots);
@@ -89,7 +92,7 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shar
   }
   for (int32_t i = int32_t(slots) - 1; i >= 0; --i) free_.push_back(i);
   waiting_.reserve(slots);
-  for (const auto& j : dir.config().jobs) jobs_[j.id];
+  for (const Job* j : dir.all_jobs()) jobs_[j->cfg->id];
   // Per-job statistics by the job's dense index, so the hot path does not hash its id.
   stats_of_.assign(dir.jobs(), nullptr);
   for (auto& [id, js] : jobs_)
@@ -150,7 +153,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
       return refused((h.flags & wire::hflag::RETRANSMIT) ? Drop::RESULT_EXPIRED : Drop::LATE);
     case ResultLog::Known::ABANDONED: return refused(Drop::ABANDONED);
   }
-  if (h.group != job.cfg->group) return refused(Drop::DESCRIPTOR_MISMATCH);
+  if (h.group != job.group()) return refused(Drop::DESCRIPTOR_MISMATCH);
   if (!job.allows(h.dtype) || !job.allows(h.policy)) return refused(Drop::NOT_ALLOWED);
   OpDesc d;
   d.dtype = h.dtype;
@@ -191,7 +194,19 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
 
 void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   ++stats_.packets;
-  if (p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::JOINED) return on_session(p, v, out);
+  if (v.job && v.job->pooled && v.member) v.job->pooled->heard(now_ns);  // not idle
+  switch (p.h.kind) {
+    case wire::Kind::ALLOC: ++stats_.pool_packets; return pool_.on_alloc(p, v, now_ns, out);
+    case wire::Kind::LEAVE: ++stats_.pool_packets; return pool_.on_leave(p, v, sessions_, out, now_ns);
+    case wire::Kind::JOIN:
+    case wire::Kind::JOINED: return on_session(p, v, now_ns, out);
+    case wire::Kind::CONTRIB:
+    case wire::Kind::PARTIAL:
+    case wire::Kind::RESULT: break;
+    case wire::Kind::NACK:
+    case wire::Kind::ALLOCATED:
+    case wire::Kind::LEFT: return drop(Drop::WRONG_KIND);  // ingress admits none of these
+  }
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
   Slot* s = find(key);
   if (v.from_parent) {
@@ -215,9 +230,16 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
     merge_partial(*s, p, v, now_ns, out);
 }
 
-// JOIN and JOINED: the job's session (switch/session.hpp), never a slot.
-void Reducer::on_session(const wire::Parsed& p, const Verdict& v, Sink& out) {
+// JOIN and JOINED: the job's session (switch/session.hpp), never a slot. A
+// pooled job's JOIN binds its rank first (switch/pool_shard.hpp).
+void Reducer::on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   ++stats_.session_packets;
+  if (p.h.kind == wire::Kind::JOIN && v.job->pooled) {
+    const Member* m = pool_.join(p, v, out, now_ns);
+    if (!m) return;
+    if (!sessions_.on_join(p, *m, out)) return refuse(Drop::MALFORMED, p, *m, out);
+    return pool_.joined(*v.job, sessions_.complete(*v.job));
+  }
   const bool ok = p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out) : sessions_.on_joined(p, out);
   if (ok) return;
   if (v.member) return refuse(Drop::MALFORMED, p, *v.member, out);
@@ -326,8 +348,8 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
 void Reducer::finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out) {
   ++stats_of_[s.job->index]->completed;
   retain(s, h, body, len, now_ns);
-  out.send_result(h, len, s.job->result_dests);
-  stats_.results_sent += s.job->result_dests.size();
+  out.send_result(h, len, s.job->dests());
+  stats_.results_sent += s.job->dests().size();
   release(s);
 }
 
@@ -428,16 +450,18 @@ void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now
 // had not in a bitmap); members that never contributed are not. Its key is
 // tombstoned, so a late packet for it is told too and counts nothing.
 void Reducer::abandon(Slot& s, Sink& out) {
-  ++stats_of_[s.job->index]->timed_out;
   const Job& job = *s.job;
+  // A pooled job released since the slot opened has no members left to tell.
+  if (job.pooled && job.pooled->generation() != s.pool_gen) return give_up(s);
+  ++stats_of_[s.job->index]->timed_out;
   std::shared_ptr<std::vector<uint8_t>> missing;
   const size_t bytes = wire::abandoned_bitmap_bytes(s.desc.group);
   if (bytes <= wire::max_body(mtu_)) {  // else the NACK goes without the bitmap (terms still counts)
     missing = std::make_shared<std::vector<uint8_t>>(bytes, 0);
-    for (const Member& m : job.members)
+    for (const Member& m : job.local_members())
       if (!s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
   }
-  for (const Member& m : job.members) {
+  for (const Member& m : job.local_members()) {
     if (!s.has_rank(m.id)) continue;
     Out o = nack(dir_, s.desc, wire::NackReason::OP_ABANDONED, m);
     o.h.terms = uint16_t(s.terms);
@@ -459,7 +483,29 @@ void Reducer::release(Slot& s) {
   --stats_.slots_in_use;
 }
 
+// Open slots of pooled jobs released since they opened: nobody can complete
+// them (their ranks are unbound), so they are given up now, silently, rather
+// than after op_timeout_ms. Looked at every 100 ms; costs a walk of the open slots.
+void Reducer::abandon_released() {
+  for (int32_t i = oldest_open_; i >= 0;) {
+    Slot& s = *slots_[size_t(i)];
+    i = s.newer;
+    if (s.job->pooled && s.job->pooled->generation() != s.pool_gen) give_up(s);
+  }
+}
+
+void Reducer::give_up(Slot& s) {
+  ++stats_of_[s.job->index]->timed_out;
+  log_.tombstone(s.key, ResultLog::Known::ABANDONED);
+  release(s);
+}
+
 void Reducer::tick(uint64_t now_ns, Sink& out) {
+  pool_.tick(now_ns, sessions_);
+  if (!dir_.pools().empty() && now_ns >= next_sweep_ns_) {
+    next_sweep_ns_ = now_ns + 100 * 1000000ull;
+    abandon_released();
+  }
   const uint64_t keep = uint64_t(dir_.config().retention_ms) * 1000000;
   for (const ResultLog::Record* r = log_.oldest(); r && r->t_done + keep <= now_ns; r = log_.oldest())
     let_go_oldest(false);

@@ -28,6 +28,7 @@
 #include "switch/directory.hpp"
 #include "switch/ingress.hpp"
 #include "switch/key_table.hpp"
+#include "switch/pool_shard.hpp"
 #include "switch/result_log.hpp"
 #include "switch/session.hpp"
 #include "switch/sink.hpp"
@@ -52,6 +53,7 @@ struct ReducerStats {
   uint64_t drops[size_t(Drop::kCount)] = {};
   uint64_t slots_in_use = 0, slots_high = 0;
   uint64_t results_retained = 0, evicted_for_room = 0;
+  uint64_t pool_packets = 0, pool_replies = 0;
 };
 
 // One named statistic of a block S: these tables are the only place the
@@ -80,6 +82,8 @@ inline constexpr StatField<ReducerStats> kReducerStats[] = {
      &ReducerStats::results_retained},
     {"evicted_for_room", "retained results let go before retention_ms because the log (retention_mib) was full",
      &ReducerStats::evicted_for_room},
+    {"pool_packets", "ALLOCs and LEAVEs among them (job pools)", &ReducerStats::pool_packets},
+    {"pool_replies", "ALLOCATEDs and LEFTs sent (job pools)", &ReducerStats::pool_replies},
 };
 inline constexpr StatField<JobStats> kJobStats[] = {
     {"opened", "op chunks that took a slot", &JobStats::opened},
@@ -124,7 +128,8 @@ class alignas(64) Reducer {
 
   Slot* find(const SlotKey& k);
   Slot* open(const wire::Parsed& p, const Verdict& v, ResultLog::Known known, uint64_t now_ns, Sink& out);
-  void on_session(const wire::Parsed& p, const Verdict& v, Sink& out);
+  void on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void abandon_released();
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out);
@@ -135,6 +140,7 @@ class alignas(64) Reducer {
   void send_partial(Slot& s, bool retransmit, Sink& out);
   void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
   void abandon(Slot& s, Sink& out);
+  void give_up(Slot& s);  // abandoned with nobody to tell
   void release(Slot& s);
   // Counts the drop and, when the reason has one, NACKs the admitted sender `from`.
   void refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out);
@@ -156,6 +162,8 @@ class alignas(64) Reducer {
   std::unordered_map<uint32_t, JobStats> jobs_;
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;
+  PoolShard pool_;  // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
+  uint64_t next_sweep_ns_ = 0;
   size_t mtu_;
   uint32_t shard_;
   // A direct-mapped cache in front of the index (an exact-match flow cache,

@@ -12,11 +12,27 @@ bool serial_after(uint32_t a, uint32_t b) { return int32_t(a - b) > 0; }
 }  // namespace
 
 Sessions::Sessions(const Directory& dir) : dir_(dir), state_(dir.jobs()) {
-  for (const auto& jc : dir.config().jobs) {
-    const Job* j = dir.job(jc.id);
-    state_[j->index].nonce.assign(jc.group, 0);
-    state_[j->index].via_child.assign(jc.group, -1);
+  for (const Job* j : dir.all_jobs()) {  // a pooled job: room for max_group ranks
+    state_[j->index].nonce.assign(j->cfg->group, 0);
+    state_[j->index].via_child.assign(j->cfg->group, -1);
   }
+}
+
+void Sessions::reset(const Job& j) {
+  State& st = state_[j.index];
+  std::fill(st.nonce.begin(), st.nonce.end(), 0);
+  std::fill(st.via_child.begin(), st.via_child.end(), -1);
+  st.joined = 0;
+  st.complete = false;
+  st.hinted = false;
+}
+
+void Sessions::forget(const Job& j, uint16_t rank) {
+  State& st = state_[j.index];
+  if (rank >= st.nonce.size() || st.nonce[rank] == 0) return;
+  st.nonce[rank] = 0;
+  --st.joined;
+  st.complete = false;
 }
 
 // JOINED to `rank`: to its member entry, or to the child it joined through.
@@ -29,14 +45,14 @@ void Sessions::answer(const Job& j, const State& st, uint16_t rank, Sink& out) c
   o.port = to->port;
   o.src = dir_.self(to->port);
   o.dst = to->addr;
-  o.h = wire::session_header(wire::Kind::JOINED, j.cfg->id, j.cfg->group);
+  o.h = wire::session_header(wire::Kind::JOINED, j.cfg->id, j.group());
   o.h.op = st.nonce[rank];
   o.h.chunk = st.complete ? st.first_op : 0;
   o.h.sender = rank;
   o.h.terms = uint16_t(st.joined);
   o.h.status = st.complete ? wire::jstatus::COMPLETE : 0;
-  auto body = std::make_shared<std::vector<uint8_t>>(wire::abandoned_bitmap_bytes(j.cfg->group));
-  for (uint32_t r = 0; r < st.nonce.size(); ++r)
+  auto body = std::make_shared<std::vector<uint8_t>>(wire::abandoned_bitmap_bytes(j.group()));
+  for (uint32_t r = 0; r < j.group(); ++r)
     if (st.nonce[r]) (*body)[r / 8] |= uint8_t(1u << (r % 8));
   o.body = std::move(body);
   out.send(std::move(o));
@@ -46,7 +62,8 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
   const Job& j = *dir_.job(p.h.job);
   const uint16_t rank = p.h.sender;
   const uint32_t nonce = p.h.op;
-  if (nonce == 0 || rank >= j.cfg->group || p.h.group != j.cfg->group) return false;
+  const uint16_t group = j.group();
+  if (nonce == 0 || rank >= group || p.h.group != group) return false;
   const std::optional<uint32_t> fresh = dir_.first_fresh_op(j);
   if (dir_.config().role == Role::LEAF) {  // the root keeps the session: tell it what is fresh here
     const ParentConfig& parent = *dir_.config().parent;
@@ -76,12 +93,12 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
     st.hint = p.h.chunk;
     st.hinted = true;
   }
-  if (st.complete || st.joined < j.cfg->group) return answer(j, st, rank, out), true;
+  if (st.complete || st.joined < group) return answer(j, st, rank, out), true;
   // The last rank joined: the session starts past every op number any switch of the tree remembers.
   st.complete = true;
   st.first_op = fresh.value_or(0);
   if (st.hinted && (!fresh || serial_after(st.hint, st.first_op))) st.first_op = st.hint;
-  for (uint16_t r = 0; r < j.cfg->group; ++r) answer(j, st, r, out);
+  for (uint16_t r = 0; r < group; ++r) answer(j, st, r, out);
   return true;
 }
 

@@ -30,6 +30,11 @@ class Sessions {
   // A leaf: the parent's JOINED, forwarded to the member rank it answers.
   // False when that rank is not a member here.
   bool on_joined(const wire::Parsed& p, Sink& out);
+  // Pooled jobs (switch/pool.hpp): every rank has joined; a rank left (the
+  // session is no longer complete); the job was released (no session).
+  bool complete(const Job& j) const { return state_[j.index].complete; }
+  void forget(const Job& j, uint16_t rank);
+  void reset(const Job& j);
 
  private:
   struct State {

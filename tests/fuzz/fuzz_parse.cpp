@@ -21,6 +21,7 @@
 #include "fuzz_check.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
+#include "proto/steer.hpp"
 
 namespace {
 
@@ -52,8 +53,8 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
   FUZZ_CHECK(h.magic == wire::kMagic && h.version == wire::kVersion);
   FUZZ_CHECK(p.dst.port == kPort);
   FUZZ_CHECK((h.flags & ~wire::hflag::ALL) == 0);  // flags bits 3-7 must be 0
-  if (h.kind == wire::Kind::NACK) {                // reason 1..8, count 0; terms 0 and no body but for 8
-    FUZZ_CHECK(h.status >= 1 && h.status <= 8 && h.count == 0 && p.sideband == nullptr);
+  if (h.kind == wire::Kind::NACK) {  // reason 1..12, count 0; terms 0 and no body but for 8
+    FUZZ_CHECK(h.status >= 1 && h.status <= wire::kNackReasonCount && h.count == 0 && p.sideband == nullptr);
     if (h.status == uint8_t(wire::NackReason::OP_ABANDONED)) {  // terms <= group, the bitmap or nothing
       FUZZ_CHECK(h.terms <= h.group);
       FUZZ_CHECK(p.payload_len == 0 || p.payload_len == wire::abandoned_bitmap_bytes(h.group));
@@ -65,12 +66,18 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
     (void)wire::name(wire::NackReason(h.status));
     return;
   }
-  if (h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED) {  // no descriptor, flags or count
+  if (wire::is_job_kind(h.kind)) {  // sessions and pools: no descriptor, flags or count
     FUZZ_CHECK(uint8_t(h.dtype) == 0 && uint8_t(h.out_dtype) == 0 && uint8_t(h.policy) == 0 &&
                uint8_t(h.encoding) == 0 && uint8_t(h.transport) == 0 && uint8_t(h.exceptions) == 0);
-    FUZZ_CHECK(h.flags == 0 && h.count == 0 && h.group >= 1 && p.sideband == nullptr);
-    if (h.kind == wire::Kind::JOIN) {
+    FUZZ_CHECK(h.flags == 0 && h.count == 0 && (h.group >= 1 || h.kind == wire::Kind::LEAVE) &&
+               p.sideband == nullptr);
+    if (h.kind == wire::Kind::JOIN || h.kind == wire::Kind::ALLOC || h.kind == wire::Kind::LEAVE) {
       FUZZ_CHECK(h.terms == 0 && h.status == 0 && p.payload_len == 0);
+    } else if (h.kind == wire::Kind::ALLOCATED) {  // terms: shards; 8 bytes of quota and idle timeout
+      FUZZ_CHECK(h.terms >= 1 && h.status == 0 && p.payload_len == wire::kAllocatedBody);
+      FUZZ_CHECK(inside(p.payload, p.payload_len, frame, size) && wire::allocated_body(p));
+    } else if (h.kind == wire::Kind::LEFT) {  // terms: the ranks still bound
+      FUZZ_CHECK(h.terms <= h.group && h.status == 0 && p.payload_len == 0);
     } else {  // JOINED: terms <= group, COMPLETE or nothing, the bitmap or nothing
       FUZZ_CHECK(h.terms <= h.group && (h.status & ~wire::jstatus::COMPLETE) == 0);
       FUZZ_CHECK(p.payload_len == 0 || p.payload_len == wire::abandoned_bitmap_bytes(h.group));
@@ -131,8 +138,8 @@ void check_rebuild(const Parsed& p, bool check_partial) {
   const wire::Header& h = p.h;
   const uint8_t* body = nullptr;
   size_t body_len = 0;
-  if (h.kind == wire::Kind::NACK || h.kind == wire::Kind::JOIN || h.kind == wire::Kind::JOINED) {
-    body = p.payload;  // OP_ABANDONED's or JOINED's bitmap, or nothing
+  if (h.kind == wire::Kind::NACK || wire::is_job_kind(h.kind)) {
+    body = p.payload;  // OP_ABANDONED's or JOINED's bitmap, ALLOCATED's body, or nothing
     body_len = p.payload_len;
   } else {
     if (h.encoding == wire::Encoding::KULISCH) {

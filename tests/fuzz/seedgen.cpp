@@ -234,6 +234,13 @@ void hand_made() {
   jd.terms = 2;
   jd.status = wire::jstatus::COMPLETE;
   put("joined-complete", frame(jd, {0x03}, kSwitch, kRank));
+  // Job pools: ALLOC, ALLOCATED (slot quota 256, idle timeout 30000 ms), LEAVE and LEFT.
+  put("alloc", frame(wire::alloc_header(1000, 0xCAFEF00D, 0, 4), {}));
+  const auto ab8 = wire::allocated_body(wire::AllocatedBody{256, 30000});
+  put("allocated", frame(wire::allocated_header(1003, 0xCAFEF00D, 1000, 1, 4, 2), Bytes(ab8.begin(), ab8.end()),
+                         kSwitch, kRank));
+  put("leave", frame(wire::leave_header(1003, 0x1234ABCD, 2), {}));
+  put("left", frame(wire::left_header(1003, 0x1234ABCD, 2, 4, 3), {}, kSwitch, kRank));
   // Kulisch partials: one fragment, then the same chunk cut into small fragments.
   const auto zoo = lane_zoo();
   for (const auto& f : kulisch_frames(zoo, wire::max_body(9000), Format::FP32)) put("kulisch-one", f);

@@ -19,6 +19,7 @@
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
 #include "proto/partial.hpp"
+#include "proto/steer.hpp"
 
 namespace {
 
@@ -207,11 +208,16 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     case Kind::CONTRIB: h.terms = 1; break;
     case Kind::PARTIAL: h.terms = uint16_t(1 + rng() % h.group); break;
     case Kind::RESULT: h.terms = h.group, h.status = uint8_t(rng() % 8); break;
-    case Kind::NACK: h.terms = 0, h.status = uint8_t(1 + rng() % 8); break;
+    case Kind::NACK: h.terms = 0, h.status = uint8_t(1 + rng() % 12); break;
     case Kind::JOIN: h.terms = 0; break;
     case Kind::JOINED: h.terms = uint16_t(rng() % (uint32_t(h.group) + 1)), h.status = uint8_t(rng() % 2); break;
+    case Kind::ALLOC: h.terms = 0; break;
+    case Kind::ALLOCATED: h.terms = uint16_t(1 + rng() % 64); break;  // the switch's shard count
+    case Kind::LEAVE: h.terms = 0, h.group = 0; break;                // LEAVE names no group
+    case Kind::LEFT: h.terms = uint16_t(rng() % (uint32_t(h.group) + 1)); break;
   }
-  if (kind == Kind::JOIN || kind == Kind::JOINED) {
+  if (kind == Kind::JOIN || kind == Kind::JOINED || kind == Kind::ALLOC || kind == Kind::ALLOCATED ||
+      kind == Kind::LEAVE || kind == Kind::LEFT) {
     // No descriptor (codes 0), no flags, no count; JOINED may carry the bitmap of the ranks joined.
     h.count = 0;
     h.flags = 0;
@@ -222,6 +228,11 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     h.exceptions = Exceptions(0);
     if (kind == Kind::JOINED && rng() % 2) {
       b.payload.resize((size_t(h.group) + 7) / 8);
+      for (auto& x : b.payload) x = uint8_t(rng());
+      b.body = b.payload;
+    }
+    if (kind == Kind::ALLOCATED) {  // slot_quota, idle_timeout_ms: 8 bytes, always
+      b.payload.resize(8);
       for (auto& x : b.payload) x = uint8_t(rng());
       b.body = b.payload;
     }
@@ -294,7 +305,9 @@ const Combo kCombos[] = {{Kind::CONTRIB, Encoding::DTYPE, false},    {Kind::PART
                          {Kind::PARTIAL, Encoding::OUT_DTYPE, true}, {Kind::PARTIAL, Encoding::KULISCH, false},
                          {Kind::RESULT, Encoding::OUT_DTYPE, false}, {Kind::RESULT, Encoding::OUT_DTYPE, true},
                          {Kind::NACK, Encoding::DTYPE, false},       {Kind::JOIN, Encoding::DTYPE, false},
-                         {Kind::JOINED, Encoding::DTYPE, false}};
+                         {Kind::JOINED, Encoding::DTYPE, false},     {Kind::ALLOC, Encoding::DTYPE, false},
+                         {Kind::ALLOCATED, Encoding::DTYPE, false},  {Kind::LEAVE, Encoding::DTYPE, false},
+                         {Kind::LEFT, Encoding::DTYPE, false}};
 
 void expect_same_header(const Header& a, const Header& b) {
   EXPECT_EQ(a.magic, b.magic);
@@ -932,14 +945,15 @@ TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
 // The wire's closed sets and offsets, against docs/PROTOCOL.md's tables.
 
 TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
-  const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"},
-                                               {4, "NACK"},    {5, "JOIN"},    {6, "JOINED"}};
+  const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"}, {4, "NACK"},
+                                               {5, "JOIN"},    {6, "JOINED"},  {7, "ALLOC"},  {8, "ALLOCATED"},
+                                               {9, "LEAVE"},   {10, "LEFT"}};
   for (const auto& [c, n] : kinds) {
     EXPECT_EQ(from_code<Kind>(uint8_t(c)), Kind(c));
     EXPECT_STREQ(wire::name(Kind(c)), n);
   }
   EXPECT_FALSE(from_code<Kind>(0).has_value());
-  EXPECT_FALSE(from_code<Kind>(7).has_value());
+  EXPECT_FALSE(from_code<Kind>(11).has_value());
   EXPECT_EQ(choices<Encoding>(), "dtype out_dtype kulisch");
   // The NACK table of PROTOCOL.md, code by code (tests/py/switch_util.py spells them so too).
   const std::pair<int, const char*> reasons[] = {{1, "malformed"},
@@ -949,7 +963,11 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
                                                  {5, "accumulator_too_narrow"},
                                                  {6, "no_free_slot"},
                                                  {7, "result_expired"},
-                                                 {8, "op_abandoned"}};
+                                                 {8, "op_abandoned"},
+                                                 {9, "pool_full"},
+                                                 {10, "group_too_large"},
+                                                 {11, "out_of_pool"},
+                                                 {12, "rank_taken"}};
   for (const auto& [c, n] : reasons) {
     ASSERT_EQ(from_code<NackReason>(uint8_t(c)), NackReason(c)) << n;
     EXPECT_STREQ(wire::name(NackReason(c)), n);
@@ -959,8 +977,8 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
     EXPECT_NE(d.find(": "), std::string::npos) << n << ": " << d;
   }
   EXPECT_FALSE(from_code<NackReason>(0).has_value());
-  EXPECT_FALSE(from_code<NackReason>(9).has_value());
-  EXPECT_STREQ(wire::name(NackReason(9)), "?");
+  EXPECT_FALSE(from_code<NackReason>(13).has_value());
+  EXPECT_STREQ(wire::name(NackReason(13)), "?");
   // Refusals: named by their table, in code order, "?" beyond it.
   EXPECT_STREQ(wire::name(Refusal::OK), "ok");
   EXPECT_STREQ(wire::name(Refusal::SHORT_FRAME), "short_frame");
@@ -978,7 +996,7 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
 TEST(Parse, NackShapesAreTheDocumentedOnes) {
   const std::pair<uint16_t, size_t> groups[] = {{1, 1}, {4, 1}, {8, 1}, {9, 2}, {12, 2}, {65535, 8192}};
   const Endpoint src{{2, 0, 0, 0, 0xff, 0}, 0x0A0000FE, 20562}, dst{{2, 0, 0, 0, 0, 1}, 0x0A000001, 20562};
-  for (uint8_t reason = 1; reason <= 8; ++reason)
+  for (uint8_t reason = 1; reason <= 12; ++reason)
     for (const auto& [group, bitmap] : groups) {
       const bool abandoned = reason == 8;
       const auto check = [&](uint16_t terms, uint16_t count, size_t body_len, Refusal want) {
@@ -1158,4 +1176,107 @@ TEST(Parse, ChecksumLeftToOffloadIsAcceptedOnKernelLinksOnly) {
   auto wrong = partial;
   wrong[wire::frame::udp_checksum + 1] ^= 0x01;
   EXPECT_EQ(wire::parse(wrong, 20562, &p, true, false, true), wire::Refusal::UDP_BAD_CHECKSUM);
+}
+
+// PROTOCOL.md, "Job pools": the four kinds, written byte by byte from its
+// table here (not by put_header), parsed, and the builders' bytes compared
+// with them; then every shape PROTOCOL.md refuses.
+namespace {
+Bytes pool_message(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint16_t sender, uint16_t group,
+                   uint16_t terms, const Bytes& body = {}) {
+  Bytes m(32, 0);
+  const auto be = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) m[at + size_t(i)] = uint8_t(v >> (8 * (n - 1 - i)));
+  };
+  be(0, 0x5052, 2);
+  m[2] = 1;
+  m[3] = kind;
+  be(4, job, 4);
+  be(8, op, 4);
+  be(12, chunk, 4);
+  be(16, sender, 2);
+  be(18, group, 2);
+  be(20, terms, 2);
+  m.insert(m.end(), body.begin(), body.end());
+  return m;
+}
+Bytes header_bytes(const Header& h, const Bytes& body = {}) {
+  Bytes m(32);
+  put_header(h, m.data());
+  m.insert(m.end(), body.begin(), body.end());
+  return m;
+}
+}  // namespace
+
+TEST(Parse, PoolKindsAreTheDocumentedOnes) {
+  // ALLOC: pool 1000, nonce 0xCAFEF00D, rank 0 asks for 4 ranks.
+  const Bytes alloc = pool_message(7, 1000, 0xCAFEF00D, 0, 0, 4, 0);
+  EXPECT_EQ(alloc[3], 7);
+  EXPECT_EQ(header_bytes(alloc_header(1000, 0xCAFEF00D, 0, 4)), alloc);
+  Parsed p;
+  ASSERT_EQ(parse_message(alloc, &p), Refusal::OK);
+  EXPECT_EQ(p.h.kind, Kind::ALLOC);
+  EXPECT_EQ(p.h.job, 1000u);
+  EXPECT_EQ(p.h.op, 0xCAFEF00Du);
+  EXPECT_EQ(p.h.group, 4);
+  // ALLOCATED: job 1003, the nonce, chunk = pool 1000, sender = switch 1, group 4, terms = 3 shards;
+  // body: slot_quota 256, idle_timeout_ms 30000, big-endian.
+  const Bytes body = {0, 0, 1, 0, 0, 0, 0x75, 0x30};
+  const Bytes allocated = pool_message(8, 1003, 0xCAFEF00D, 1000, 1, 4, 3, body);
+  EXPECT_EQ(header_bytes(allocated_header(1003, 0xCAFEF00D, 1000, 1, 4, 3),
+                         [] {
+                           const auto b = allocated_body(AllocatedBody{256, 30000});
+                           return Bytes(b.begin(), b.end());
+                         }()),
+            allocated);
+  ASSERT_EQ(parse_message(allocated, &p), Refusal::OK);
+  ASSERT_TRUE(allocated_body(p).has_value());
+  EXPECT_EQ(allocated_body(p)->slot_quota, 256u);
+  EXPECT_EQ(allocated_body(p)->idle_timeout_ms, 30000u);
+  EXPECT_EQ(p.h.chunk, 1000u);
+  EXPECT_EQ(p.h.terms, 3);
+  // LEAVE: job 1003, the rank's session nonce, rank 2, everything else 0.
+  const Bytes leave = pool_message(9, 1003, 0x1234, 0, 2, 0, 0);
+  EXPECT_EQ(header_bytes(leave_header(1003, 0x1234, 2)), leave);
+  ASSERT_EQ(parse_message(leave, &p), Refusal::OK);
+  EXPECT_EQ(p.h.kind, Kind::LEAVE);
+  // LEFT: 3 ranks still bound of 4.
+  const Bytes left = pool_message(10, 1003, 0x1234, 0, 2, 4, 3);
+  EXPECT_EQ(header_bytes(left_header(1003, 0x1234, 2, 4, 3)), left);
+  ASSERT_EQ(parse_message(left, &p), Refusal::OK);
+  EXPECT_EQ(p.h.terms, 3);
+
+  const auto refused = [&](Bytes m, size_t at, uint8_t v, Refusal want) {
+    m[at] = v;
+    Parsed q;
+    EXPECT_EQ(parse_message(m, &q), want) << "kind " << int(m[3]) << " byte " << at << " = " << int(v);
+  };
+  for (const Bytes* m : {&alloc, &allocated, &leave, &left}) {
+    refused(*m, 24, 1, Refusal::BAD_DTYPE);  // no descriptor
+    refused(*m, 27, 1, Refusal::BAD_ENCODING);
+    refused(*m, 29, 1, Refusal::BAD_EXCEPTIONS);
+    refused(*m, 30, 1, Refusal::BAD_FLAGS);
+    refused(*m, 31, 1, Refusal::BAD_STATUS);
+    refused(*m, 23, 1, Refusal::BAD_COUNT);
+  }
+  refused(alloc, 19, 0, Refusal::BAD_GROUP);
+  refused(allocated, 19, 0, Refusal::BAD_GROUP);
+  refused(left, 19, 0, Refusal::BAD_GROUP);
+  refused(alloc, 21, 1, Refusal::BAD_TERMS);
+  refused(leave, 21, 1, Refusal::BAD_TERMS);
+  refused(allocated, 21, 0, Refusal::BAD_TERMS);  // a switch has at least one shard
+  refused(left, 21, 5, Refusal::BAD_TERMS);       // more still bound than the group
+  Parsed q;
+  EXPECT_EQ(parse_message(Bytes(allocated.begin(), allocated.end() - 1), &q), Refusal::PAYLOAD_LENGTH);
+  EXPECT_EQ(parse_message(Bytes(allocated.begin(), allocated.begin() + 32), &q), Refusal::PAYLOAD_LENGTH);
+  for (const Bytes* m : {&alloc, &leave, &left}) {
+    Bytes longer = *m;
+    longer.push_back(0);
+    EXPECT_EQ(parse_message(longer, &q), Refusal::PAYLOAD_LENGTH) << int((*m)[3]);
+  }
+  // The job kinds go to the job's shard (job mod S), whatever op and chunk say.
+  Header h = allocated_header(1003, 0xCAFEF00D, 1000, 1, 4, 3);
+  EXPECT_EQ(shard_of(h, 3), 1003u % 3);
+  EXPECT_EQ(shard_of(alloc_header(1000, 77, 0, 4), 3), 1000u % 3);
+  EXPECT_EQ(shard_of(leave_header(1003, 5, 2), 3), 1003u % 3);
 }

@@ -464,6 +464,10 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::RESULT_EXPIRED, R::RESULT_EXPIRED},
       {Drop::ABANDONED, R::OP_ABANDONED},
       {Drop::NO_CHECKSUM, R::MALFORMED},
+      {Drop::POOL_FULL, R::POOL_FULL},
+      {Drop::GROUP_TOO_LARGE, R::GROUP_TOO_LARGE},
+      {Drop::OUT_OF_POOL, R::OUT_OF_POOL},
+      {Drop::RANK_TAKEN, R::RANK_TAKEN},
   };
   for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
     const Drop d = Drop(i);
