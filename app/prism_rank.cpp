@@ -476,6 +476,8 @@ int run_rank(Run run) {
       f.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
       f.commit();
       std::printf("%s", text.c_str());
+      for (const auto& [bytes, half_rtt] : g.ping_points())
+        std::fprintf(stderr, "ping-pong %zu bytes: %.3f us one way\n", bytes, half_rtt * 1e6);
     }
     return 0;
   }

@@ -42,8 +42,10 @@ void run(Algorithm a, Context& ctx, const Call& c) {
     throw std::invalid_argument(std::string(row->name) + " runs no " + name(c.coll) +
                                 (rooted(c.coll) && c.root ? " with root " + std::to_string(c.root) : "") + " (" +
                                 who_runs(c.coll) + ")");
-  if (row->hosts && !ctx.links) throw std::invalid_argument(std::string(row->name) + ": the group has no links");
-  const int p = ctx.links ? ctx.links->size() : 1, me = ctx.links ? ctx.links->rank() : 0;
+  if (row->hosts && !ctx.links)
+    throw std::invalid_argument(std::string(row->name) +
+                                ": this group has no links between its ranks (it was made for the switch alone)");
+  const int p = ctx.links ? ctx.links->size() : ctx.size, me = ctx.links ? ctx.links->rank() : ctx.rank;
   check_call(c, me, p);
   if (c.coll == Collective::BROADCAST && me == c.root && c.in != c.out && c.count)
     std::memcpy(c.out, c.in, c.count * info(c.op.dtype).bytes);

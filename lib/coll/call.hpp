@@ -82,7 +82,8 @@ class SwitchPath {
 
 // What an algorithm runs on.
 struct Context {
-  Links* links = nullptr;            // the group's links to its other ranks
+  int rank = 0, size = 1;            // this rank in its group
+  Links* links = nullptr;            // the group's links to its other ranks (null: a switch-only group)
   SwitchPath* via_switch = nullptr;  // the group's switch, when it has one
 };
 

@@ -17,6 +17,7 @@
 #include "coll/tcp.hpp"
 #include "config/config.hpp"
 #include "group/switch_path.hpp"
+#include "rendezvous/store.hpp"
 
 namespace prism {
 
@@ -61,6 +62,10 @@ std::vector<uint8_t> synthetic_sample(Format f, size_t count) {
   return out;
 }
 
+// A group made for the switch alone (its algorithm, no auto) needs no links between its ranks: they
+// may not even reach each other (ranks behind a switch in separate networks).
+bool wants_links(const GroupOptions& o) { return o.algorithm != Algorithm::SWITCH; }
+
 bool wants_switch(const GroupOptions& o) {
   if (o.algorithm == Algorithm::SWITCH) return true;
   if (o.algorithm != Algorithm::AUTO) return false;
@@ -87,6 +92,7 @@ struct Group::Impl {
   std::optional<coll::CalibrationFile> file;           // GroupOptions::calibration, read at creation
   std::map<std::string, coll::CostParams> calibrated;  // by op_key(): measured or taken from the file
   std::vector<uint8_t> flags;                          // a call's status bytes when the caller gives none
+  std::vector<coll::PingPoint> ping;                   // the last calibration's (rank 0's)
 
   explicit Impl(const GroupOptions& o) : opts(o) {}
 
@@ -94,20 +100,22 @@ struct Group::Impl {
     if (comm) {
       via_switch.emplace(*comm);
       ctx.via_switch = &*via_switch;
-      if (comm->endpoints().group != links->size())
+      if (links && comm->endpoints().group != links->size())
         throw Error(Errc::INVALID_ARGUMENT, "the switch's job has " + std::to_string(comm->endpoints().group) +
                                                 " ranks but the group has " + std::to_string(links->size()));
     }
     ctx.links = links.get();
+    ctx.rank = links ? links->rank() : comm->endpoints().rank;
+    ctx.size = links ? links->size() : comm->endpoints().group;
     if (!opts.calibration.empty()) {
       std::ifstream in(opts.calibration);
       if (!in) throw Error(Errc::INVALID_ARGUMENT, "cannot read calibration " + opts.calibration);
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       file = guarded([&] { return coll::calibration_from_json(text); });
-      if (file->ranks && file->ranks != links->size())
+      if (file->ranks && file->ranks != ctx.size)
         throw Error(Errc::INVALID_ARGUMENT, "calibration " + opts.calibration + " was measured in a group of " +
                                                 std::to_string(file->ranks) + " ranks, this one has " +
-                                                std::to_string(links->size()) +
+                                                std::to_string(ctx.size) +
                                                 " (ranks sharing a host change what the model predicts); make one "
                                                 "with prism-rank --calibrate FILE");
     }
@@ -136,13 +144,19 @@ struct Group::Impl {
   }
 
   void calibrate(const coll::ReduceOp& op, const void* sample, size_t count) {
+    if (!links)
+      throw Error(Errc::INVALID_ARGUMENT,
+                  "auto needs the model's calibration, measured over links between the ranks; this group was made "
+                  "for the switch alone (GroupOptions::algorithm = SWITCH): give another algorithm or auto");
     std::vector<uint8_t> own;
     if (!sample || count == 0) {  // rank 0's sample is the one used; it may have none (a broadcast's non-root)
       count = std::max<size_t>(count, coll::kGammaLargeLanes);
       own = synthetic_sample(op.dtype, count);
       sample = own.data();
     }
-    coll::CostParams c = guarded([&] { return coll::calibrate(*links, op, sample, count).params; });
+    coll::Calibration cal = guarded([&] { return coll::calibrate(*links, op, sample, count); });
+    ping = std::move(cal.ping);
+    coll::CostParams& c = cal.params;
     const std::vector<Algorithm> can = candidates();
     if (comm && std::find(can.begin(), can.end(), Algorithm::SWITCH) != can.end())
       guarded([&] { group::calibrate_switch(*comm, *links, op, sample, count, c); });
@@ -151,7 +165,7 @@ struct Group::Impl {
 
   coll::Problem problem(const coll::Call& c) const {
     const size_t esz = c.coll == Collective::BARRIER ? 0 : info(c.op.dtype).bytes;
-    return {c.coll, links->size(), c.count, esz, c.root};
+    return {c.coll, ctx.size, c.count, esz, c.root};
   }
 };
 
@@ -164,14 +178,15 @@ Group Group::from_config(const std::string& yaml_path, ConfigSelect sel, const G
   auto impl = std::make_unique<Impl>(o);
   // The switch first: joining its session waits for every rank, so the host links find every rank up.
   if (wants_switch(o)) impl->comm.emplace(Communicator::from_config(yaml_path, sel, o.tuning));
-  guarded([&] {
-    const coll::TcpOptions to = tcp_options(o);
-    const coll::TcpPeers peers = coll::tcp_peers_from_config(yaml_path, sel.job, to);
-    if (sel.rank < 0 || size_t(sel.rank) >= peers.ranks.size())
-      throw std::invalid_argument("rank " + std::to_string(sel.rank) + " is not below the job's group of " +
-                                  std::to_string(peers.ranks.size()));
-    impl->links = coll::connect_tcp(peers, sel.rank, to);
-  });
+  if (wants_links(o))
+    guarded([&] {
+      const coll::TcpOptions to = tcp_options(o);
+      const coll::TcpPeers peers = coll::tcp_peers_from_config(yaml_path, sel.job, to);
+      if (sel.rank < 0 || size_t(sel.rank) >= peers.ranks.size())
+        throw std::invalid_argument("rank " + std::to_string(sel.rank) + " is not below the job's group of " +
+                                    std::to_string(peers.ranks.size()));
+      impl->links = coll::connect_tcp(peers, sel.rank, to);
+    });
   impl->finish();
   return Group(std::move(impl));
 }
@@ -200,8 +215,29 @@ Group Group::from_endpoints(int rank, const std::vector<std::string>& hosts,
   return Group(std::move(impl));
 }
 
-int Group::rank() const { return impl_->links->rank(); }
-int Group::size() const { return impl_->links->size(); }
+Group Group::from_store(std::shared_ptr<rdv::Store> store, int rank, int size, const GroupOptions& o) {
+  if (!store) throw Error(Errc::INVALID_ARGUMENT, "from_store: no store given (store_from_env() makes one)");
+  auto impl = std::make_unique<Impl>(o);
+  guarded([&] {
+    if (size < 1 || rank < 0 || rank >= size)
+      throw std::invalid_argument("rank " + std::to_string(rank) + " of a group of " + std::to_string(size) +
+                                  ": give 0 <= rank < size");
+    coll::TcpOptions to = tcp_options(o);
+    to.local_ip = o.host_ip;
+    // Groups that share one store keep their keys apart under their name.
+    rdv::PrefixStore mine(o.name.empty() ? "prism" : "prism/" + o.name, store);
+    try {
+      impl->links = coll::connect_tcp(mine, rank, size, to);
+    } catch (const rdv::StoreError& e) {
+      throw coll::LinkError(std::string("the rendezvous store: ") + e.what());
+    }
+  });
+  impl->finish();
+  return Group(std::move(impl));
+}
+
+int Group::rank() const { return impl_->ctx.rank; }
+int Group::size() const { return impl_->ctx.size; }
 bool Group::has_switch() const { return impl_->comm.has_value(); }
 Communicator* Group::switch_communicator() { return impl_->comm ? &*impl_->comm : nullptr; }
 
@@ -239,6 +275,12 @@ std::string Group::calibration_json(Format dtype, const OpOptions& op) const {
   const coll::ReduceOp rop = reduce_op(dtype, op);
   const coll::CostParams* p = impl_->params(rop);
   return p ? coll::calibration_json({coll::op_key(rop), size(), *p}) : std::string();
+}
+
+std::vector<std::pair<size_t, double>> Group::ping_points() const {
+  std::vector<std::pair<size_t, double>> out;
+  for (const coll::PingPoint& p : impl_->ping) out.emplace_back(p.bytes, p.half_rtt);
+  return out;
 }
 
 CollReport Group::run(Collective c, const void* in, void* out, size_t count, Format dtype, const CollOptions& o,

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prism.hpp"
@@ -44,6 +45,7 @@ struct GroupOptions {
   uint32_t recv_timeout_ms = 60000;     // a host collective with no progress for this long fails
   std::string host_ip;                  // this rank's address for the host links ("": the config's or found)
   uint16_t tcp_port_offset = 0;         // from_config: a rank's host link listens at its udp_port + this
+  std::string name;                     // from_store: groups sharing one store keep their keys apart by name
 };
 
 // One call's options.
@@ -114,6 +116,8 @@ class Group {
   void calibrate(const void* sample, size_t count, Format dtype, const OpOptions& op = {});
   // The calibration for `op` as a file's text (empty when there is none); the same on every rank.
   std::string calibration_json(Format dtype, const OpOptions& op = {}) const;
+  // Rank 0's ping-pong of the last calibration: message bytes and the median half round trip (s).
+  std::vector<std::pair<size_t, double>> ping_points() const;
 
   // The switch's communicator (null without a switch): non-blocking ops, statistics.
   Communicator* switch_communicator();

@@ -115,6 +115,90 @@ int prism_test(prism_request* req, int* done);
 int prism_comm_stats(const prism_comm* c, prism_stats* s);
 size_t prism_dtype_size(prism_dtype d);
 
+/* ---- Groups (prism/group.hpp): every collective with any algorithm, or auto ---- */
+
+typedef enum {
+  PRISM_ALGO_AUTO = 0,
+  PRISM_ALGO_SWITCH = 1,
+  PRISM_ALGO_BINOMIAL = 2,
+  PRISM_ALGO_CHAIN = 3,
+  PRISM_ALGO_RHD = 4,
+  PRISM_ALGO_RING = 5
+} prism_algorithm;
+typedef enum {
+  PRISM_ALLREDUCE = 0,
+  PRISM_REDUCE = 1,
+  PRISM_BROADCAST = 2,
+  PRISM_REDUCE_SCATTER = 3,
+  PRISM_ALLGATHER = 4,
+  PRISM_BARRIER = 5
+} prism_collective;
+
+typedef struct prism_group prism_group;
+
+/* Zero fields take GroupOptions' defaults. */
+typedef struct {
+  prism_algorithm algorithm;          /* every collective's, unless a call names one (default auto) */
+  const prism_algorithm* candidates;  /* what auto chooses among (NULL: every algorithm the group has) */
+  size_t ncandidates;
+  const char* calibration;            /* a calibration file (NULL: auto measures when it first needs to) */
+  const char* host_ip;                /* this rank's address for the host links (NULL: found) */
+  const char* name;                   /* groups sharing one store keep apart by name (NULL: none) */
+  uint32_t connect_timeout_ms, recv_timeout_ms;
+  const prism_tuning* tuning;         /* the switch communicator's */
+} prism_group_options;
+
+/* A store given as functions (an MPI library's exchange, a framework's store). Each returns 0, or
+ * non-zero on failure. get waits up to timeout_ms for key to be set and writes its value to
+ * *value (malloc'd: the library frees it) and its length to *len; it returns 1 on timeout. add and
+ * check may be NULL. */
+typedef struct {
+  void* user;
+  int (*set)(void* user, const char* key, const void* value, size_t len);
+  int (*get)(void* user, const char* key, uint32_t timeout_ms, void** value, size_t* len);
+  int (*add)(void* user, const char* key, int64_t delta, int64_t* result);
+  int (*check)(void* user, const char* key, int* is_set);
+} prism_store_callbacks;
+
+typedef struct {
+  prism_op_options op;
+  int algorithm_given;        /* 1: use `algorithm`; 0: the group's */
+  prism_algorithm algorithm;
+  uint16_t root;              /* reduce's and broadcast's */
+  size_t segments;            /* the chain's m (0: the model's) */
+} prism_coll_options;
+
+typedef struct {
+  prism_algorithm algorithm;  /* what ran (auto's choice) */
+  size_t segments;
+  uint64_t overflow, invalid, nan_input;
+  double seconds, predicted_seconds; /* predicted: -1 without a calibration */
+} prism_coll_report;
+
+/* From the switch's YAML (as prism_comm_from_config). */
+int prism_group_from_config(const char* yaml_path, uint32_t job, int rank, const prism_group_options* o,
+                            prism_group** out);
+/* From a rendezvous store URL ("tcp://host:port": rank 0 serves it; "file:///path"); NULL: the
+ * environment (PRISM_STORE, else MASTER_ADDR and MASTER_PORT). */
+int prism_group_from_store_url(const char* url, int rank, int size, const prism_group_options* o,
+                               prism_group** out);
+/* From a store given as functions. */
+int prism_group_from_callbacks(const prism_store_callbacks* store, int rank, int size, const prism_group_options* o,
+                               prism_group** out);
+void prism_group_destroy(prism_group* g);
+int prism_group_rank(const prism_group* g);
+int prism_group_size(const prism_group* g);
+
+/* Buffers as prism/group.hpp's Group::run (count: elements of the whole vector). */
+int prism_group_run(prism_group* g, prism_collective c, const void* in, void* out, size_t count, prism_dtype dtype,
+                    const prism_coll_options* o, prism_coll_report* report);
+int prism_group_allreduce(prism_group* g, const void* in, void* out, size_t count, prism_dtype dtype,
+                          const prism_coll_options* o, prism_coll_report* report);
+int prism_group_barrier(prism_group* g);
+
+const char* prism_algorithm_name(prism_algorithm a);   /* "auto", "switch", ...; "?" otherwise */
+const char* prism_collective_name(prism_collective c); /* "allreduce", ... */
+
 #ifdef __cplusplus
 }
 #endif

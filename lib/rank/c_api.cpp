@@ -1,11 +1,9 @@
 // The C API (prism.h) over the C++ Communicator: exceptions become
 // negative codes and a per-thread message.
 #include <cstring>
-#include <new>
 #include <string>
 
-#include "prism/prism.h"
-#include "prism/prism.hpp"
+#include "rank/c_guard.hpp"
 
 struct prism_comm {
   prism::Communicator c;
@@ -15,44 +13,33 @@ struct prism_request {
   prism::Request r;
 };
 
-namespace {
+namespace prism::capi {
 
+namespace {
 thread_local std::string last_error;
+}  // namespace
+
+const char* last_error_text() { return last_error.c_str(); }
 
 int fail(prism_errc code, const std::string& msg) {
   last_error = msg;
   return code;
 }
 
-int code_of(prism::Errc e) {
+prism_errc code_of(Errc e) {
   switch (e) {
-    case prism::Errc::INVALID_ARGUMENT: return PRISM_EINVAL;
-    case prism::Errc::SYSTEM: return PRISM_ESYSTEM;
-    case prism::Errc::TIMEOUT: return PRISM_ETIMEOUT;
-    case prism::Errc::REFUSED: return PRISM_EREFUSED;
-    case prism::Errc::ABANDONED: return PRISM_EABANDONED;
-    case prism::Errc::LINK: return PRISM_ELINK;
+    case Errc::INVALID_ARGUMENT: return PRISM_EINVAL;
+    case Errc::SYSTEM: return PRISM_ESYSTEM;
+    case Errc::TIMEOUT: return PRISM_ETIMEOUT;
+    case Errc::REFUSED: return PRISM_EREFUSED;
+    case Errc::ABANDONED: return PRISM_EABANDONED;
+    case Errc::LINK: return PRISM_ELINK;
   }
   return PRISM_EINTERNAL;
 }
 
-// Runs f, turning what it throws into a code and last_error.
-template <class F>
-int guarded(F&& f) {
-  try {
-    f();
-    return PRISM_OK;
-  } catch (const prism::Error& e) {
-    return fail(prism_errc(code_of(e.code())), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(PRISM_EINTERNAL, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(PRISM_EINTERNAL, e.what());
-  }
-}
-
-prism::Tuning tuning(const prism_tuning* t) {
-  prism::Tuning d;
+Tuning tuning(const prism_tuning* t) {
+  Tuning d;
   if (!t) return d;
   if (t->window) d.window = t->window;
   if (t->chunk_elems) d.chunk_elems = t->chunk_elems;
@@ -66,18 +53,27 @@ prism::Tuning tuning(const prism_tuning* t) {
   return d;
 }
 
-prism::OpOptions options(const prism_op_options* o) {
-  prism::OpOptions d;
+OpOptions options(const prism_op_options* o) {
+  OpOptions d;
   if (!o) return d;
   if (o->out) {
-    d.out = prism::Format(o->out);  // checked with the op (an unknown code is refused there)
+    d.out = Format(o->out);  // checked with the op (an unknown code is refused there)
     d.out_given = true;
   }
-  if (o->policy) d.policy = prism::Policy(o->policy);
-  if (o->transport) d.transport = prism::PartialTransport(o->transport);
-  if (o->overflow) d.exceptions = prism::Exceptions(o->overflow);
+  if (o->policy) d.policy = Policy(o->policy);
+  if (o->transport) d.transport = PartialTransport(o->transport);
+  if (o->overflow) d.exceptions = Exceptions(o->overflow);
   return d;
 }
+
+}  // namespace prism::capi
+
+namespace {
+
+using prism::capi::fail;
+using prism::capi::guarded;
+using prism::capi::options;
+using prism::capi::tuning;
 
 void put_report(const prism::OpReport& r, prism_op_report* out) {
   if (!out) return;
@@ -88,7 +84,7 @@ void put_report(const prism::OpReport& r, prism_op_report* out) {
 
 extern "C" {
 
-const char* prism_last_error(void) { return last_error.c_str(); }
+const char* prism_last_error(void) { return prism::capi::last_error_text(); }
 
 int prism_comm_from_config(const char* yaml_path, uint32_t job, int rank, const prism_tuning* t, prism_comm** out) {
   if (!yaml_path || !out) return fail(PRISM_EINVAL, "prism_comm_from_config: a null argument");

@@ -1,5 +1,5 @@
-// Every host algorithm and collective (coll/binomial.hpp, chain.hpp,
-// rhd.hpp, ring.hpp) under every input format, every output format the op
+// Every host algorithm of the table (coll/algorithms.hpp's kAlgorithms) and
+// every reducing collective it offers, through coll::run, under every input format, every output format the op
 // admits, every policy and every exceptions mode, for p in {1, 3, 5, 8} and
 // a count no p divides, over the in-process transport (one thread per rank).
 //
@@ -34,16 +34,16 @@
 
 #include "arith/accumulator.hpp"
 #include "arith/op.hpp"
-#include "coll/binomial.hpp"
+#include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
-#include "coll/chain.hpp"
 #include "coll/inproc.hpp"
 #include "coll/rhd.hpp"
-#include "coll/ring.hpp"
 #include "coll_util.hpp"
 
 namespace {
 
+using prism::Algorithm;
+using prism::Collective;
 using prism::Exceptions;
 using prism::Format;
 using prism::OpDesc;
@@ -84,62 +84,69 @@ class PrintTally : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new PrintTally);
 
-enum Algo {
-  BINOMIAL_ALLREDUCE,
-  CHAIN_ALLREDUCE,
-  RHD_ALLREDUCE,
-  RING_ALLREDUCE,
-  RHD_REDUCE_SCATTER,
-  RING_REDUCE_SCATTER,
-  BINOMIAL_REDUCE,
-  RHD_REDUCE,
-  CHAIN_REDUCE,
-  kAlgoCount
+// The cases: every reducing collective each algorithm of the table offers
+// (kAlgorithms: a row added there is run here), the rooted ones at two roots
+// where the algorithm takes any (1 and p - 1: for p = 3, 5 the fold's other
+// parity, and the last rank), the chain's at rank 0. Through coll::run, the
+// dispatch Group uses; the switch is tested against a switch (test_rank,
+// tests/py).
+struct Case {
+  Algorithm algo;
+  Collective coll;
+  int root;
 };
-constexpr const char* kAlgoName[kAlgoCount] = {"binomial_allreduce", "chain_allreduce",    "rhd_allreduce",
-                                               "ring_allreduce",     "rhd_reduce_scatter", "ring_reduce_scatter",
-                                               "binomial_reduce",    "rhd_reduce",         "chain_reduce"};
-bool is_allreduce(int a) { return a <= RING_ALLREDUCE; }
-bool is_reduce_scatter(int a) { return a == RHD_REDUCE_SCATTER || a == RING_REDUCE_SCATTER; }
-
-// The roots of the rooted collectives: non-zero where p allows (chain_reduce's is always 0).
-int binomial_root(int p) { return p - 1; }
-int rhd_root(int p) { return p > 1 ? 1 : 0; }  // odd and below 2r for p = 3, 5: the fold's other parity
-int root_of(int a, int p) { return a == BINOMIAL_REDUCE ? binomial_root(p) : a == RHD_REDUCE ? rhd_root(p) : 0; }
+std::vector<Case> cases(int p) {
+  std::vector<Case> out;
+  for (const prism::coll::AlgorithmInfo& a : prism::coll::algorithms()) {
+    if (!a.hosts) continue;
+    for (Collective c : {Collective::ALLREDUCE, Collective::REDUCE_SCATTER, Collective::REDUCE}) {
+      if (!(a.runs & prism::coll::bit(c))) continue;
+      if (c != Collective::REDUCE || a.roots == prism::coll::Roots::ZERO) {
+        out.push_back({a.value, c, 0});
+        continue;
+      }
+      out.push_back({a.value, c, std::min(1, p - 1)});
+      if (p > 2) out.push_back({a.value, c, p - 1});
+    }
+  }
+  return out;
+}
 
 struct Result {
   Bytes out, flags;
 };
 
-// Rank r's buffers for algorithm a: the whole vector, or its block for a reduce-scatter.
-size_t out_len(int a, size_t count, int p, int r) {
-  return is_reduce_scatter(a) ? coll_block_start(count, p, r + 1) - coll_block_start(count, p, r) : count;
+// Rank r's buffers for case k: the whole vector, or its block for a reduce-scatter.
+size_t out_len(const Case& k, size_t count, int p, int r) {
+  return k.coll == Collective::REDUCE_SCATTER ? coll_block_start(count, p, r + 1) - coll_block_start(count, p, r)
+                                              : count;
 }
 
-// Runs every algorithm, one after another, on one group; got[r][a] is rank r's result of a.
-std::vector<std::array<Result, kAlgoCount>> run_all(const ReduceOp& op, int p, const std::vector<Bytes>& in,
-                                                    size_t count) {
+// Runs every case, one after another, on one group; got[r][k] is rank r's result of case k.
+std::vector<std::vector<Result>> run_all(const ReduceOp& op, int p, const std::vector<Bytes>& in, size_t count) {
   const size_t osz = prism::info(op.out).bytes;
-  std::vector<std::array<Result, kAlgoCount>> got(static_cast<size_t>(p));
+  const std::vector<Case> all = cases(p);
+  std::vector<std::vector<Result>> got(static_cast<size_t>(p), std::vector<Result>(all.size()));
   run_group(p, [&](int r, Links& t) {
-    auto& g = got[size_t(r)];
-    for (int a = 0; a < kAlgoCount; ++a) {
-      const size_t n = out_len(a, count, p, r);
-      g[size_t(a)] = Result{Bytes(n * osz, 0xEE), Bytes(n, 0xEE)};
+    prism::coll::Context ctx;
+    ctx.links = &t;
+    for (size_t k = 0; k < all.size(); ++k) {
+      const size_t n = out_len(all[k], count, p, r);
+      Result& g = got[size_t(r)][k];
+      g = Result{Bytes(n * osz, 0xEE), Bytes(n, 0xEE)};
+      prism::coll::Call call{all[k].coll,
+                             in[size_t(r)].data(),
+                             g.out.empty() ? nullptr : g.out.data(),
+                             g.flags.empty() ? nullptr : g.flags.data(),
+                             count,
+                             op,
+                             all[k].root,
+                             kChainSegments};
+      if (all[k].coll == Collective::REDUCE && r != all[k].root) call.out = nullptr, call.flags = nullptr;
+      prism::coll::run(all[k].algo, ctx, call);
     }
-    const void* x = in[size_t(r)].data();
-    auto o = [&](int a) { return g[size_t(a)].out.empty() ? nullptr : g[size_t(a)].out.data(); };
-    auto f = [&](int a) { return g[size_t(a)].flags.empty() ? nullptr : g[size_t(a)].flags.data(); };
-    prism::coll::binomial_allreduce(t, x, count, op, o(BINOMIAL_ALLREDUCE), f(BINOMIAL_ALLREDUCE), 0);
-    prism::coll::chain_allreduce(t, x, count, op, o(CHAIN_ALLREDUCE), f(CHAIN_ALLREDUCE), kChainSegments);
-    prism::coll::rhd_allreduce(t, x, count, op, o(RHD_ALLREDUCE), f(RHD_ALLREDUCE));
-    prism::coll::ring_allreduce(t, x, count, op, o(RING_ALLREDUCE), f(RING_ALLREDUCE));
-    prism::coll::rhd_reduce_scatter(t, x, count, op, o(RHD_REDUCE_SCATTER), f(RHD_REDUCE_SCATTER));
-    prism::coll::ring_reduce_scatter(t, x, count, op, o(RING_REDUCE_SCATTER), f(RING_REDUCE_SCATTER));
-    prism::coll::binomial_reduce(t, x, count, op, o(BINOMIAL_REDUCE), f(BINOMIAL_REDUCE), binomial_root(p));
-    prism::coll::rhd_reduce(t, x, count, op, o(RHD_REDUCE), f(RHD_REDUCE), rhd_root(p));
-    prism::coll::chain_reduce(t, x, count, op, o(CHAIN_REDUCE), f(CHAIN_REDUCE), kChainSegments);
   });
+  g_tally.runs += all.size();
   return got;
 }
 
@@ -226,10 +233,10 @@ double ulp(Format f, double x) {
   return std::ldexp(1.0, std::max(e, fi.emin) - fi.mbits);
 }
 
-std::string what(const ReduceOp& op, int p, size_t count, int a) {
-  return std::string(kAlgoName[a]) + " " + prism::name(op.dtype) + "->" + prism::name(op.out) + " " +
-         prism::name(op.policy) + " " + prism::name(op.exceptions) + " p=" + std::to_string(p) +
-         " count=" + std::to_string(count) + " root=" + std::to_string(root_of(a, p));
+std::string what(const ReduceOp& op, int p, size_t count, const Case& k) {
+  return std::string(prism::name(k.algo)) + " " + prism::name(k.coll) + " " + prism::name(op.dtype) + "->" +
+         prism::name(op.out) + " " + prism::name(op.policy) + " " + prism::name(op.exceptions) +
+         " p=" + std::to_string(p) + " count=" + std::to_string(count) + " root=" + std::to_string(k.root);
 }
 
 std::string elem(Format f, const Result& r, size_t i) {
@@ -258,30 +265,30 @@ void expect_bits(const Result& got, const Result& want, Format out, const std::s
 // The whole vector an algorithm produced (the root's, rank 0's, or the
 // reduce-scatter's blocks in rank order), after checking what the other
 // ranks hold.
-Result view(const std::vector<std::array<Result, kAlgoCount>>& got, int a, int p, size_t count, Format out,
+Result view(const std::vector<std::vector<Result>>& got, size_t a, const Case& k, int p, size_t count, Format out,
             const std::string& w) {
   const size_t osz = prism::info(out).bytes;
-  if (is_reduce_scatter(a)) {
+  if (k.coll == Collective::REDUCE_SCATTER) {
     Result v;
     for (int r = 0; r < p; ++r) {
-      const Result& b = got[size_t(r)][size_t(a)];
+      const Result& b = got[size_t(r)][a];
       v.out.insert(v.out.end(), b.out.begin(), b.out.end());
       v.flags.insert(v.flags.end(), b.flags.begin(), b.flags.end());
     }
     return v;
   }
-  const int root = root_of(a, p);
+  const int root = k.root;
   for (int r = 0; r < p; ++r) {
     if (r == root) continue;
-    const Result& b = got[size_t(r)][size_t(a)];
-    if (is_allreduce(a)) {
-      expect_bits(b, got[size_t(root)][size_t(a)], out, w + ": rank " + std::to_string(r) + " vs rank 0");
+    const Result& b = got[size_t(r)][a];
+    if (k.coll == Collective::ALLREDUCE) {
+      expect_bits(b, got[size_t(root)][a], out, w + ": rank " + std::to_string(r) + " vs rank 0");
     } else {
       EXPECT_TRUE(b.out == Bytes(count * osz, 0xEE) && b.flags == Bytes(count, 0xEE))
           << w << ": reduce wrote at rank " << r;
     }
   }
-  return got[size_t(root)][size_t(a)];
+  return got[size_t(root)][a];
 }
 
 // The fp32 references of one op: the exact sum K and the exact sum of
@@ -332,78 +339,57 @@ void check_fp32(const Result& got, const Result& exact, const Fp32Refs& f, const
   }
 }
 
-// Every algorithm for one op on p ranks, against the references above.
+// Every case for one op on p ranks, against the references above.
 void check_op(const ReduceOp& op, int p, const std::vector<Bytes>& in, size_t count) {
   const bool exact = op.policy == Policy::KULISCH_FIXED || !prism::is_float(op.dtype);
   const Result want = reference(op.dtype, op.out, Policy::KULISCH_FIXED, op.exceptions, in, count);
+  const std::vector<Case> all = cases(p);
   const auto got = run_all(op, p, in, count);
   ++g_tally.ops;
-  g_tally.runs += kAlgoCount;
   Fp32Refs f;
-  Result bin0, bin_root;
   if (!exact) {
     f.k32 = reference(op.dtype, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE, in, count);
     f.s32 = reference(op.dtype, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE,
                       prism::coll::test::magnitudes(op.dtype, in, count), count);
     const double u = std::ldexp(1.0, -24);
     f.gamma_u = (p - 1) * u / (1 - (p - 1) * u) + u;
-    bin0 = reference(op.dtype, op.out, Policy::FP32_BINOMIAL, op.exceptions, in, count, 0);
-    bin_root = reference(op.dtype, op.out, Policy::FP32_BINOMIAL, op.exceptions, in, count, binomial_root(p));
   }
   Result rhd_all;
-  for (int a = 0; a < kAlgoCount; ++a) {
-    const std::string w = what(op, p, count, a);
-    const Result v = view(got, a, p, count, op.out, w);
-    if (a == RHD_ALLREDUCE) rhd_all = v;
-    if (a == RHD_REDUCE) expect_bits(v, rhd_all, op.out, w + ": vs rhd_allreduce");
+  for (size_t a = 0; a < all.size(); ++a) {
+    const Case& k = all[a];
+    const std::string w = what(op, p, count, k);
+    const Result v = view(got, a, k, p, count, op.out, w);
+    if (k.algo == Algorithm::RHD && k.coll == Collective::ALLREDUCE) rhd_all = v;
+    // RHD's reduce is its allreduce's reduce-scatter gathered at the root: the same bits, any root.
+    if (k.algo == Algorithm::RHD && k.coll == Collective::REDUCE)
+      expect_bits(v, rhd_all, op.out, w + ": vs rhd allreduce");
     if (exact) {
       expect_bits(v, want, op.out, w);
-    } else {
-      if (a == BINOMIAL_ALLREDUCE) expect_bits(v, bin0, op.out, w + ": vs the accumulator's FP32_BINOMIAL");
-      if (a == BINOMIAL_REDUCE) expect_bits(v, bin_root, op.out, w + ": vs the accumulator's FP32_BINOMIAL");
-      check_fp32(v, want, f, op, w);
+      continue;
     }
+    // The binomial tree's fp32 order is the accumulator's FP32_BINOMIAL over ranks relabelled (r - root) mod p.
+    if (k.algo == Algorithm::BINOMIAL)
+      expect_bits(v, reference(op.dtype, op.out, Policy::FP32_BINOMIAL, op.exceptions, in, count, k.root), op.out,
+                  w + ": vs the accumulator's FP32_BINOMIAL");
+    check_fp32(v, want, f, op, w);
   }
 }
 
-// Every collective refuses an op admission_error() refuses (p = 1: no peer to wait on).
+// Every case refuses an op admission_error() refuses (p = 1: no peer to wait on).
 void expect_refused(const ReduceOp& op) {
   const Bytes in(16 * prism::info(op.dtype).bytes);
   Bytes out(64), flags(16);
-  for (int a = 0; a < kAlgoCount; ++a)
-    EXPECT_THROW(run_group(1,
-                           [&](int, Links& t) {
-                             switch (a) {
-                               case BINOMIAL_ALLREDUCE:
-                                 prism::coll::binomial_allreduce(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case CHAIN_ALLREDUCE:
-                                 prism::coll::chain_allreduce(t, in.data(), 16, op, out.data(), flags.data(), 3);
-                                 break;
-                               case RHD_ALLREDUCE:
-                                 prism::coll::rhd_allreduce(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case RING_ALLREDUCE:
-                                 prism::coll::ring_allreduce(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case RHD_REDUCE_SCATTER:
-                                 prism::coll::rhd_reduce_scatter(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case RING_REDUCE_SCATTER:
-                                 prism::coll::ring_reduce_scatter(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case BINOMIAL_REDUCE:
-                                 prism::coll::binomial_reduce(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               case RHD_REDUCE:
-                                 prism::coll::rhd_reduce(t, in.data(), 16, op, out.data(), flags.data());
-                                 break;
-                               default: prism::coll::chain_reduce(t, in.data(), 16, op, out.data(), flags.data(), 3);
-                             }
-                           }),
-                 std::invalid_argument)
-        << kAlgoName[a] << " " << prism::name(op.dtype) << "->" << prism::name(op.out) << " " << prism::name(op.policy)
-        << " " << prism::name(op.exceptions);
+  for (const Case& k : cases(1))
+    EXPECT_THROW(
+        run_group(1,
+                  [&](int, Links& t) {
+                    prism::coll::Context ctx;
+                    ctx.links = &t;
+                    prism::coll::run(k.algo, ctx, {k.coll, in.data(), out.data(), flags.data(), 16, op, k.root, 3});
+                  }),
+        std::invalid_argument)
+        << prism::name(k.algo) << " " << prism::name(k.coll) << " " << prism::name(op.dtype) << "->"
+        << prism::name(op.out) << " " << prism::name(op.policy) << " " << prism::name(op.exceptions);
 }
 
 // The matrix for one input format: every output format, policy, exceptions mode and p.
