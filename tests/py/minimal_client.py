@@ -27,6 +27,18 @@ had not joined (from the last JOINED's bitmap).
 
 --ops N runs N allreduces in a row, op k with the inputs of seed + k.
 
+With --pool POOL_ID the job is a pooled one (PROTOCOL.md, Job pools): no
+member entry in the config (its switch section gives udp_port and shards);
+the client binds --ip and --udp-port and talks to --switch-ip. Rank 0 sends
+ALLOC (a random non-zero nonce, group --group) to udp_port + POOL_ID mod S
+until ALLOCATED (or a NACK) answers that nonce, and writes the job id and the
+switch's shard count to --pool-share FILE (atomically); the other ranks wait
+for that file (or take --pool-job JOB). Then every rank JOINs (the first JOIN
+binds the rank to its address), runs its ops, and LEAVEs: LEAVE (op = its
+JOIN's nonce) to udp_port + job mod S until a LEFT answers it. --no-leave
+skips the LEAVE (a job that dies without one); --linger S waits S seconds
+before it; --alloc-only stops after the ALLOC.
+
 --shards S sends as if the switch had S shards (--shards 1: everything to
 udp_port, as a client that ignores steering does); by default S is the
 config's.
@@ -51,6 +63,7 @@ import numpy as np
 # ---------------------------------------------------------------- PROTOCOL.md
 MAGIC, VERSION = 0x5052, 1
 CONTRIB, PARTIAL, RESULT, NACK, JOIN, JOINED = 1, 2, 3, 4, 5, 6
+ALLOC, ALLOCATED, LEAVE, LEFT = 7, 8, 9, 10
 F_RETRANSMIT, F_LAST_CHUNK, F_SIDEBAND = 1, 2, 4
 JOINED_COMPLETE = 1     # JOINED's status bit0: every rank of the job has joined
 POLICY = {'fp32_arrival': 1, 'kulisch': 2, 'fp32_binomial': 3}
@@ -69,6 +82,10 @@ NACK_REASON = {
         'raise retention_ms or lower the timeouts'),
     8: ('OP_ABANDONED', 'the switch gave the chunk up after op_timeout_ms: a contributor never sent '
         'or died; the collective failed'),
+    9: ('POOL_FULL', 'every job id of the pool is taken: retry later, or ask for a larger pool'),
+    10: ('GROUP_TOO_LARGE', 'the group is larger than the pool\'s max_group'),
+    11: ('OUT_OF_POOL', 'this address (or the switch port it came in on) is outside the pool'),
+    12: ('RANK_TAKEN', 'this rank of the job is already bound to another address'),
 }
 NO_FREE_SLOT, OP_ABANDONED = 6, 8
 # magic ver kind job op chunk sender group terms count dtype out policy enc transport exc flags status
@@ -337,6 +354,105 @@ def allreduce(sock: socket.socket, *, sw_ip: str, sw_port: int, shards: int, job
     return bytes(result), stats
 
 
+def read_switch(config: str) -> tuple[int, int]:
+    """(switch udp_port, shard count) from the switch YAML (PROTOCOL.md, Steering)."""
+    import yaml
+    with open(config) as f:
+        cfg = yaml.safe_load(f)
+    sw_port = int((cfg.get('switch') or {}).get('udp_port', 20562))
+    shards = int((cfg.get('reducers') or {}).get('shards', max(1, len(cfg.get('lcores') or []))))
+    return sw_port, shards
+
+
+def request(sock: socket.socket, pkt: bytes, to: tuple[str, int], *, want_kind: int, job: int | None, nonce: int,
+            rto: float, rto_max: float, deadline: float, what: str):
+    """Sends `pkt` to `to` on a doubling timer until a reply of `want_kind` (or a NACK) whose op is
+    `nonce` (and whose job is `job`, when given) comes back; returns (header fields, body, sends)."""
+    t_end = time.monotonic() + deadline
+    tmo, due, sends = rto, 0.0, 0
+    while True:
+        now = time.monotonic()
+        if now >= due:
+            try:
+                sock.sendto(pkt, to)
+            except (BlockingIOError, ConnectionRefusedError, OSError):
+                pass
+            sends += 1
+            due, tmo = now + tmo, min(tmo * 2, rto_max)
+        if now > t_end:
+            raise Failure(4, f'timeout: no answer to {what} after {deadline} s ({sends} sent)', sends=sends)
+        r, _, _ = select.select([sock], [], [], max(0.0, min(due, t_end) - time.monotonic()))
+        if not r:
+            continue
+        while True:
+            try:
+                pkt_in = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                continue
+            if len(pkt_in) < HDR.size:
+                continue
+            f = HDR.unpack_from(pkt_in)
+            magic, ver, kind, pjob, pop = f[:5]
+            if magic != MAGIC or ver != VERSION or pop != nonce or (job is not None and pjob != job):
+                continue
+            if kind == NACK:
+                status = f[-1]
+                name, why = NACK_REASON.get(status, (f'reason {status}', 'unknown reason code'))
+                raise Failure(3, f'NACK {name} for {what}: {why}', nack=name, sends=sends)
+            if kind == want_kind:
+                return f, pkt_in[HDR.size:], sends
+
+
+def pool_alloc(sock, *, sw_ip: str, sw_port: int, shards: int, pool: int, rank: int, group: int, rto: float,
+               rto_max: float, deadline: float) -> dict:
+    """ALLOC (job = pool id, op = nonce, sender = this rank, group = R, the rest 0) to udp_port + pool
+    mod S, until ALLOCATED: job id, chunk = pool id, terms = the switch's shard count, body = slot_quota
+    and idle_timeout_ms (big-endian u32 each)."""
+    nonce = new_nonce()
+    pkt = HDR.pack(MAGIC, VERSION, ALLOC, pool, nonce, 0, rank, group, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    f, body, sends = request(sock, pkt, (sw_ip, shard_port(sw_port, shards, pool, 0, 0)), want_kind=ALLOCATED,
+                             job=None, nonce=nonce, rto=rto, rto_max=rto_max, deadline=deadline,
+                             what=f'ALLOC of pool {pool} (group {group})')
+    (_m, _v, _k, job, _op, chunk, _sender, pgroup, terms, count, *_rest) = f
+    if chunk != pool or pgroup != group or terms < 1 or count != 0 or len(body) != 8:
+        raise Failure(5, f'malformed ALLOCATED: chunk {chunk}, group {pgroup}, terms {terms}, {len(body)} body bytes')
+    quota, idle = struct.unpack('>II', body)
+    return {'job': job, 'alloc_nonce': nonce, 'shards': terms, 'slot_quota': quota, 'idle_timeout_ms': idle,
+            'alloc_sends': sends}
+
+
+def pool_leave(sock, *, sw_ip: str, sw_port: int, shards: int, job: int, rank: int, nonce: int, rto: float,
+               rto_max: float, deadline: float) -> dict:
+    """LEAVE (op = the JOIN's nonce, sender = rank, the rest 0) to udp_port + job mod S, until LEFT."""
+    pkt = HDR.pack(MAGIC, VERSION, LEAVE, job, nonce, 0, rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    f, _body, sends = request(sock, pkt, (sw_ip, shard_port(sw_port, shards, job, 0, 0)), want_kind=LEFT, job=job,
+                              nonce=nonce, rto=rto, rto_max=rto_max, deadline=deadline,
+                              what=f'LEAVE of job {job} rank {rank}')
+    return {'left_terms': f[8], 'leave_sends': sends}
+
+
+def share_job(path: str, info: dict):
+    """Writes the job id and shard count for the other ranks: a new file renamed into place."""
+    import os
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'w') as f:
+        json.dump({'job': info['job'], 'shards': info['shards']}, f)
+    os.replace(tmp, path)
+
+
+def wait_share(path: str, deadline: float) -> dict:
+    import os
+    t_end = time.monotonic() + deadline
+    while not os.path.exists(path):
+        if time.monotonic() > t_end:
+            raise Failure(4, f'timeout: rank 0 shared no job id in {path} after {deadline} s')
+        time.sleep(0.01)
+    with open(path) as f:
+        return json.load(f)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -362,7 +478,20 @@ def main(argv=None) -> int:
     p.add_argument('--deadline', type=float, default=60, help='give up after this many seconds')
     p.add_argument('--shards', type=int,
                    help='steer as if the switch had this many shards (default: the config\'s; 1: all to udp_port)')
+    g = p.add_argument_group('job pools (PROTOCOL.md, Job pools)')
+    g.add_argument('--pool', type=int, help='the pool id: join a pooled job instead of a configured one')
+    g.add_argument('--group', type=int, help='R, the ranks of the pooled job (with --pool)')
+    g.add_argument('--ip', help='this rank\'s address (with --pool)')
+    g.add_argument('--udp-port', type=int, default=20562, help='this rank\'s UDP port (with --pool)')
+    g.add_argument('--switch-ip', help='the switch port\'s address (with --pool)')
+    g.add_argument('--pool-share', help='file through which rank 0 shares the job id with the others')
+    g.add_argument('--pool-job', type=int, help='join this pooled job id without ALLOC or a share file')
+    g.add_argument('--no-leave', action='store_true', help='end without LEAVE (a job that dies)')
+    g.add_argument('--linger', type=float, default=0, help='seconds to wait before LEAVE')
+    g.add_argument('--alloc-only', action='store_true', help='ALLOC, share, and stop')
     a = p.parse_args(argv)
+    if a.pool is not None:
+        return pool_main(a, p)
     if a.elements < 1:
         p.error('--elements must be at least 1')
     if a.ops < 1:
@@ -435,6 +564,76 @@ def main(argv=None) -> int:
     # digest: the last op's result (the only one's, without --ops); digests: every op's, in order
     line.update(digest=digests[-1], digests=digests, last_op=(line['op'] + a.ops - 1) & 0xFFFFFFFF,
                 seconds=round(time.monotonic() - t0, 3))
+    print(json.dumps(line), flush=True)
+    return 0
+
+
+def pool_main(a, p) -> int:
+    """A rank of a pooled job: ALLOC (rank 0) or the shared id, JOIN, the ops, LEAVE."""
+    if a.group is None or a.ip is None or a.switch_ip is None:
+        p.error('--pool needs --group, --ip and --switch-ip')
+    if not 0 <= a.rank < a.group:
+        p.error(f'--rank {a.rank}: 0..{a.group - 1}')
+    if a.pool_job is None and a.pool_share is None:
+        p.error('--pool needs --pool-share FILE (or --pool-job JOB)')
+    most = chunk_elements(a.dtype, a.out_dtype, a.mtu)
+    chunk = a.chunk or most
+    sw_port, shards = read_switch(a.config)
+    shards = a.shards or shards
+    rto, rto_max = a.timeout_ms / 1000, a.max_timeout_ms / 1000
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.bind((a.ip, a.udp_port))
+    sock.connect((a.switch_ip, sw_port))
+    sock.setblocking(False)
+    line = {'rank': a.rank, 'pool': a.pool, 'group': a.group, 'elements': a.elements, 'chunk': chunk,
+            'chunks': -(-a.elements // chunk), 'ops': a.ops, 'job': None, 'first_op': None}
+    t0 = time.monotonic()
+    digests, stats = [], {'results': 0, 'retransmits': 0}
+    try:
+        if a.pool_job is not None:
+            line['job'] = a.pool_job
+        elif a.rank == 0:
+            info = pool_alloc(sock, sw_ip=a.switch_ip, sw_port=sw_port, shards=shards, pool=a.pool, rank=0,
+                              group=a.group, rto=rto, rto_max=rto_max, deadline=a.join_timeout)
+            line.update(info)
+            shards = info['shards']
+            share_job(a.pool_share, info)
+        else:
+            shared = wait_share(a.pool_share, a.join_timeout)
+            line['job'], shards = shared['job'], shared['shards']
+        line['shards'] = shards
+        if a.alloc_only:
+            print(json.dumps(line), flush=True)
+            return 0
+        job, nonce = line['job'], new_nonce()
+        first, info = join(sock, to=(a.switch_ip, shard_port(sw_port, shards, job, 0, 0)), job=job, rank=a.rank,
+                           group=a.group, nonce=nonce, rto=rto, rto_max=max(rto, min(rto_max, 1.0)),
+                           deadline=a.join_timeout)
+        line.update(info, first_op=first)
+        for k in range(a.ops):
+            op = (first + k) & 0xFFFFFFFF
+            out, st = allreduce(sock, sw_ip=a.switch_ip, sw_port=sw_port, shards=shards, job=job, op=op,
+                                rank=a.rank, group=a.group, data=make_input(a.seed + k, a.rank, a.elements, a.dtype),
+                                dtype=a.dtype, out_dtype=a.out_dtype, policy=a.policy, chunk=chunk,
+                                window=a.window, rto=rto, rto_max=rto_max, deadline=a.deadline)
+            stats['results'] += st['results']
+            stats['retransmits'] += st['retransmits']
+            digests.append(hashlib.sha256(out).hexdigest())
+        if a.linger:
+            time.sleep(a.linger)
+        if not a.no_leave:
+            line.update(pool_leave(sock, sw_ip=a.switch_ip, sw_port=sw_port, shards=shards, job=job, rank=a.rank,
+                                   nonce=nonce, rto=rto, rto_max=rto_max, deadline=a.deadline))
+    except Failure as e:
+        line.update(e.info, error=str(e), seconds=round(time.monotonic() - t0, 3))
+        print(json.dumps(line), flush=True)
+        print(f'minimal_client rank {a.rank}: {e}', file=sys.stderr)
+        return e.code
+    finally:
+        sock.close()
+    line.update(stats, digests=digests, digest=digests[-1] if digests else None,
+                last_op=(line['first_op'] + a.ops - 1) & 0xFFFFFFFF, seconds=round(time.monotonic() - t0, 3))
     print(json.dumps(line), flush=True)
     return 0
 

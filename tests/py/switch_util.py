@@ -215,6 +215,8 @@ class Summary:
     jobs: dict = field(default_factory=dict)        # job -> Counter(opened, completed, ...) of op chunks, over shards
     incomplete: list = field(default_factory=list)  # (job, op, chunk, got, of)
     abandoned: dict = field(default_factory=dict)  # job -> op chunks abandoned after op_timeout_ms
+    pools: dict = field(default_factory=dict)      # pool id -> {first, count, max_group, free, allocated, ...}
+    pooled_jobs: dict = field(default_factory=dict)  # job -> {state, group, bound, idle_ms} (jobs not free)
     header: str = ''
 
     def shard_total(self, key: str) -> int:
@@ -243,6 +245,8 @@ _REFUSED = re.compile(r'^    refused (\S+)\s+(\d+)$')
 _DROPPED = re.compile(r'^    dropped (\S+)\s+(\d+)$')
 _INCOMPLETE = re.compile(r'^  INCOMPLETE job (\d+) op (\d+) chunk (\d+): (\d+) of (\d+) contributions$')
 _ABANDONED = re.compile(r'^  INCOMPLETE job (\d+): (\d+) op chunks abandoned after op_timeout_ms$')
+_POOL = re.compile(r'^  pool (\d+): ' + _PAIRS + '$')
+_POOLED = re.compile(r'^    pooled job (\d+) ([a-z]+): ' + _PAIRS + '$')
 
 
 def _pairs(text: str) -> dict:
@@ -287,6 +291,12 @@ def parse_summary(stdout: str) -> Summary:
             s.incomplete.append(tuple(map(int, m.groups())))
         elif m := _ABANDONED.match(ln):
             s.abandoned[int(m[1])] = int(m[2])
+        elif m := _POOL.match(ln):
+            section = 'pool'
+            s.pools[int(m[1])] = _pairs(m[2])
+        elif m := _POOLED.match(ln):
+            assert section == 'pool', f'pooled job line outside a pool section: {ln!r}'
+            s.pooled_jobs[int(m[1])] = {'state': m[2], **_pairs(m[3])}
         elif ln.strip():
             raise AssertionError(f'unrecognised summary line: {ln!r}')
     return s
