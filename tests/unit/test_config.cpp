@@ -216,6 +216,23 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(c.slots_per_shard, 4096u);
   EXPECT_EQ(c.fanout, prism::Fanout::COPY);
   EXPECT_EQ(c.lcores, (std::vector<unsigned>{0}));
+
+  ASSERT_EQ(c.pools.size(), 1u);  // CONFIG.md's pools: example
+  const prism::PoolConfig& pl = c.pools[0];
+  EXPECT_EQ(pl.first, 1000u);
+  EXPECT_EQ(pl.count, 64u);
+  EXPECT_EQ(pl.max_group, 16);
+  ASSERT_EQ(pl.ranges.size(), 1u);
+  EXPECT_EQ(pl.ranges[0].net, ip4(10, 0, 0, 0));
+  EXPECT_EQ(pl.ranges[0].len, 24);
+  EXPECT_EQ(pl.ports, (std::vector<uint16_t>{0}));
+  EXPECT_EQ(pl.slot_quota, 256u);
+  EXPECT_EQ(pl.idle_timeout_ms, 30000u);
+  EXPECT_FALSE(pl.udp_checksum_optional);
+  EXPECT_EQ(c.pool_of(1000), &pl);
+  EXPECT_EQ(c.pool_of(1063), &pl);
+  EXPECT_EQ(c.pool_of(1064), nullptr);
+  EXPECT_EQ(c.pool_of(999), nullptr);
 }
 
 // ---------------------------------------------------------------------------
@@ -771,3 +788,69 @@ TEST(Addresses, Ipv4Rejections) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// pools: (CONFIG.md's pools table)
+
+// kBase with a pool appended: its lines are 21.. .
+std::string with_pool(const std::string& pool) { return kBase + "pools:\n" + pool; }  // pools: is line 21
+
+TEST(ConfigPools, DefaultsAndRanges) {
+  const SwitchConfig c =
+      parse_config(with_pool("  - {jobs: {first: 100, count: 4}, max_group: 3, ranges: [10.1.0.0/16, 10.2.0.7]}\n"));
+  ASSERT_EQ(c.pools.size(), 1u);
+  const prism::PoolConfig& p = c.pools[0];
+  EXPECT_TRUE(p.ports.empty()) << "default: every port";
+  EXPECT_TRUE(p.lists(0) && p.lists(1) && p.lists(7));
+  EXPECT_EQ(p.idle_timeout_ms, 30000u);
+  EXPECT_EQ(p.slot_quota, 0u);
+  EXPECT_TRUE(p.formats.empty() && p.policies.empty());
+  EXPECT_TRUE(p.admits(ip4(10, 1, 255, 3)));
+  EXPECT_TRUE(p.admits(ip4(10, 2, 0, 7)));  // a bare address is a /32
+  EXPECT_FALSE(p.admits(ip4(10, 2, 0, 8)));
+  EXPECT_FALSE(p.admits(ip4(10, 3, 0, 1)));
+  const SwitchConfig all =
+      parse_config(with_pool("  - {jobs: {first: 0, count: 1}, max_group: 1, ranges: [0.0.0.0/0]}\n"));
+  EXPECT_TRUE(all.pools[0].admits(ip4(192, 168, 1, 1)));
+  const SwitchConfig top = parse_config(
+      with_pool("  - {jobs: {first: 4294967295, count: 1}, max_group: 2, ranges: [10.0.0.0/8], ports: [1]}\n"));
+  EXPECT_EQ(top.pools[0].first, 4294967295u);
+  EXPECT_TRUE(top.pools[0].lists(1) && !top.pools[0].lists(0));
+}
+
+TEST(ConfigPools, ErrorsSayWhereAndWhat) {
+  const std::string ok =
+      "  - jobs: {first: 100, count: 4}\n"  // 22
+      "    max_group: 3\n"                  // 23
+      "    ranges: [10.1.0.0/16]\n";        // 24
+  expect_error(with_pool(with(ok, "first: 100", "first: 6")), 22, "pools[0].jobs",
+               {"include job 7", "apart from every declared job"});
+  expect_error(with_pool(with(ok, "first: 100", "first: 5")), 22, "pools[0].jobs", {"include job 7"});
+  expect_error(with_pool(ok + "  - {jobs: {first: 103, count: 2}, max_group: 1, ranges: [10.0.0.0/8]}\n"), 25,
+               "pools[1].jobs", {"overlap pools[0]", "100..103", "disjoint"});
+  expect_error(with_pool(with(ok, "count: 4", "count: 0")), 22, "pools[0].jobs.count", {"out of range", "1..65536"});
+  expect_error(with_pool(with(ok, "first: 100, count: 4", "first: 4294967295, count: 2")), 22, "pools[0].jobs.count",
+               {"past 4294967295"});
+  expect_error(with_pool(with(ok, "max_group: 3", "max_group: 0")), 23, "pools[0].max_group", {"out of range"});
+  expect_error(with_pool(with(ok, "max_group: 3", "max_group: 65536")), 23, "pools[0].max_group", {"out of range"});
+  expect_error(with_pool(with(ok, "    ranges: [10.1.0.0/16]\n", "")), 22, "pools[0].ranges", {"required"});
+  expect_error(with_pool(with(ok, "[10.1.0.0/16]", "[]")), 24, "pools[0].ranges", {"at least one"});
+  expect_error(with_pool(with(ok, "10.1.0.0/16", "10.1.0.1/16")), 24, "pools[0].ranges[0]",
+               {"bits set past its prefix"});
+  expect_error(with_pool(with(ok, "10.1.0.0/16", "10.1.0.0/33")), 24, "pools[0].ranges[0]", {"not an IPv4 range"});
+  expect_error(with_pool(with(ok, "10.1.0.0/16", "10.1.0/16")), 24, "pools[0].ranges[0]", {"not an IPv4 range"});
+  expect_error(with_pool(ok + "    ports: [2]\n"), 25, "pools[0].ports[0]", {"port 2 is not in ports"});
+  expect_error(with_pool(ok + "    idle_timeout_ms: 0\n"), 25, "pools[0].idle_timeout_ms", {"out of range"});
+  expect_error(with_pool(ok + "    formats: [fp99]\n"), 25, "pools[0].formats[0]", {"not a format"});
+  expect_error(with_pool(ok + "    udp_checksum: maybe\n"), 25, "pools[0].udp_checksum", {"optional"});
+  expect_error(with_pool(ok + "    members: []\n"), 25, "pools[0].members", {"unknown key", "max_group"});
+  expect_error(with_pool(ok + "    children: []\n"), 25, "pools[0].children", {"no child switches"});
+  expect_error(with_pool(with(with(ok, "count: 4", "count: 65536"), "max_group: 3", "max_group: 17")), 23,
+               "pools[0].max_group", {"1048576"});
+  // kulisch_width must hold the largest job the pool admits (fp32 at 65535 ranks: 294 bits).
+  expect_error(with_pool(with(ok, "max_group: 3", "max_group: 65535")) + "kulisch_width: 282\n", 25, "kulisch_width",
+               {"pool 100", "the pool's max_group", "pools[0].formats"});
+  // A leaf takes no pools.
+  expect_error(kLeaf + "pools:\n  - {jobs: {first: 100, count: 1}, max_group: 2, ranges: [10.0.0.0/8]}\n", 12, "pools",
+               {"a leaf cannot take pooled jobs", "root"});
+}
