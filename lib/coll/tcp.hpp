@@ -5,8 +5,9 @@
 // The code, by role (lib/coll/tcp/, as Gloo's transport/tcp): fd.hpp (an
 // owned descriptor), socket (addresses, the links' socket options),
 // listener, pair (one peer's framing and queue), links.cpp (the Links over
-// pairs: the poll() loop), connect.cpp (the setup below), from_config.cpp
-// (the only part that reads the switch's YAML).
+// pairs: the poll() loop), connect.cpp (the setup below), rendezvous.cpp
+// (the setup through a store), from_config.cpp (the only part that reads
+// the switch's YAML).
 //
 // Where the addresses come from: a TcpPeers (explicit, or the switch's YAML
 // through tcp_peers_from_config), or a rendezvous store (rendezvous/store.hpp),
@@ -78,9 +79,10 @@ std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOpt
 // "ip:port" (rank 0 also "tcp/group" = "<id> <size>", the group identity
 // every hello carries: a random id), reads every other rank's, then
 // connects as above. Give each group its own keys (a PrefixStore) when one
-// store serves several. Throws LinkError: a bad rank or size, an address it
-// cannot listen at, a rank that never published within o.connect_timeout
-// (naming the missing ranks), a store that fails (StoreError's text).
+// store serves several. o.connect_timeout bounds the rendezvous, then the
+// connecting. Throws LinkError: a bad rank or size, an address it cannot
+// listen at, a rank that never published within o.connect_timeout (naming
+// the missing ranks), a store that fails (StoreError's text).
 std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const TcpOptions& o = {});
 
 // The addresses of job `job`'s ranks (0: the config's only job) from the

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <thread>
 
+#include "rendezvous/wait.hpp"
+
 namespace prism::rdv {
 namespace {
 
@@ -155,7 +157,7 @@ void FileStore::set(std::string_view key, std::span<const uint8_t> value) {
 }
 
 Bytes FileStore::get(std::string_view key, Millis timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
+  const Clock::time_point deadline = Clock::now() + bounded_wait(timeout);
   const std::string k(key);
   Millis sleep = kFirstSleep;
   for (;;) {

@@ -15,6 +15,7 @@
 #include "coll/tcp/socket.hpp"
 #include "rendezvous/tcp_store_server.hpp"
 #include "rendezvous/tcp_store_wire.hpp"
+#include "rendezvous/wait.hpp"
 
 namespace prism::rdv {
 namespace {
@@ -91,7 +92,7 @@ void check_key(std::string_view key, size_t value_size = 0) {
 }  // namespace
 
 TcpStore::TcpStore(const std::string& host, uint16_t port, bool serve, Millis connect_timeout)
-    : host_(host), port_(port), connect_timeout_(connect_timeout) {
+    : host_(host), port_(port), connect_timeout_(bounded_wait(connect_timeout)) {
   if (serve) {
     server_ = std::make_unique<TcpStoreServer>(port);
     port_ = server_->port();
@@ -221,7 +222,7 @@ void TcpStore::set(std::string_view key, std::span<const uint8_t> value) {
 Bytes TcpStore::get(std::string_view key, Millis timeout) {
   check_key(key);
   std::vector<uint8_t> req = wire::request(Cmd::GET, key);
-  const Millis t = std::max(timeout, Millis(0));
+  const Millis t = bounded_wait(timeout);
   put(req, uint64_t(t.count()), 8);
   const std::string what = "getting key " + quoted(key);
   auto got = call(req, what, t + connect_timeout_, [&](Status s, auto& recv_exact) -> std::optional<Bytes> {

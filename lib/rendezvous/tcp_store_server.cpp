@@ -18,6 +18,7 @@
 #include "rendezvous/store.hpp"
 #include "rendezvous/tcp_store.hpp"
 #include "rendezvous/tcp_store_wire.hpp"
+#include "rendezvous/wait.hpp"
 
 namespace prism::rdv {
 namespace {
@@ -59,7 +60,7 @@ std::optional<size_t> request_size(const uint8_t* b, size_t n) {
   return std::nullopt;
 }
 
-constexpr uint64_t kLongestWaitMs = uint64_t(30) * 24 * 3600 * 1000;  // a GET's timeout is capped here
+constexpr size_t kOutLimit = size_t(kMaxValue) + (1 << 20);  // replies queued for one client
 
 class Loop {
  public:
@@ -76,7 +77,9 @@ class Loop {
       Clock::time_point wake = now + std::chrono::hours(24);
       if (now < accept_paused_until_) wake = std::min(wake, accept_paused_until_);
       for (Client& c : clients_) {
-        pf.push_back({c.fd.get(), short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0}), who.push_back(&c);
+        // A client that does not read its replies is not read from either, until it does.
+        const short in = c.out.size() < kOutLimit ? POLLIN : 0;
+        pf.push_back({c.fd.get(), short(in | (c.out.empty() ? 0 : POLLOUT)), 0}), who.push_back(&c);
         if (c.parked) wake = std::min(wake, c.deadline);
       }
       const int ms = int(std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
@@ -88,6 +91,7 @@ class Loop {
           accept_all();
         } else {
           Client& c = *who[i];
+          if (!c.fd) continue;  // dropped meanwhile (woken, then broke the protocol)
           if (pf[i].revents & POLLOUT) flush(c);
           if (pf[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(c);
         }
@@ -140,6 +144,8 @@ class Loop {
       const ssize_t r = recv(c.fd.get(), buf, sizeof buf, 0);
       if (r > 0) {
         c.in.insert(c.in.end(), buf, buf + r);
+        // A parked client sends nothing more (one request at a time): one that floods is dropped.
+        if (c.parked && c.in.size() > size_t(kMaxKey) + kMaxValue + 64) return drop(c);
         if (size_t(r) < sizeof buf) break;
       } else if (r < 0 && errno == EINTR) {
         continue;
@@ -190,7 +196,7 @@ class Loop {
         if (it != data_.end()) return value_reply(c, it->second);
         const uint64_t ms = get(arg, 8);
         c.parked = true, c.key = std::move(key);
-        c.deadline = Clock::now() + std::chrono::milliseconds(std::min(ms, kLongestWaitMs));
+        c.deadline = Clock::now() + std::chrono::milliseconds(std::min(ms, uint64_t(kLongestWait.count())));
         return;
       }
       case Cmd::ADD: {
