@@ -63,8 +63,11 @@ def require_gen():
 # --------------------------------------------------------------------------
 # Codes, from docs/PROTOCOL.md and docs/ARITHMETIC.md
 
-KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK', 5: 'JOIN', 6: 'JOINED'}
+KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK', 5: 'JOIN', 6: 'JOINED', 7: 'ALLOC', 8: 'ALLOCATED',
+        9: 'LEAVE', 10: 'LEFT'}
 JOIN, JOINED, COMPLETE = 5, 6, 1
+ALLOC, ALLOCATED, LEAVE, LEFT = 7, 8, 9, 10        # job pools
+JOB_KINDS = (JOIN, JOINED, ALLOC, ALLOCATED, LEAVE, LEFT)   # no descriptor, op a nonce
 FORMAT = {1: 'fp32', 2: 'fp16', 3: 'bf16', 4: 'e4m3fn', 5: 'e4m3fnuz', 6: 'e5m2', 7: 'e5m2fnuz', 8: 'int8',
           9: 'int32'}
 FORMAT_CODE = {v: k for k, v in FORMAT.items()}
@@ -73,7 +76,8 @@ POLICY = {1: 'FP32_ARRIVAL', 2: 'KULISCH_FIXED', 3: 'FP32_BINOMIAL'}
 TRANSPORT = {1: 'ROUNDED', 2: 'KULISCH', 3: 'AUTO'}
 EXCEPTIONS = {1: 'IEEE', 2: 'SATURATE'}
 NACK_REASON = {1: 'MALFORMED', 2: 'UNKNOWN_JOB', 3: 'NOT_A_MEMBER', 4: 'DESCRIPTOR_MISMATCH',
-               5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED', 8: 'OP_ABANDONED'}
+               5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED', 8: 'OP_ABANDONED',
+               9: 'POOL_FULL', 10: 'GROUP_TOO_LARGE', 11: 'OUT_OF_POOL', 12: 'RANK_TAKEN'}
 # Lane unit exponents: the input format's smallest subnormal.
 UNIT = {1: -149, 2: -24, 3: -133, 4: -9, 5: -10, 6: -16, 7: -17, 8: 0, 9: 0}
 # fp8: exponent bits, mantissa bits, bias, how NaN/Inf are encoded.
@@ -128,6 +132,7 @@ FIELDS = [
     'prism.nonce', 'prism.first_op', 'prism.fresh_op', 'prism.rank', 'prism.ranks_joined', 'prism.status.complete',
     'prism.status.joined_reserved', 'prism.joined', 'prism.joined.rank', 'prism.joined.missing',
     'prism.bad_session', 'prism.session_complete',
+    'prism.pool', 'prism.shards', 'prism.still_bound', 'prism.slot_quota', 'prism.idle_timeout_ms',
 ] + ERROR_EXPERTS
 
 
@@ -340,8 +345,8 @@ def check_frame(i: int, fr: dict, d: dict):
             assert num(fr, 'prism.version') != 1
         if d['refusal'] == 'bad_kind':
             assert num(fr, 'prism.kind') not in KIND
-        if d['refusal'] == 'bad_dtype':   # unknown, or any at all on a JOIN or JOINED
-            assert num(fr, 'prism.dtype') not in FORMAT or num(fr, 'prism.kind') in (JOIN, JOINED)
+        if d['refusal'] == 'bad_dtype':   # unknown, or any at all on a JOIN, JOINED or pool kind
+            assert num(fr, 'prism.dtype') not in FORMAT or num(fr, 'prism.kind') in JOB_KINDS
         return
 
     assert not experts, f'{where}: C++ parser accepts it but the dissector raised {experts}: ' \
@@ -376,6 +381,9 @@ def check_frame(i: int, fr: dict, d: dict):
     assert 'prism.nack_reason' not in fr
     if kind in (JOIN, JOINED):
         check_session_frame(where, fr, d)
+        return
+    if kind in JOB_KINDS:
+        check_pool_frame(where, fr, d)
         return
     for k in ('prism.nonce', 'prism.first_op', 'prism.fresh_op', 'prism.rank', 'prism.ranks_joined',
               'prism.status.complete', 'prism.joined'):
@@ -424,6 +432,31 @@ def check_frame(i: int, fr: dict, d: dict):
         bad = [(j, g, v) for j, (g, v) in enumerate(zip(got, vals)) if not same_value(g, v, 1e-12)]
         assert not bad, f'{where}: lane values differ: {bad[:5]}'
         assert 'prism.elements' not in fr and 'prism.sideband' not in fr
+
+
+def check_pool_frame(where: str, fr: dict, d: dict):
+    """An ALLOC, ALLOCATED, LEAVE or LEFT the C++ parser accepted, read from PROTOCOL.md (Job pools):
+    op is the nonce; ALLOCATED's chunk the pool id, terms the switch's shards and body slot_quota and
+    idle_timeout_ms (big-endian u32 each); LEFT's terms the ranks still bound."""
+    kind = d['kind']
+    assert num(fr, 'prism.nonce') == d['op'], where
+    for k in ('prism.elements', 'prism.lane', 'prism.sideband', 'prism.missing', 'prism.joined', 'prism.first_op'):
+        assert k not in fr, f'{where}: {k} on a {KIND[kind]}'
+    info = fr['_ws.col.Info'][0]
+    assert info.startswith(f'{KIND[kind]} job={d["job"]} nonce=0x{d["op"]:08x}'), info
+    if kind == ALLOCATED:
+        assert 'prism.rank' not in fr, where   # sender is the switch
+        assert num(fr, 'prism.pool') == d['chunk'] and num(fr, 'prism.shards') == d['terms'], where
+        quota, idle = struct.unpack('>II', bytes.fromhex(d['payload']))
+        assert num(fr, 'prism.slot_quota') == quota and num(fr, 'prism.idle_timeout_ms') == idle, where
+        assert f'pool={d["chunk"]} group={d["group"]} shards={d["terms"]} quota={quota} idle_ms={idle}' in info
+        return
+    assert num(fr, 'prism.rank') == d['sender'], where
+    assert d['payload'] == '' and 'prism.body' not in fr, where
+    if kind == LEFT:
+        assert num(fr, 'prism.still_bound') == d['terms'] and f'still_bound={d["terms"]}/{d["group"]}' in info
+    if kind == ALLOC:
+        assert f'group={d["group"]}' in info, info
 
 
 def check_session_frame(where: str, fr: dict, d: dict):
@@ -642,13 +675,13 @@ def test_nack_reasons(tmp_path):
     # A NACK echoes the refused packet's descriptor, valid or not.
     frames.append(frame(header(4, terms=0, count=0, dtype=0x42, out_dtype=0, policy=9, encoding=7, transport=0,
                                exceptions=5, status=4)))
-    frames.append(frame(header(4, terms=0, count=0, status=9)))   # unknown reason
+    frames.append(frame(header(4, terms=0, count=0, status=13)))   # unknown reason
     frames.append(frame(header(4, terms=0, count=3, status=1)))   # a NACK carries count 0
     frames.append(frame(header(4, terms=0, count=0, status=2) + b'\x01\x02'))  # and an empty body
     pcap = write_pcap(tmp_path / 'nack.pcap', frames)
     tsf, dumped = cross_check(pcap)
     n = len(NACK_REASON)
-    assert n == 8
+    assert n == 12
     assert [d['refusal'] for d in dumped] == ['ok'] * (n + 1) + ['bad_nack_reason', 'bad_count', 'payload_length']
     assert [num(f, 'prism.nack_reason') for f in tsf[:n]] == list(NACK_REASON)
     assert num(tsf[n], 'prism.dtype') == 0x42 and num(tsf[n], 'prism.encoding') == 7
@@ -785,7 +818,7 @@ def test_malformed_session_shapes(tmp_path):
     """What PROTOCOL.md forbids in a JOIN or JOINED (a descriptor byte, flags, count, a JOIN's terms,
     status or body, a JOINED's terms past the group, reserved status bits or a body that is not the
     bitmap) is refused by PRISM's parser and flagged by the dissector, which still decodes the rest.
-    Kinds 7 and up stay unknown."""
+    Kinds 11 and up stay unknown."""
     cases = [  # (frame bytes, prism-gen dump's refusal, the expert the dissector raises)
         (session(JOIN, dtype=1), 'bad_dtype', 'prism.bad_descriptor'),
         (session(JOIN, out_dtype=1), 'bad_out_dtype', 'prism.bad_descriptor'),
@@ -805,7 +838,7 @@ def test_malformed_session_shapes(tmp_path):
         (session(JOINED, joined=1) + bitmap([0], 4) + b'\x00', 'payload_length', 'prism.bad_length'),
         (session(JOINED, joined=1, group=12) + b'\x01', 'payload_length', 'prism.bad_length'),
         (session(JOINED, group=0), 'bad_group', 'prism.bad_group'),
-        (header(7, count=0, terms=0), 'bad_kind', 'prism.bad_code'),
+        (header(11, count=0, terms=0), 'bad_kind', 'prism.bad_code'),
         (header(255, count=1) + bytes(4), 'bad_kind', 'prism.bad_code'),
     ]
     pcap = write_pcap(tmp_path / 'session_bad.pcap', [frame(c[0]) for c in cases])
@@ -824,7 +857,7 @@ def test_malformed_session_shapes(tmp_path):
     msgs = ' | '.join(m for fr in tsf for m in fr.get('_ws.expert.message', []))
     for text in ('dtype 1 on a JOIN: it has no descriptor', 'Flags 0x01 on a JOIN', 'A JOIN has count 0',
                  'A JOINED has count 0', 'A JOIN has no body', 'Reserved JOINED status bits set: 0x02',
-                 "A JOINED's body is empty or a bitmap of 1 bytes", 'Unknown kind 7', 'Unknown kind 255'):
+                 "A JOINED's body is empty or a bitmap of 1 bytes", 'Unknown kind 11', 'Unknown kind 255'):
         assert text in msgs, text
 
 
@@ -851,11 +884,11 @@ def test_session_rules_the_switch_enforces(tmp_path):
 
 
 def test_heuristic_knows_the_session_kinds(tmp_path):
-    """The heuristic takes kinds 1-6 on any UDP port, and no longer stops at NACK; kind 7 is not PRISM's."""
+    """The heuristic takes kinds 1-10 on any UDP port, and no longer stops at NACK; kind 11 is not PRISM's."""
     pcap = write_pcap(tmp_path / 'heur.pcap', [frame(session(JOIN), sport=30001, dport=30001),
                                                frame(session(JOINED, joined=1) + bitmap([3], 4), sport=30001,
                                                      dport=30001),
-                                               frame(header(7, count=0, terms=0), sport=30001, dport=30001)])
+                                               frame(header(11, count=0, terms=0), sport=30001, dport=30001)])
     assert all('prism.kind' not in f for f in tshark(pcap))
     f = tshark(pcap, '-o', f'{PROTO}.heuristic:TRUE')
     assert [ints(x, 'prism.kind') for x in f] == [[JOIN], [JOINED], []]
@@ -1098,3 +1131,53 @@ def test_a_steered_capture_decodes_as_prisms_parser_does(tmp_path):
         assert (num(x, 'prism.job'), num(x, 'prism.op'), num(x, 'prism.chunk')) == (d['job'], d['op'], d['chunk'])
         assert num(x, 'prism.shard_port') == num(x, 'prism.shard') == num(x, 'udp.dstport') - PORT
         assert 'prism.wrong_shard_port' not in x, x
+
+
+def test_pool_kinds(tmp_path):
+    """PROTOCOL.md's Job pools example (ALLOC and ALLOCATED, byte for byte as printed there), a LEAVE and
+    its LEFT, the four new NACK reasons echoing an ALLOC, and what PROTOCOL.md forbids in them: each read
+    by the dissector as PROTOCOL.md names it, and PRISM's parser reads the same bytes."""
+    alloc = bytes.fromhex(('50 52 01 07 00 00 03 e8 ca fe f0 0d 00 00 00 00 '
+                           '00 00 00 04 00 00 00 00 00 00 00 00 00 00 00 00').replace(' ', ''))
+    allocated = bytes.fromhex(('50 52 01 08 00 00 03 eb ca fe f0 0d 00 00 03 e8 '
+                               '00 01 00 04 00 02 00 00 00 00 00 00 00 00 00 00 '
+                               '00 00 01 00 00 00 75 30').replace(' ', ''))
+    assert alloc == session(ALLOC, nonce=0xCAFEF00D, rank=0, group=4, job=1000)
+    leave = session(LEAVE, nonce=0x1234ABCD, rank=2, group=0, job=1003)
+    left = session(LEFT, nonce=0x1234ABCD, rank=2, group=4, joined=3, job=1003)
+    rank_ip = dict(src='10.0.0.3', dst='10.0.0.254', smac='02:00:00:00:00:03', dmac='02:00:00:00:ff:00')
+    good = [frame(alloc, **rank_ip), frame(allocated), frame(leave, **rank_ip), frame(left)]
+    for reason in (9, 10, 11, 12):   # a NACK to the source echoes the ALLOC: the nonce, the rank, the group
+        good.append(frame(header(4, job=1000, op=0xCAFEF00D, sender=0, group=4, terms=0, count=0, dtype=0,
+                                 out_dtype=0, policy=0, encoding=0, transport=0, exceptions=0, status=reason)))
+    pcap = write_pcap(tmp_path / 'pool.pcap', good)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == ['ok'] * len(good)
+    assert tsf[0]['_ws.col.Info'] == ['ALLOC job=1000 nonce=0xcafef00d rank=0 group=4']
+    assert tsf[1]['_ws.col.Info'] == ['ALLOCATED job=1003 nonce=0xcafef00d rank=1 pool=1000 group=4 shards=2 '
+                                      'quota=256 idle_ms=30000']
+    assert tsf[3]['_ws.col.Info'] == ['LEFT job=1003 nonce=0x1234abcd rank=2 still_bound=3/4']
+    names = [fr['_ws.col.Info'][0].split('reason=')[1] for fr in tsf[4:]]
+    assert names == ['POOL_FULL', 'GROUP_TOO_LARGE', 'OUT_OF_POOL', 'RANK_TAKEN'], names
+    pd = tshark_pdml(pcap)
+    assert pd[0]['prism.kind'] == ['Kind: ALLOC (7)'] and pd[1]['prism.kind'] == ['Kind: ALLOCATED (8)']
+    assert pd[2]['prism.kind'] == ['Kind: LEAVE (9)'] and pd[3]['prism.kind'] == ['Kind: LEFT (10)']
+    assert pd[0]['prism.sender'][0] == 'Sender: 0 (the asking rank)'
+    assert pd[1]['prism.sender'][0] == 'Sender: 1 (switch)'
+    assert pd[2]['prism.sender'][0] == 'Sender: 2 (the leaving rank)'
+    bad = [  # (frame bytes, prism-gen dump's refusal, the expert the dissector raises)
+        (session(ALLOC, dtype=1), 'bad_dtype', 'prism.bad_descriptor'),
+        (session(ALLOC, terms=1), 'bad_terms', 'prism.bad_terms'),
+        (session(ALLOC, group=0), 'bad_group', 'prism.bad_group'),
+        (session(ALLOC) + b'\x00', 'payload_length', 'prism.bad_length'),
+        (allocated[:32], 'payload_length', 'prism.bad_length'),
+        (allocated[:20] + b'\x00\x00' + allocated[22:], 'bad_terms', 'prism.bad_terms'),
+        (session(LEAVE, group=0, flags=1), 'bad_flags', 'prism.bad_flags'),
+        (session(LEFT, joined=5, group=4), 'bad_terms', 'prism.bad_terms'),
+        (session(LEFT, status=1), 'bad_status', 'prism.bad_status'),
+    ]
+    pcap = write_pcap(tmp_path / 'pool_bad.pcap', [frame(c[0]) for c in bad])
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == [c[1] for c in bad]
+    for i, (fr, (_raw, refusal, expert_name)) in enumerate(zip(tsf, bad)):
+        assert expert_name in fr, (i, refusal, fr.get('_ws.expert.message'))

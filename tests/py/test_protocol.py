@@ -556,7 +556,7 @@ def malformed_variants():
     add('bad_version_0', 'bad_version', hdr_patch(bytearray(g), version=0))
     add('bad_version_2', 'bad_version', hdr_patch(bytearray(g), version=2))
     add('bad_kind_0', 'bad_kind', hdr_patch(bytearray(g), kind=0))
-    add('bad_kind_7', 'bad_kind', hdr_patch(bytearray(g), kind=7))  # 5 JOIN and 6 JOINED exist
+    add('bad_kind_11', 'bad_kind', hdr_patch(bytearray(g), kind=11))  # 5 JOIN ... 10 LEFT exist
     for code in (0, 10, 255):
         add(f'bad_dtype_{code}', 'bad_dtype', hdr_patch(bytearray(g), dtype=code))
         add(f'bad_out_dtype_{code}', 'bad_out_dtype', hdr_patch(bytearray(g), out_dtype=code))
@@ -654,7 +654,7 @@ def malformed_variants():
     # NACK.
     nack = dict(kind=NACK, terms=0, count=0, status=4)
     add('nack_ok', 'ok', good(body=b'', **nack))
-    for code in (0, 9, 255):
+    for code in (0, 13, 255):  # 1..12 are reasons
         add(f'nack_reason_{code}', 'bad_nack_reason', good(body=b'', **{**nack, 'status': code}))
     add('nack_count', 'bad_count', good(body=b'', **{**nack, 'count': 1}))
     add('nack_body', 'payload_length', good(body=b'\0', **nack))

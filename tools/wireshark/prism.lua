@@ -1,7 +1,7 @@
 -- Wireshark dissector for the PRISM wire protocol, version 1.
 --
 -- Written from docs/PROTOCOL.md (header, NACK reasons, sessions: JOIN and
--- JOINED, Kulisch partials) and
+-- JOINED, job pools: ALLOC, ALLOCATED, LEAVE and LEFT, Kulisch partials) and
 -- docs/ARITHMETIC.md (element formats). Load it with
 --   wireshark -X lua_script:tools/wireshark/prism.lua
 --   tshark    -X lua_script:tools/wireshark/prism.lua -r capture.pcap
@@ -46,9 +46,12 @@ local NEG_ZERO = -1 / math.huge
 ---------------------------------------------------------------------------
 -- Codes
 
-local KIND = { [1] = "CONTRIB", [2] = "PARTIAL", [3] = "RESULT", [4] = "NACK", [5] = "JOIN", [6] = "JOINED" }
+local KIND = { [1] = "CONTRIB", [2] = "PARTIAL", [3] = "RESULT", [4] = "NACK", [5] = "JOIN", [6] = "JOINED",
+  [7] = "ALLOC", [8] = "ALLOCATED", [9] = "LEAVE", [10] = "LEFT" }
 local KIND_CONTRIB, KIND_PARTIAL, KIND_RESULT, KIND_NACK, KIND_JOIN, KIND_JOINED = 1, 2, 3, 4, 5, 6
-local KIND_MAX = 6
+local KIND_ALLOC, KIND_ALLOCATED, KIND_LEAVE, KIND_LEFT = 7, 8, 9, 10  -- job pools
+local KIND_MAX = 10
+local ALLOCATED_BODY_LEN = 8  -- slot_quota, idle_timeout_ms: big-endian u32 each
 
 local FORMAT_NAME = {
   [1] = "fp32", [2] = "fp16", [3] = "bf16", [4] = "e4m3fn", [5] = "e4m3fnuz",
@@ -82,6 +85,10 @@ local NACK_REASON = {
   [6] = "NO_FREE_SLOT",
   [7] = "RESULT_EXPIRED",
   [8] = "OP_ABANDONED",
+  [9] = "POOL_FULL",
+  [10] = "GROUP_TOO_LARGE",
+  [11] = "OUT_OF_POOL",
+  [12] = "RANK_TAKEN",
 }
 local NACK_OP_ABANDONED = 8
 local NACK_REASON_TEXT = {
@@ -93,6 +100,10 @@ local NACK_REASON_TEXT = {
   [6] = "no free slot: retry later",
   [7] = "result expired",
   [8] = "op abandoned: a contributor never sent (or died); fail the collective",
+  [9] = "pool full: every job id of the pool is taken; retry later",
+  [10] = "group too large: above the pool's max_group",
+  [11] = "out of pool: the source or its switch port is outside the pool",
+  [12] = "rank taken: that rank is bound to another address",
 }
 
 local FLAG_RETRANSMIT, FLAG_LAST_CHUNK, FLAG_SIDEBAND = 0x01, 0x02, 0x04
@@ -138,6 +149,12 @@ f.first_op = ProtoField.uint32("prism.first_op", "Session's first op number", ba
 f.fresh_op = ProtoField.uint32("prism.fresh_op", "First op number fresh at the forwarding leaf", base.DEC)
 f.rank = ProtoField.uint16("prism.rank", "Rank", base.DEC)
 f.ranks_joined = ProtoField.uint16("prism.ranks_joined", "Ranks joined", base.DEC)
+-- Job pools (ALLOC, ALLOCATED, LEAVE, LEFT).
+f.pool = ProtoField.uint32("prism.pool", "Pool id (the pool's first job id)", base.DEC)
+f.shards = ProtoField.uint16("prism.shards", "The switch's shard count", base.DEC)
+f.still_bound = ProtoField.uint16("prism.still_bound", "Ranks still bound", base.DEC)
+f.slot_quota = ProtoField.uint32("prism.slot_quota", "Slot quota", base.DEC)
+f.idle_timeout = ProtoField.uint32("prism.idle_timeout_ms", "Idle timeout (ms)", base.DEC)
 f.status_complete = ProtoField.bool("prism.status.complete", "COMPLETE", 8, nil, JOINED_COMPLETE)
 f.status_joined_reserved = ProtoField.uint8("prism.status.joined_reserved", "Reserved (must be 0)", base.HEX, nil,
   0xFE)
@@ -234,7 +251,7 @@ ef.nack = ProtoExpert.new("prism.nack", "Packet refused (NACK)",
 ef.result_status = ProtoExpert.new("prism.result_status", "Result has exception flags",
   expert.group.PROTOCOL, expert.severity.NOTE)
 ef.bad_descriptor = ProtoExpert.new("prism.bad_descriptor",
-  "JOIN and JOINED have no descriptor: dtype ... exceptions must be 0",
+  "JOIN, JOINED and the pool kinds have no descriptor: dtype ... exceptions must be 0",
   expert.group.MALFORMED, expert.severity.ERROR)
 -- Shapes the parser takes but the session's rules do not (the root refuses a JOIN with nonce 0 or a
 -- rank outside the group with NACK MALFORMED; a JOINED's fields must agree with each other).
@@ -264,7 +281,7 @@ prism.prefs.shards = Pref.uint("Shards", 0,
 prism.prefs.elements = Pref.bool("Decode each element", true,
   "Add one tree item per element, lane record and sideband byte (turn off for speed)")
 prism.prefs.heuristic = Pref.bool("Try heuristic on any UDP port", false,
-  "Also dissect UDP payloads on other ports that start with magic 0x5052, version 1 and a known kind (1-6)")
+  "Also dissect UDP payloads on other ports that start with magic 0x5052, version 1 and a known kind (1-10)")
 
 local udp_table = DissectorTable.get("udp.port")
 local registered_port, registered_count = 0, 0
@@ -659,7 +676,9 @@ local function dissect(tvb, pinfo, tree)
   local encoding, transport, exceptions = tvb(27, 1):uint(), tvb(28, 1):uint(), tvb(29, 1):uint()
   local flags, status = tvb(30, 1):uint(), tvb(31, 1):uint()
 
-  local session = kind == KIND_JOIN or kind == KIND_JOINED
+  -- The job kinds: sessions and pools (no descriptor, op a nonce).
+  local session = kind == KIND_JOIN or kind == KIND_JOINED or kind == KIND_ALLOC or kind == KIND_ALLOCATED or
+                  kind == KIND_LEAVE or kind == KIND_LEFT
   local complete = kind == KIND_JOINED and band(status, JOINED_COMPLETE) ~= 0
   if session then
     root:append_text(string.format(", %s%s, Job: %d, Nonce: 0x%08x, Rank: %d", code_name(KIND, kind),
@@ -686,9 +705,10 @@ local function dissect(tvb, pinfo, tree)
     it:append_text(" (the nonce)")
     local ni = it:add(f.nonce, tvb(8, 4))
     if op == 0 then
-      ni:add_proto_expert_info(ef.bad_session, kind == KIND_JOIN
-        and "Nonce 0: a JOIN's nonce is non-zero (the switch refuses this one with NACK MALFORMED)"
-        or "Nonce 0: a JOINED answers a JOIN, whose nonce is non-zero")
+      ni:add_proto_expert_info(ef.bad_session, (kind == KIND_JOIN or kind == KIND_ALLOC)
+        and string.format("Nonce 0: a %s's nonce is non-zero (the switch refuses this one with NACK MALFORMED)",
+          code_name(KIND, kind))
+        or string.format("Nonce 0: a %s echoes a nonce, which is non-zero", code_name(KIND, kind)))
     end
   end
   it = ht:add(f.chunk, tvb(12, 4))
@@ -701,6 +721,9 @@ local function dissect(tvb, pinfo, tree)
         "Chunk %d on a JOINED without COMPLETE: the first op number is only given (and chunk non-zero) once complete",
         chunk))
     end
+  elseif kind == KIND_ALLOCATED then
+    it:append_text(" (the pool id)")
+    it:add(f.pool, tvb(12, 4))
   elseif kind == KIND_JOIN then
     if chunk ~= 0 then
       -- A rank sends 0; a leaf forwarding its rank's JOIN sets its own first fresh op number.
@@ -713,9 +736,11 @@ local function dissect(tvb, pinfo, tree)
   it = ht:add(f.sender, tvb(16, 2))
   if kind == KIND_CONTRIB then it:append_text(" (rank)")
   elseif kind == KIND_PARTIAL then it:append_text(" (child switch)")
-  elseif kind == KIND_RESULT or kind == KIND_NACK then it:append_text(" (switch)")
+  elseif kind == KIND_RESULT or kind == KIND_NACK or kind == KIND_ALLOCATED then it:append_text(" (switch)")
   elseif session then
-    it:append_text(kind == KIND_JOIN and " (the joining rank)" or " (the rank it answers)")
+    local role = { [KIND_JOIN] = " (the joining rank)", [KIND_ALLOC] = " (the asking rank)",
+                   [KIND_LEAVE] = " (the leaving rank)" }
+    it:append_text(role[kind] or " (the rank it answers)")
     local ri = it:add(f.rank, tvb(16, 2))
     if group ~= 0 and sender >= group then
       ri:add_proto_expert_info(ef.bad_session, string.format(
@@ -724,7 +749,7 @@ local function dissect(tvb, pinfo, tree)
     end
   end
   it = ht:add(f.group, tvb(18, 2))
-  if group == 0 then it:add_proto_expert_info(ef.bad_group, "Group 0") end
+  if group == 0 and kind ~= KIND_LEAVE then it:add_proto_expert_info(ef.bad_group, "Group 0") end
   it = ht:add(f.terms, tvb(20, 2))
   local terms_ok = true
   if kind == KIND_CONTRIB then terms_ok = terms == 1
@@ -733,7 +758,15 @@ local function dissect(tvb, pinfo, tree)
   elseif kind == KIND_NACK then
     -- OP_ABANDONED counts the contributions that had arrived; every other reason carries 0.
     if status == NACK_OP_ABANDONED then terms_ok = terms <= group else terms_ok = terms == 0 end
-  elseif kind == KIND_JOIN then terms_ok = terms == 0
+  elseif kind == KIND_JOIN or kind == KIND_ALLOC or kind == KIND_LEAVE then terms_ok = terms == 0
+  elseif kind == KIND_ALLOCATED then
+    terms_ok = terms >= 1
+    it:append_text(" (the switch's shards)")
+    it:add(f.shards, tvb(20, 2))
+  elseif kind == KIND_LEFT then
+    terms_ok = terms <= group
+    it:append_text(" (ranks still bound)")
+    it:add(f.still_bound, tvb(20, 2))
   elseif kind == KIND_JOINED then
     terms_ok = terms <= group
     it:append_text(" (ranks joined)")
@@ -856,7 +889,7 @@ local function dissect(tvb, pinfo, tree)
   end
 
   -- Steering: which shard's port a packet to a switch went to, and, with the shards preference, the rule's.
-  if kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_JOIN then
+  if kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_JOIN or kind == KIND_ALLOC or kind == KIND_LEAVE then
     local at = pinfo.dst_port - prism.prefs.udp_port
     if prism.prefs.udp_port ~= 0 and at >= 0 and at < port_count() then
       local pi = root:add(f.shard_port, at)
@@ -864,7 +897,7 @@ local function dissect(tvb, pinfo, tree)
       local S = prism.prefs.shards
       if S >= 1 and S <= MAX_SHARDS then
         -- Lua numbers hold integers exactly below 2^53; job + op + chunk stays below 2^34: no wrapping.
-        local want = (kind == KIND_JOIN and job or job + op + chunk) % S
+        local want = ((kind == KIND_CONTRIB or kind == KIND_PARTIAL) and job + op + chunk or job) % S
         local si = root:add(f.shard, want)
         si:set_generated()
         if want ~= at then
@@ -886,6 +919,12 @@ local function dissect(tvb, pinfo, tree)
   if kind == KIND_JOIN then
     info = info .. string.format(" group=%d", group)
     if chunk ~= 0 then info = info .. string.format(" fresh_op=%d", chunk) end
+  elseif kind == KIND_ALLOC then
+    info = info .. string.format(" group=%d", group)
+  elseif kind == KIND_ALLOCATED then
+    info = info .. string.format(" pool=%d group=%d shards=%d", chunk, group, terms)
+  elseif kind == KIND_LEFT then
+    info = info .. string.format(" still_bound=%d/%d", terms, group)
   elseif kind == KIND_JOINED then
     info = info .. string.format(" joined=%d/%d", terms, group)
     if complete then info = info .. string.format(" COMPLETE first_op=%d", chunk) end
@@ -912,6 +951,17 @@ local function dissect(tvb, pinfo, tree)
     if kind == KIND_JOINED and body_len ~= 0 and body_len == bitmap_len then
       local joined = dissect_joined(tvb, root, group, terms, bitmap_len)
       if joined ~= "" then pinfo.cols.info:append(" ranks=" .. joined) end
+    elseif kind == KIND_ALLOCATED and body_len == ALLOCATED_BODY_LEN then
+      local bt = root:add(tvb(HEADER_LEN, body_len), "Pool settings")
+      bt:add(f.slot_quota, tvb(HEADER_LEN, 4))
+      bt:add(f.idle_timeout, tvb(HEADER_LEN + 4, 4))
+      pinfo.cols.info:append(string.format(" quota=%d idle_ms=%d", tvb(HEADER_LEN, 4):uint(),
+        tvb(HEADER_LEN + 4, 4):uint()))
+    elseif kind == KIND_ALLOCATED then
+      if body_len ~= 0 then root:add(f.body, tvb(HEADER_LEN, body_len)) end
+      root:add_proto_expert_info(ef.bad_length, string.format(
+        "An ALLOCATED's body is %d bytes (slot_quota, idle_timeout_ms), this one has %d bytes",
+        ALLOCATED_BODY_LEN, body_len))
     elseif body_len ~= 0 then
       root:add(f.body, tvb(HEADER_LEN, body_len))
       if kind == KIND_JOINED then
@@ -919,7 +969,8 @@ local function dissect(tvb, pinfo, tree)
           "A JOINED's body is empty or a bitmap of %d bytes (group %d), this one has %d bytes",
           bitmap_len, group, body_len))
       else
-        root:add_proto_expert_info(ef.bad_length, string.format("A JOIN has no body, this one has %d bytes", body_len))
+        root:add_proto_expert_info(ef.bad_length, string.format("A %s has no body, this one has %d bytes",
+          code_name(KIND, kind), body_len))
       end
     end
   elseif kind == KIND_NACK then
