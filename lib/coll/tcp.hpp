@@ -75,14 +75,16 @@ struct TcpOptions {
 std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o = {});
 
 // Connects rank `rank` of a group of `size` through a rendezvous store: it
-// listens at o.local_ip on a port the kernel picks, publishes "tcp/<rank>" =
-// "ip:port" (rank 0 also "tcp/group" = "<id> <size>", the group identity
-// every hello carries: a random id), reads every other rank's, then
-// connects as above. Give each group its own keys (a PrefixStore) when one
-// store serves several. o.connect_timeout bounds the rendezvous, then the
-// connecting. Throws LinkError: a bad rank or size, an address it cannot
-// listen at, a rank that never published within o.connect_timeout (naming
-// the missing ranks), a store that fails (StoreError's text).
+// listens at o.local_ip on a port the kernel picks and publishes
+// "tcp/<rank>" = "ip:port"; rank 0 also "tcp/group" = "<id> <size>" (the
+// group identity every hello carries: a random id); beside a loopback
+// address, "tcp/<rank>/host" = its host name (one published from another
+// host is refused). It reads every other rank's, then connects as above.
+// Give each group its own keys (a PrefixStore) when one store serves
+// several. o.connect_timeout bounds the rendezvous, then the connecting.
+// Throws LinkError: a bad rank or size, an address it cannot listen at, a
+// rank that never published within o.connect_timeout (naming the missing
+// ranks), a store that fails (StoreError's text).
 std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const TcpOptions& o = {});
 
 // The addresses of job `job`'s ranks (0: the config's only job) from the

@@ -663,10 +663,29 @@ TEST(TcpThroughStore, DifferentGroupSizesAreAClearError) {
   EXPECT_NE(e0, "");  // rank 0 is left without its peer
 }
 
+// Rank 0 played by hand in the store, as if on another host that could only
+// tell its loopback address: rank 1 refuses it, naming both hosts.
+TEST(TcpThroughStore, ALoopbackAddressFromAnotherHostIsRefused) {
+  SharedStore shared(StoreKind::FILE);
+  auto store = shared.client();
+  store->set("tcp/group", "5 2");
+  store->set("tcp/0/host", "elsewhere.example");
+  store->set("tcp/0", "127.0.0.1:9");
+  try {
+    connect_tcp(*store, 1, 2, quick());
+    ADD_FAILURE() << "connected to a loopback address of another host";
+  } catch (const LinkError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 published the loopback address 127.0.0.1:9 from host "
+                                         "elsewhere.example: set PRISM_HOST_IP"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TcpThroughStore, LocalAddressFromOptionsOrEnvironment) {
   SharedStore shared(StoreKind::FILE);
   auto keep = shared.client();  // the file lives while it has a user
-  {  // TcpOptions::local_ip: every rank listens (and publishes) there
+  {                             // TcpOptions::local_ip: every rank listens (and publishes) there
     TcpOptions o = quick();
     o.local_ip = "127.0.0.3";
     std::vector<std::string> errors(2);

@@ -1,5 +1,7 @@
 // connect_tcp through a rendezvous store: each rank listens first (port 0),
 // publishes where, reads everyone else's, then connects as with TcpPeers.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -20,6 +22,15 @@ using std::to_string;
 
 const std::string kGroupKey = "tcp/group";
 std::string addr_key(int rank) { return "tcp/" + to_string(rank); }
+std::string host_key(int rank) { return "tcp/" + to_string(rank) + "/host"; }  // only beside a loopback address
+
+bool is_loopback(uint32_t ip) { return ip >> 24 == 127; }
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
 
 // The address this rank listens at (TcpOptions::local_ip says the order).
 uint32_t local_ip(rdv::Store& store, const TcpOptions& o, const std::string& me) {
@@ -66,6 +77,8 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
       while (peers.job == 0) peers.job = uint32_t(rd());
       store.set(kGroupKey, to_string(peers.job) + " " + to_string(size));
     }
+    const bool on_loopback = is_loopback(listener.address().ip);
+    if (on_loopback) store.set(host_key(rank), host_name());  // before the address: whoever reads one finds both
     store.set(addr_key(rank), addr_str(listener.address()));
     if (rank != 0) {
       std::istringstream group(store.get_string(kGroupKey, left()));
@@ -86,6 +99,16 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
         throw LinkError(me + ": rank " + to_string(j) + " published '" + v + "' under '" + addr_key(j) +
                         "', not ip:port: is another program using these keys?");
       peers.ranks[size_t(j)] = *a;
+      // A loopback address reaches only its own host: one published from another host is
+      // a rank that could not tell which of its addresses the others reach.
+      if (is_loopback(a->ip)) {
+        const std::string there = store.get_string(host_key(j), left());
+        if (there != host_name())
+          throw LinkError(me + " (on host " + host_name() + "): rank " + to_string(j) +
+                          " published the loopback address " + v + " from host " + there +
+                          ": set PRISM_HOST_IP (or TcpOptions::local_ip) on every rank to an address the others "
+                          "reach it at");
+      }
     }
   } catch (const rdv::StoreError& e) {
     std::string missing;
