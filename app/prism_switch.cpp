@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
   try {
     pipe::Runtime rt(cfg, opt);
     PRISM_LOG(INFO, "switch %u up: %zu ports, %u reducer shards\n", cfg.id, cfg.ports.size(), cfg.reducer_shards);
+    for (const auto& p : cfg.pools)
+      PRISM_LOG(INFO, "pool %u: job ids %u..%u for up to %u ranks each, idle timeout %u ms\n", p.first, p.first,
+                p.first + p.count - 1, p.max_group, p.idle_timeout_ms);
     rc = rt.run();
   } catch (const std::exception& e) {  // SetupError, and anything a setup step threw
     PRISM_LOG(ERR, "%s\n", e.what());

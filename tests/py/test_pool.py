@@ -60,8 +60,17 @@ def switch_pid(tb) -> int:
     return tb.switches[0].pid
 
 
-def test_two_jobs_at_once_get_two_ids_and_exact_sums(make_testbed):
-    tb = make_testbed(ranks=4, settings={'pools': pool_yaml(1000, 4, 4, '10.88.0.0/16')})
+LAYOUTS = {  # one lcore; two lcores sharing nothing (ALLOC on shard 0, job 1001's JOINs on shard 1); pipelined
+    'one-lcore': ({}, None),
+    'shared-nothing': ({'reducers': '{shards: 2}'}, '0,1'),
+    'pipelined': ({'reducers': '{shards: 2}', 'layout': 'pipelined'}, '0,1'),
+}
+
+
+@pytest.mark.parametrize('layout', list(LAYOUTS))
+def test_two_jobs_at_once_get_two_ids_and_exact_sums(make_testbed, layout):
+    settings, lcores = LAYOUTS[layout]
+    tb = make_testbed(ranks=4, lcores=lcores, settings={'pools': pool_yaml(1000, 4, 4, '10.88.0.0/16'), **settings})
     pid = switch_pid(tb)
     got = {}
 
