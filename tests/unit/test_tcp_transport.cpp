@@ -638,6 +638,18 @@ TEST(TcpThroughStore, RanksThatNeverPublishAreNamed) {
           << e;
       EXPECT_NE(e.find("within 700 ms"), std::string::npos) << e;
     }
+    // Rank 1 alone: rank 0 (the group's id too) never came, named once.
+    o.connect_timeout = 300ms;
+    try {
+      auto store = shared.client();
+      rdv::PrefixStore alone("alone", store);
+      connect_tcp(alone, 1, 2, o);
+      ADD_FAILURE() << "connected without rank 0";
+    } catch (const LinkError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 of a group of 2: rank 0 never published its address"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -69,7 +69,6 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
   peers.ranks[size_t(rank)] = listener.address();
   const Clock::time_point deadline = Clock::now() + o.connect_timeout;
   auto left = [&] { return std::max(std::chrono::ceil<rdv::Millis>(deadline - Clock::now()), rdv::Millis(0)); };
-  int waiting_for = -1;  // the rank whose key get() waits for, -1: the group's
   try {
     if (rank == 0) {
       std::random_device rd;
@@ -92,7 +91,6 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
     }
     for (int j = 0; j < size; ++j) {
       if (j == rank) continue;
-      waiting_for = j;
       const std::string v = store.get_string(addr_key(j), left());
       const std::optional<TcpAddr> a = parse_addr_str(v);
       if (!a)
@@ -112,19 +110,22 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
     }
   } catch (const rdv::StoreError& e) {
     std::string missing;
+    int count = 0;
     try {
-      if (waiting_for < 0 && !store.check(kGroupKey)) missing = "0";
-      for (int j = std::max(waiting_for, 0); j < size; ++j)
-        if (j != rank && !store.check(addr_key(j))) missing += (missing.empty() ? "" : ", ") + to_string(j);
+      for (int j = 0; j < size; ++j)
+        if (j != rank && (!store.check(addr_key(j)) || (j == 0 && !store.check(kGroupKey))))
+          missing += (count++ ? ", " : "") + to_string(j);
     } catch (const rdv::StoreError&) {
-      missing.clear();  // the store itself fails: its own message says how
+      count = 0;  // the store itself fails: its own message says how
     }
-    if (missing.empty()) throw LinkError(me + ": rendezvous through the store failed: " + e.what());
-    throw LinkError(me + ": ranks " + missing + " never published their address ('tcp/<rank>') in the store within " +
-                    to_string(o.connect_timeout.count()) +
-                    " ms (TcpOptions::connect_timeout): are they started, with the same store (and prefix) and group "
-                    "size? (" +
-                    e.what() + ")");
+    if (count == 0) throw LinkError(me + ": rendezvous through the store failed: " + e.what());
+    throw LinkError(
+        me +
+        (count == 1 ? ": rank " + missing + " never published its" : ": ranks " + missing + " never published their") +
+        " address ('tcp/<rank>') in the store within " + to_string(o.connect_timeout.count()) +
+        " ms (TcpOptions::connect_timeout): are they started, with the same store (and prefix) and group "
+        "size? (" +
+        e.what() + ")");
   }
   return make_tcp_links(rank, peers.job, establish(peers, rank, o, listener), o.recv_timeout);
 }
