@@ -1197,13 +1197,15 @@ Bytes pool_message(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint
   be(16, sender, 2);
   be(18, group, 2);
   be(20, terms, 2);
-  m.insert(m.end(), body.begin(), body.end());
+  m.resize(32 + body.size());
+  if (!body.empty()) std::memcpy(m.data() + 32, body.data(), body.size());
   return m;
 }
 Bytes header_bytes(const Header& h, const Bytes& body = {}) {
   Bytes m(32);
   put_header(h, m.data());
-  m.insert(m.end(), body.begin(), body.end());
+  m.resize(32 + body.size());
+  if (!body.empty()) std::memcpy(m.data() + 32, body.data(), body.size());
   return m;
 }
 }  // namespace

@@ -82,9 +82,8 @@ std::vector<uint8_t> contrib(uint32_t job, uint32_t op, uint16_t rank, uint16_t 
   h[28] = 2;          // KULISCH transport
   h[29] = 1;          // IEEE
   h[30] = 2;          // LAST_CHUNK
-  uint8_t b[4];
-  std::memcpy(b, &x, 4);  // little-endian
-  h.insert(h.end(), b, b + 4);
+  h.resize(36);
+  std::memcpy(h.data() + 32, &x, 4);  // little-endian
   return h;
 }
 
