@@ -112,6 +112,7 @@ def test_two_jobs_at_once_get_two_ids_and_exact_sums(make_testbed, layout):
 def test_refusals_name_their_reason(make_testbed):
     """Pool 1000 of two ids, max_group 4, for 10.88.0.0/22 (ranks 0-3; rank 4 is 10.88.4.1)."""
     tb = make_testbed(ranks=5, settings={'pools': pool_yaml(1000, 2, 4, '10.88.0.0/22'), 'op_timeout_ms': '20000'})
+    pid = switch_pid(tb)
     share = str(tb.dir / 'share-a')
     # Job A: ranks 0 and 1, lingering 4 s before LEAVE, held by its ranks meanwhile.
     held = {}
@@ -148,6 +149,7 @@ def test_refusals_name_their_reason(make_testbed):
     a = lines_of(held['runs'])
     assert {ln['job'] for ln in a} == {job_a}
     assert {ln['digest'] for ln in a} == {expected(N, 'fp32', 'fp32', 2, SEED)}   # the spoof reached no sum
+    assert switch_pid(tb) == pid
     s = stop(tb)['switch']
     p = s.pools[1000]
     assert p['refused_rank_taken'] >= 1 and p['refused_out_of_pool'] >= 1, p

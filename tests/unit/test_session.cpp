@@ -250,4 +250,46 @@ TEST(Session, TheParserTakesOnlyTheDocumentedShapes) {
   EXPECT_EQ(wire::parse_message(header(6, 7, 1, 0, 0, 9, 9, 2), &p), wire::Refusal::BAD_STATUS);
 }
 
+// A pooled job (PROTOCOL.md, Job pools) has room for max_group ranks (16
+// here) but its session is of the R it was allocated with (3): JOINEDs carry
+// group 3, a bitmap of ceil(3 / 8) = 1 byte, and COMPLETE comes with the
+// third rank; a LEAVE takes the rank out of the session (no longer complete),
+// and a JOIN again (a new process: a new nonce) completes a session again.
+TEST(Session, APooledJobsSessionIsOfItsR) {
+  Node root(R"(
+switch: {id: 1}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+pools:
+  - {jobs: {first: 500, count: 1}, max_group: 16, ranges: [10.0.0.0/24]}
+)");
+  const auto from = [](uint8_t r) { return wire::Endpoint{{2, 0, 0, 0, 0, r}, 0x0A000001u + r, 20562}; };
+  root.feed(from(0), 0, header(7, 500, 0xAB, 0, 0, 3, 0, 0));  // ALLOC: pool 500, R = 3
+  ASSERT_EQ(root.cap.outs.size(), 1u);
+  ASSERT_EQ(root.cap.outs[0].h.kind, wire::Kind::ALLOCATED);
+  root.cap.outs.clear();
+  for (uint16_t r = 0; r < 3; ++r) root.feed(from(uint8_t(r)), 0, header(5, 500, 0x10 + r, 0, r, 3, 0, 0));
+  ASSERT_EQ(root.cap.outs.size(), 5u);  // JOINED to rank 0, to rank 1, then COMPLETE to all three
+  for (const Out& o : root.cap.outs) {
+    EXPECT_EQ(o.h.kind, wire::Kind::JOINED);
+    EXPECT_EQ(o.h.group, 3);
+    EXPECT_EQ(o.body_size(), 1u);
+  }
+  const Out& done = root.cap.outs.back();
+  EXPECT_EQ(done.h.status & 1, 1);
+  EXPECT_EQ(done.h.terms, 3);
+  EXPECT_EQ((*done.body)[0], 0x07);
+  root.cap.outs.clear();
+  // Rank 1 leaves (LEFT: 2 still bound); a new process for rank 1 joins from the same address.
+  root.feed(from(1), 0, header(9, 500, 0x11, 0, 1, 0, 0, 0));
+  ASSERT_EQ(root.cap.outs.size(), 1u);
+  EXPECT_EQ(root.cap.outs[0].h.kind, wire::Kind::LEFT);
+  EXPECT_EQ(root.cap.outs[0].h.terms, 2);
+  root.cap.outs.clear();
+  root.feed(from(1), 0, header(5, 500, 0x21, 0, 1, 3, 0, 0));
+  ASSERT_EQ(root.cap.outs.size(), 3u);  // the session is complete again: COMPLETE to the three
+  EXPECT_EQ(root.cap.outs[0].h.status & 1, 1);
+  EXPECT_EQ(root.cap.outs[1].h.op, 0x21u);  // rank 1's new nonce
+}
+
 }  // namespace
