@@ -13,6 +13,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -27,6 +28,7 @@
 #include "output_file.hpp"
 #include "prism/group.hpp"
 #include "rank_check.hpp"
+#include "rendezvous/from_url.hpp"
 
 using namespace prism;
 
@@ -41,10 +43,14 @@ std::string usage() {
   for (const coll::AlgorithmInfo& a : coll::algorithms())
     algos += std::string("                          ") + a.name + ": " + a.doc + "\n";
   return "usage: prism-rank --config FILE --rank K [--job J] [options]\n"
+         "       prism-rank --store URL --ranks P --rank K [--switch IP:PORT --pool ID] [options]\n"
          "       prism-rank --list-algos [--json]\n"
          "\n"
          "Runs rank K of job J (the config's only job when omitted) of the group that FILE, the PRISM\n"
-         "switch's own YAML, describes: the job's member entries give every rank's address.\n"
+         "switch's own YAML, describes: the job's member entries give every rank's address. Or rank K of P\n"
+         "ranks that find each other through a rendezvous store (no configuration): URL tcp://HOST:PORT\n"
+         "(rank 0 serves it) or file:///PATH; with --switch and --pool the group takes a job from the\n"
+         "switch's pool (docs/PROTOCOL.md, Job pools). $PRISM_STORE, $PRISM_SWITCH, $PRISM_POOL stand for them.\n"
          "\n"
          "What to reduce:\n"
          "  --size BYTES          input bytes per rank (suffixes KiB MiB GiB; default 1MiB), or\n"
@@ -111,6 +117,8 @@ std::string usage() {
 
 struct Run {
   std::string config, input, output;
+  std::string store, switch_address;  // --store: a group from a rendezvous store (no config)
+  uint32_t ranks = 0, pool = 0;
   ConfigSelect sel;
   Tuning tune;
   app::DataSpec data;
@@ -177,7 +185,8 @@ Run parse(int argc, char** argv) {
       {"--config",   "--rank",      "--job",      "--size",       "--count",       "--input",       "--seed",
        "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
        "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
-       "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate"},
+       "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
+       "--ranks",    "--switch",    "--pool"},
       {"--check", "--json", "--in-place", "--list-algos"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -187,7 +196,22 @@ Run parse(int argc, char** argv) {
     std::exit(0);
   }
   r.config = a.str("--config");
-  if (r.config.empty()) fail("missing --config FILE: the switch's YAML, which registers this rank");
+  r.store = a.str("--store");
+  if (r.store.empty() && !a.has("--config"))
+    if (const char* e = std::getenv("PRISM_STORE")) r.store = e;
+  if (r.config.empty() && r.store.empty())
+    fail(
+        "missing --config FILE (the switch's YAML, which registers this rank) or --store URL (ranks that find "
+        "each other through a rendezvous store)");
+  if (!r.config.empty() && !r.store.empty()) fail("give --config or --store, not both");
+  if (!r.store.empty()) {
+    if (!a.has("--ranks")) fail("--store needs --ranks P: how many ranks the group has");
+    r.ranks = uint32_t(a.num("--ranks", 1, 65535, 1));
+    r.switch_address = a.str("--switch");
+    r.pool = uint32_t(a.num("--pool", 1, UINT32_MAX, 0));
+  } else if (a.has("--ranks") || a.has("--switch") || a.has("--pool")) {
+    fail("--ranks, --switch and --pool go with --store (a config gives the group and the switch)");
+  }
   if (!a.has("--rank")) fail("missing --rank K: which member of the job this process is");
   r.sel.rank = int(a.num("--rank", 0, 65534, 0));
   r.sel.job = uint32_t(a.num("--job", 0, UINT32_MAX, 0));
@@ -205,9 +229,7 @@ Run parse(int argc, char** argv) {
   if (a.has("--segments") && r.algo != Algorithm::CHAIN) fail("--segments is the chain's: give it with --algo chain");
   const bool calibrating = a.has("--calibrate");
   if (r.algo != Algorithm::AUTO && !calibrating && !coll::runs(r.algo, d.coll, d.root))
-    fail(std::string("--algo ") + name(r.algo) + " runs no " + name(d.coll) +
-         (coll::rooted(d.coll) && d.root ? " with --root " + std::to_string(d.root) : std::string()) + " (" +
-         coll::who_runs(d.coll) + ")");
+    fail("--algo " + coll::why_not(r.algo, d.coll, d.root));
   if (a.has("--candidates")) {
     for (const std::string& item : cli::split_list(a.str("--candidates"))) {
       const Algorithm c = parse_algo("--candidates algorithm", item);
@@ -277,6 +299,14 @@ std::vector<uint8_t> read_input(Run& run) {
   return data;
 }
 
+std::shared_ptr<rdv::Store> store_of(const Run& run) {
+  try {
+    return rdv::store_from_url(run.store, run.sel.rank);
+  } catch (const rdv::StoreError& e) {
+    throw Error(Errc::INVALID_ARGUMENT, std::string("--store ") + run.store + ": " + e.what());
+  }
+}
+
 // A given calibration is refused before any rank is waited for when it was measured for another op.
 void check_calibration(const Run& run) {
   std::ifstream in(run.calibration);
@@ -297,6 +327,8 @@ void check_calibration(const Run& run) {
 
 GroupOptions group_options(const Run& run) {
   GroupOptions g;
+  g.switch_address = run.switch_address;
+  g.pool = run.pool;
   g.algorithm = run.calibrate_out.empty() ? run.algo : Algorithm::AUTO;
   g.candidates = run.candidates;
   g.calibration = run.calibration;
@@ -459,7 +491,8 @@ int run_rank(Run run) {
   std::vector<uint8_t> input = run.input.empty() ? app::generate(d, uint16_t(run.sel.rank)) : read_input(run);
   const bool calibrating = !run.calibrate_out.empty();
   if (!run.calibration.empty()) check_calibration(run);
-  Group g = Group::from_config(run.config, run.sel, group_options(run));
+  Group g = run.store.empty() ? Group::from_config(run.config, run.sel, group_options(run))
+                              : Group::from_store(store_of(run), run.sel.rank, int(run.ranks), group_options(run));
   Outcome oc;
   if (Communicator* comm = g.switch_communicator()) oc.first_op = comm->next_op();
   const OpOptions op = coll_options(run, run.algo).op;

@@ -35,13 +35,19 @@ std::string who_runs(Collective coll) {
   return std::string(name(coll)) + " runs by " + (out.empty() ? "no algorithm" : out);
 }
 
+std::string why_not(Algorithm a, Collective coll, int root) {
+  const AlgorithmInfo* row = algorithm_info(a);
+  if (!row) return "auto is not an algorithm";
+  if ((row->runs & bit(coll)) && rooted(coll) && row->roots == Roots::ZERO && root != 0)
+    return std::string(row->name) + (coll == Collective::REDUCE ? " reduces to" : " broadcasts from") +
+           " rank 0 only: give root 0 (or another algorithm: " + who_runs(coll) + ")";
+  return std::string(row->name) + " runs no " + name(coll) + " (" + who_runs(coll) + ")";
+}
+
 void run(Algorithm a, Context& ctx, const Call& c) {
   const AlgorithmInfo* row = algorithm_info(a);
   if (!row) throw std::invalid_argument("auto is chosen by the group (Group::choose), not run: name an algorithm");
-  if (!runs(a, c.coll, c.root))
-    throw std::invalid_argument(std::string(row->name) + " runs no " + name(c.coll) +
-                                (rooted(c.coll) && c.root ? " with root " + std::to_string(c.root) : "") + " (" +
-                                who_runs(c.coll) + ")");
+  if (!runs(a, c.coll, c.root)) throw std::invalid_argument(why_not(a, c.coll, c.root));
   if (row->hosts && !ctx.links)
     throw std::invalid_argument(std::string(row->name) +
                                 ": this group has no links between its ranks (it was made for the switch alone)");

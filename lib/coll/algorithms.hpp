@@ -138,7 +138,9 @@ bool runs(Algorithm a, Collective coll, int root = 0);
 // does not run `c` (saying which algorithms do).
 void run(Algorithm a, Context& ctx, const Call& c);
 
-// "allreduce: switch binomial chain rhd ring; reduce: ..." (for messages).
+// "allreduce runs by switch, binomial, ..." (for messages).
 std::string who_runs(Collective coll);
+// Why `a` does not run `coll` at `root`, and what to do (for messages).
+std::string why_not(Algorithm a, Collective coll, int root);
 
 }  // namespace prism::coll

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -17,6 +19,7 @@
 #include "coll/tcp.hpp"
 #include "config/config.hpp"
 #include "group/switch_path.hpp"
+#include "rank/pool.hpp"
 #include "rendezvous/store.hpp"
 
 namespace prism {
@@ -85,6 +88,7 @@ coll::TcpOptions tcp_options(const GroupOptions& o) {
 
 struct Group::Impl {
   GroupOptions opts;
+  std::shared_ptr<rdv::Store> store;  // from_store's, kept for the group's life (rank 0 may serve it)
   std::unique_ptr<coll::Links> links;
   std::optional<Communicator> comm;
   std::optional<group::SwitchPath> via_switch;
@@ -215,23 +219,104 @@ Group Group::from_endpoints(int rank, const std::vector<std::string>& hosts,
   return Group(std::move(impl));
 }
 
+namespace {
+
+// GroupOptions' switch and pool, or the environment's ($PRISM_SWITCH, $PRISM_POOL).
+struct PoolChoice {
+  std::string ip;
+  uint16_t port = 0;
+  uint32_t pool = 0;
+};
+std::optional<PoolChoice> pool_choice(const GroupOptions& o) {
+  std::string addr = o.switch_address;
+  if (addr.empty())
+    if (const char* e = std::getenv("PRISM_SWITCH")) addr = e;
+  uint32_t pool = o.pool;
+  if (!pool)
+    if (const char* e = std::getenv("PRISM_POOL")) pool = uint32_t(std::strtoul(e, nullptr, 10));
+  if (addr.empty() && !pool) return std::nullopt;
+  const size_t colon = addr.rfind(':');
+  const auto ip = colon == std::string::npos ? std::nullopt : parse_ipv4(addr.substr(0, colon));
+  const long port = ip ? std::strtol(addr.c_str() + colon + 1, nullptr, 10) : 0;
+  if (!ip || port <= 0 || port > 65535)
+    throw Error(Errc::INVALID_ARGUMENT, "the switch address '" + addr +
+                                            "' is not ip:port (GroupOptions::switch_address or $PRISM_SWITCH, e.g. "
+                                            "10.0.0.1:20562)");
+  if (!pool)
+    throw Error(Errc::INVALID_ARGUMENT, "a switch (" + addr +
+                                            ") but no pool to take the job from: give GroupOptions::pool or "
+                                            "$PRISM_POOL (the pool's first job id in the switch's config)");
+  return PoolChoice{addr.substr(0, colon), uint16_t(port), pool};
+}
+
+// Rank 0 takes a job from the pool and publishes it (or why it could not) under "pool"; the others read it.
+rank::PooledJob shared_pooled_job(rdv::Store& store, int rank, int size, const PoolChoice& pc, const GroupOptions& o) {
+  if (rank == 0) {
+    try {
+      const rank::PooledJob j =
+          rank::alloc_pooled_job(o.host_ip, pc.ip, pc.port, pc.pool, uint16_t(size), o.tuning.join_timeout_ms);
+      store.set("pool", std::to_string(j.job) + " " + std::to_string(j.shards) + " " + std::to_string(j.slot_quota) +
+                            " " + std::to_string(j.idle_timeout_ms));
+      return j;
+    } catch (const Error& e) {
+      store.set("pool", std::string("error ") + e.what());  // the others fail now, with rank 0's reason
+      throw;
+    }
+  }
+  const std::string v = store.get_string("pool", std::chrono::milliseconds(o.tuning.join_timeout_ms));
+  if (v.rfind("error ", 0) == 0)
+    throw Error(Errc::REFUSED, "rank 0 could not take a job from the pool: " + v.substr(6));
+  rank::PooledJob j;
+  unsigned long job = 0, shards = 1, quota = 0, idle = 0;
+  if (std::sscanf(v.c_str(), "%lu %lu %lu %lu", &job, &shards, &quota, &idle) != 4)
+    throw Error(Errc::LINK, "the store's 'pool' value '" + v + "' is not rank 0's job: another program's key?");
+  j.job = uint32_t(job), j.shards = uint16_t(shards), j.slot_quota = uint32_t(quota),
+  j.idle_timeout_ms = uint32_t(idle);
+  return j;
+}
+
+}  // namespace
+
 Group Group::from_store(std::shared_ptr<rdv::Store> store, int rank, int size, const GroupOptions& o) {
   if (!store) throw Error(Errc::INVALID_ARGUMENT, "from_store: no store given (store_from_env() makes one)");
+  if (size < 1 || size > 65535 || rank < 0 || rank >= size)
+    throw Error(Errc::INVALID_ARGUMENT, "rank " + std::to_string(rank) + " of a group of " + std::to_string(size) +
+                                            ": give 0 <= rank < size <= 65535");
   auto impl = std::make_unique<Impl>(o);
-  guarded([&] {
-    if (size < 1 || rank < 0 || rank >= size)
-      throw std::invalid_argument("rank " + std::to_string(rank) + " of a group of " + std::to_string(size) +
-                                  ": give 0 <= rank < size");
-    coll::TcpOptions to = tcp_options(o);
-    to.local_ip = o.host_ip;
-    // Groups that share one store keep their keys apart under their name.
-    rdv::PrefixStore mine(o.name.empty() ? "prism" : "prism/" + o.name, store);
-    try {
-      impl->links = coll::connect_tcp(mine, rank, size, to);
-    } catch (const rdv::StoreError& e) {
-      throw coll::LinkError(std::string("the rendezvous store: ") + e.what());
-    }
-  });
+  impl->store = store;
+  // Groups that share one store keep their keys apart under their name.
+  auto mine = std::make_shared<rdv::PrefixStore>(o.name.empty() ? "prism" : "prism/" + o.name, store);
+  const auto store_guarded = [&](auto f) {
+    guarded([&] {
+      try {
+        f();
+      } catch (const rdv::StoreError& e) {
+        throw coll::LinkError(std::string("the rendezvous store: ") + e.what());
+      }
+    });
+  };
+  if (const std::optional<PoolChoice> pc = pool_choice(o); pc && wants_switch(o))
+    store_guarded([&] {
+      const rank::PooledJob j = shared_pooled_job(*mine, rank, size, *pc, o);
+      Endpoints e;
+      e.job = j.job;
+      e.rank = uint16_t(rank);
+      e.group = uint16_t(size);
+      e.local_ip = o.host_ip;
+      e.local_port = 0;  // any: the switch binds the address the JOIN comes from
+      e.switch_ip = pc->ip;
+      e.switch_port = pc->port;
+      e.slot_quota = j.slot_quota;
+      e.switch_shards = j.shards;
+      e.pooled = true;
+      impl->comm.emplace(e, o.tuning);
+    });
+  if (wants_links(o) || !impl->comm)
+    store_guarded([&] {
+      coll::TcpOptions to = tcp_options(o);
+      to.local_ip = o.host_ip;
+      impl->links = coll::connect_tcp(*mine, rank, size, to);
+    });
   impl->finish();
   return Group(std::move(impl));
 }
@@ -302,9 +387,12 @@ CollReport Group::run(Collective c, const void* in, void* out, size_t count, For
     rep.algorithm = ch.algo;
     if (!call.segments) call.segments = ch.segments;
   } else if (!m.available(rep.algorithm)) {
-    throw Error(Errc::INVALID_ARGUMENT, std::string(algorithm_name(rep.algorithm)) +
-                                            ": this group has no switch (create it from a config or endpoints with "
-                                            "one, and with the switch as its algorithm or a candidate)");
+    throw Error(Errc::INVALID_ARGUMENT,
+                std::string(algorithm_name(rep.algorithm)) +
+                    ": this group has no switch: make it from a config, from endpoints with the "
+                    "switch's, or from a store with GroupOptions::switch_address and pool "
+                    "($PRISM_SWITCH, $PRISM_POOL), with the switch as its algorithm or a "
+                    "candidate");
   }
   if (const coll::CostParams* p = m.params(call.op)) {
     if (rep.algorithm == Algorithm::CHAIN && !call.segments) call.segments = coll::model_segments(m.problem(call), *p);

@@ -46,6 +46,12 @@ struct GroupOptions {
   std::string host_ip;                  // this rank's address for the host links ("": the config's or found)
   uint16_t tcp_port_offset = 0;         // from_config: a rank's host link listens at its udp_port + this
   std::string name;                     // from_store: groups sharing one store keep their keys apart by name
+  // from_store: a switch and the pool to take the group's job from (docs/PROTOCOL.md, "Job pools"):
+  // rank 0 asks the pool for a job id and shares it through the store, every rank joins it from its
+  // own address (which the switch binds to it) and leaves it when the group is destroyed. Empty
+  // switch_address: $PRISM_SWITCH ("ip:port"); pool 0: $PRISM_POOL; neither set: no switch.
+  std::string switch_address;
+  uint32_t pool = 0;
 };
 
 // One call's options.
@@ -81,7 +87,8 @@ class Group {
                               const std::optional<Endpoints>& switch_endpoints = std::nullopt,
                               const GroupOptions& o = {});
   // (c) A rendezvous store (store.hpp): each rank publishes its host-link address there and reads the
-  // others'. Nothing is configured anywhere.
+  // others'; with a switch and a pool (GroupOptions), the group takes a job from the pool. Nothing
+  // is configured anywhere for the group: no member entries, no restart of the switch.
   static Group from_store(std::shared_ptr<rdv::Store> store, int rank, int size, const GroupOptions& o = {});
 
   Group(Group&&) noexcept;

@@ -67,6 +67,7 @@ struct Endpoints {
   uint32_t slot_quota = 0;       // the job's slot_quota at the switch (0: none)
   uint32_t switch_shards = 1;    // the switch's reducers.shards, 1..64: chunk c of op o goes to UDP port
                                  // switch_port + (job + o + c) mod switch_shards (docs/PROTOCOL.md, Steering)
+  bool pooled = false;           // a job from a switch's pool: the communicator LEAVEs it when destroyed
 };
 
 struct Tuning {

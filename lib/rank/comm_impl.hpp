@@ -47,7 +47,8 @@ namespace prism {
 struct Communicator::Impl {
   Impl(const Endpoints& e, const Tuning& t);
 
-  void join();  // join.cpp
+  void join();            // join.cpp
+  void leave() noexcept;  // join.cpp: a pooled job's LEAVE
   uint32_t start(const void* in, void* out, size_t count, Format dtype, const OpOptions& o, bool reduce, uint16_t root);
   void progress(int max_wait_ms);
   rank::Op& op_of(const Request& r, uint64_t id);

@@ -426,8 +426,16 @@ OpReport Communicator::Impl::take(uint32_t id) {
 
 Communicator::Communicator(const Endpoints& e, Tuning t) : impl_(std::make_unique<Impl>(e, t)) {}
 Communicator::Communicator(Communicator&&) noexcept = default;
-Communicator& Communicator::operator=(Communicator&&) noexcept = default;
-Communicator::~Communicator() = default;
+Communicator& Communicator::operator=(Communicator&& o) noexcept {
+  if (this != &o) {
+    if (impl_) impl_->leave();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+Communicator::~Communicator() {
+  if (impl_) impl_->leave();
+}
 
 Request Communicator::iallreduce(const void* in, void* out, size_t count, Format dtype, const OpOptions& o) {
   const uint32_t id = impl_->start(in, out, count, dtype, o, false, 0);

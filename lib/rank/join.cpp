@@ -3,6 +3,7 @@
 // which it does once every rank of the job has joined; the answer carries
 // the session's first op number, above every op number the switch (and
 // the switches below it) remember, so a restarted job never reuses one.
+#include <array>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -104,6 +105,32 @@ void Communicator::Impl::join() {
                                  std::to_string(joined) + " of " + std::to_string(ep.group) + " joined; missing rank" +
                                  (ep.group - joined > 1 ? "s " : " ") + ranks_in(bitmap, ep.group, false) +
                                  ". Start every rank of the job (within join_timeout_ms of each other)");
+}
+
+void Communicator::Impl::leave() noexcept {
+  // A pooled job's rank leaves it (docs/PROTOCOL.md, "Job pools"): LEAVE with the session's nonce until
+  // LEFT answers, a few times; a LEAVE lost every time only leaves the job to the switch's idle timeout.
+  if (!ep.pooled || nonce == 0) return;
+  try {
+    std::array<uint8_t, wire::kHeaderSize> msg;
+    wire::put_header(wire::leave_header(ep.job, nonce, ep.rank), msg.data());
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      const rank::UdpLink::Datagram d{msg.data(), msg.size(), nullptr, 0, port_of(0, 0)};
+      link.send(&d, 1);
+      const uint64_t until = now_ms() + (20u << attempt);
+      for (uint64_t t = now_ms(); t < until; t = now_ms()) {
+        const size_t n = link.receive(int(until - t) + 1);
+        for (size_t i = 0; i < n; ++i) {
+          wire::Parsed p;
+          const size_t len = link.length(i);
+          if (len && wire::parse_message({link.data(i), len}, &p, false) == wire::Refusal::OK &&
+              p.h.kind == wire::Kind::LEFT && p.h.job == ep.job && p.h.op == nonce && p.h.sender == ep.rank)
+            return;
+        }
+      }
+    }
+  } catch (...) {  // a destructor's best effort
+  }
 }
 
 }  // namespace prism
