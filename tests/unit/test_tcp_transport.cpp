@@ -23,6 +23,7 @@
 #include "coll/tcp.hpp"
 #include "config/config.hpp"
 #include "rendezvous/file_store.hpp"
+#include "rendezvous/from_url.hpp"
 #include "rendezvous/tcp_store.hpp"
 
 namespace prism::coll {
@@ -809,6 +810,28 @@ TEST(TcpDriver, ExchangesWithEveryRankOfTheConfig) {
     }
   }
   std::printf("TCP-DRIVER OK rank %d of %d\n", r, n);
+}
+
+// The same through a rendezvous store from the environment (PRISM_STORE, or
+// MASTER_ADDR and MASTER_PORT: rank 0 serves), with PRISM_TCP_STORE_RANK and
+// PRISM_TCP_STORE_SIZE set; skipped without them. Each rank finds the
+// address it publishes on its own (the one that reaches the store's host).
+// In the testbed's namespaces:
+//   scripts/testbed.sh --ranks 4 --bridge -- env MASTER_ADDR=10.88.0.1 MASTER_PORT=29500
+//     PRISM_TCP_STORE_RANK={rank} PRISM_TCP_STORE_SIZE={ranks} build/tests/unit/test_tcp_transport
+//     --gtest_filter=TcpDriver.*
+TEST(TcpDriver, ExchangesThroughTheStoreOfTheEnvironment) {
+  const char* rank_s = std::getenv("PRISM_TCP_STORE_RANK");
+  const char* size_s = std::getenv("PRISM_TCP_STORE_SIZE");
+  if (!rank_s || !size_s) GTEST_SKIP() << "run in each rank's namespace with a store in the environment";
+  const int r = std::atoi(rank_s), n = std::atoi(size_s);
+  auto store = rdv::store_from_env(r, 60s);
+  auto t = connect_tcp(*store, r, n, quick());
+  ASSERT_EQ(shift_exchange(*t), "");
+  std::printf("TCP-STORE-DRIVER OK rank %d of %d at %s\n", r, n, store->get_string("tcp/" + std::to_string(r)).c_str());
+  // Rank 0 serves the store: it stays until every rank has said it is done with it.
+  if (store->add("done", 1) == n) store->set("all done", "");
+  if (r == 0) store->get("all done", 60s);
 }
 
 }  // namespace
