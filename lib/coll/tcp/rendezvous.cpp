@@ -2,6 +2,7 @@
 // publishes where, reads everyone else's, then connects as with TcpPeers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -127,7 +128,15 @@ std::unique_ptr<Links> connect_tcp(rdv::Store& store, int rank, int size, const 
         "size? (" +
         e.what() + ")");
   }
-  return make_tcp_links(rank, peers.job, establish(peers, rank, o, listener), o.recv_timeout);
+  try {
+    return make_tcp_links(rank, peers.job, establish(peers, rank, o, listener), o.recv_timeout);
+  } catch (const LinkError& e) {
+    // Loopback addresses on one host name can still be apart: network namespaces, containers.
+    if (std::none_of(peers.ranks.begin(), peers.ranks.end(), [](const TcpAddr& a) { return is_loopback(a.ip); })) throw;
+    throw LinkError(std::string(e.what()) +
+                    " (ranks published loopback addresses: ranks in network namespaces or containers of their own "
+                    "need PRISM_HOST_IP, or TcpOptions::local_ip, set to an address the others reach)");
+  }
 }
 
 }  // namespace prism::coll
