@@ -500,7 +500,7 @@ PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& 
   const YAML::Node ids = rd.need(pn, "jobs", key);
   rd.only(ids, key + ".jobs", {"first", "count"});
   pc.first = uint32_t(rd.uint(rd.need(ids, "first", key + ".jobs"), key + ".jobs.first", 0, 0xFFFFFFFFu));
-  pc.count = uint32_t(rd.uint(rd.need(ids, "count", key + ".jobs"), key + ".jobs.count", 1, 65536));
+  pc.count = uint32_t(rd.uint(rd.need(ids, "count", key + ".jobs"), key + ".jobs.count", 1, 4096));
   if (uint64_t(pc.first) + pc.count - 1 > 0xFFFFFFFFu)
     rd.fail(ids["count"], key + ".jobs.count",
             "ids " + std::to_string(pc.first) + " + 0.." + std::to_string(pc.count - 1) +

@@ -828,7 +828,7 @@ TEST(ConfigPools, ErrorsSayWhereAndWhat) {
   expect_error(with_pool(with(ok, "first: 100", "first: 5")), 22, "pools[0].jobs", {"include job 7"});
   expect_error(with_pool(ok + "  - {jobs: {first: 103, count: 2}, max_group: 1, ranges: [10.0.0.0/8]}\n"), 25,
                "pools[1].jobs", {"overlap pools[0]", "100..103", "disjoint"});
-  expect_error(with_pool(with(ok, "count: 4", "count: 0")), 22, "pools[0].jobs.count", {"out of range", "1..65536"});
+  expect_error(with_pool(with(ok, "count: 4", "count: 0")), 22, "pools[0].jobs.count", {"out of range", "1..4096"});
   expect_error(with_pool(with(ok, "first: 100, count: 4", "first: 4294967295, count: 2")), 22, "pools[0].jobs.count",
                {"past 4294967295"});
   expect_error(with_pool(with(ok, "max_group: 3", "max_group: 0")), 23, "pools[0].max_group", {"out of range"});
@@ -845,7 +845,7 @@ TEST(ConfigPools, ErrorsSayWhereAndWhat) {
   expect_error(with_pool(ok + "    udp_checksum: maybe\n"), 25, "pools[0].udp_checksum", {"optional"});
   expect_error(with_pool(ok + "    members: []\n"), 25, "pools[0].members", {"unknown key", "max_group"});
   expect_error(with_pool(ok + "    children: []\n"), 25, "pools[0].children", {"no child switches"});
-  expect_error(with_pool(with(with(ok, "count: 4", "count: 65536"), "max_group: 3", "max_group: 17")), 23,
+  expect_error(with_pool(with(with(ok, "count: 4", "count: 4096"), "max_group: 3", "max_group: 257")), 23,
                "pools[0].max_group", {"1048576"});
   // kulisch_width must hold the largest job the pool admits (fp32 at 65535 ranks: 294 bits).
   expect_error(with_pool(with(ok, "max_group: 3", "max_group: 65535")) + "kulisch_width: 282\n", 25, "kulisch_width",
