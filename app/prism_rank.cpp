@@ -44,6 +44,7 @@ std::string usage() {
     algos += std::string("                          ") + a.name + ": " + a.doc + "\n";
   return "usage: prism-rank --config FILE --rank K [--job J] [options]\n"
          "       prism-rank --store URL --ranks P --rank K [--switch IP:PORT --pool ID] [options]\n"
+         "       prism-rank --pool-job JOB --shards S --ranks P --rank K --switch IP:PORT [options]\n"
          "       prism-rank --list-algos [--json]\n"
          "\n"
          "Runs rank K of job J (the config's only job when omitted) of the group that FILE, the PRISM\n"
@@ -51,6 +52,8 @@ std::string usage() {
          "ranks that find each other through a rendezvous store (no configuration): URL tcp://HOST:PORT\n"
          "(rank 0 serves it) or file:///PATH; with --switch and --pool the group takes a job from the\n"
          "switch's pool (docs/PROTOCOL.md, Job pools). $PRISM_STORE, $PRISM_SWITCH, $PRISM_POOL stand for them.\n"
+         "With --pool-job the rank joins a pooled job another process took (its ALLOCATED gave JOB and the\n"
+         "switch's shard count S), through the switch alone.\n"
          "\n"
          "What to reduce:\n"
          "  --size BYTES          input bytes per rank (suffixes KiB MiB GiB; default 1MiB), or\n"
@@ -119,6 +122,7 @@ struct Run {
   std::string config, input, output;
   std::string store, switch_address;  // --store: a group from a rendezvous store (no config)
   uint32_t ranks = 0, pool = 0;
+  uint32_t pool_job = 0, shards = 1;  // --pool-job: a pooled job another process took (switch alone)
   ConfigSelect sel;
   Tuning tune;
   app::DataSpec data;
@@ -186,7 +190,7 @@ Run parse(int argc, char** argv) {
        "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
        "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
        "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
-       "--ranks",    "--switch",    "--pool"},
+       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards"},
       {"--check", "--json", "--in-place", "--list-algos"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -197,9 +201,19 @@ Run parse(int argc, char** argv) {
   }
   r.config = a.str("--config");
   r.store = a.str("--store");
-  if (r.store.empty() && !a.has("--config"))
+  if (r.store.empty() && !a.has("--config") && !a.has("--pool-job"))
     if (const char* e = std::getenv("PRISM_STORE")) r.store = e;
-  if (r.config.empty() && r.store.empty())
+  if (a.has("--pool-job")) {  // the switch alone, in a job a launcher (or another rank) took from the pool
+    r.pool_job = uint32_t(a.num("--pool-job", 1, UINT32_MAX, 0));
+    r.shards = uint32_t(a.num("--shards", 1, 64, 1));
+    r.ranks = uint32_t(a.num("--ranks", 1, 65535, 1));
+    r.switch_address = a.str("--switch");
+    if (!a.has("--ranks") || r.switch_address.empty())
+      fail("--pool-job needs --ranks P and --switch IP:PORT (and --shards S: the switch's, from ALLOCATED)");
+    if (!r.config.empty() || a.has("--store") || a.has("--pool"))
+      fail("--pool-job joins a job another process took: no --config, --store or --pool with it");
+    if (a.has("--algo") && a.str("--algo") != "switch") fail("--pool-job runs through the switch alone: --algo switch");
+  } else if (r.config.empty() && r.store.empty())
     fail(
         "missing --config FILE (the switch's YAML, which registers this rank) or --store URL (ranks that find "
         "each other through a rendezvous store)");
@@ -209,8 +223,10 @@ Run parse(int argc, char** argv) {
     r.ranks = uint32_t(a.num("--ranks", 1, 65535, 1));
     r.switch_address = a.str("--switch");
     r.pool = uint32_t(a.num("--pool", 1, UINT32_MAX, 0));
-  } else if (a.has("--ranks") || a.has("--switch") || a.has("--pool")) {
-    fail("--ranks, --switch and --pool go with --store (a config gives the group and the switch)");
+  } else if (r.pool_job == 0 && (a.has("--ranks") || a.has("--switch") || a.has("--pool") || a.has("--shards"))) {
+    fail(
+        "--ranks, --switch, --pool and --shards go with --store or --pool-job (a config gives the group and the "
+        "switch)");
   }
   if (!a.has("--rank")) fail("missing --rank K: which member of the job this process is");
   r.sel.rank = int(a.num("--rank", 0, 65534, 0));
@@ -305,6 +321,29 @@ std::shared_ptr<rdv::Store> store_of(const Run& run) {
   } catch (const rdv::StoreError& e) {
     throw Error(Errc::INVALID_ARGUMENT, std::string("--store ") + run.store + ": " + e.what());
   }
+}
+
+GroupOptions group_options(const Run& run);
+
+// The group: from the config, from a store, or (--pool-job) the switch alone in a given pooled job.
+Group make_group(const Run& run) {
+  if (!run.config.empty()) return Group::from_config(run.config, run.sel, group_options(run));
+  if (!run.store.empty()) return Group::from_store(store_of(run), run.sel.rank, int(run.ranks), group_options(run));
+  Endpoints e;
+  e.job = run.pool_job;
+  e.rank = uint16_t(run.sel.rank);
+  e.group = uint16_t(run.ranks);
+  if (const char* ip = std::getenv("PRISM_HOST_IP")) e.local_ip = ip;
+  e.local_port = 0;  // any: the switch binds the address the JOIN comes from
+  const size_t colon = run.switch_address.rfind(':');
+  if (colon == std::string::npos) fail("--switch " + run.switch_address + ": give IP:PORT, e.g. 10.0.0.254:20562");
+  e.switch_ip = run.switch_address.substr(0, colon);
+  e.switch_port = uint16_t(std::strtoul(run.switch_address.c_str() + colon + 1, nullptr, 10));
+  e.switch_shards = run.shards;
+  e.pooled = true;
+  GroupOptions o = group_options(run);
+  o.algorithm = Algorithm::SWITCH;
+  return Group::from_endpoints(run.sel.rank, {}, e, o);
 }
 
 // A given calibration is refused before any rank is waited for when it was measured for another op.
@@ -491,8 +530,7 @@ int run_rank(Run run) {
   std::vector<uint8_t> input = run.input.empty() ? app::generate(d, uint16_t(run.sel.rank)) : read_input(run);
   const bool calibrating = !run.calibrate_out.empty();
   if (!run.calibration.empty()) check_calibration(run);
-  Group g = run.store.empty() ? Group::from_config(run.config, run.sel, group_options(run))
-                              : Group::from_store(store_of(run), run.sel.rank, int(run.ranks), group_options(run));
+  Group g = make_group(run);
   Outcome oc;
   if (Communicator* comm = g.switch_communicator()) oc.first_op = comm->next_op();
   const OpOptions op = coll_options(run, run.algo).op;

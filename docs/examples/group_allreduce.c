@@ -6,7 +6,8 @@
  *
  *   cc group_allreduce.c $(pkg-config --cflags --libs prism) -o group_allreduce
  *   PRISM_STORE=tcp://10.0.0.1:29500 PRISM_SWITCH=10.0.0.254:20562 PRISM_POOL=1000 \
- *     ./group_allreduce RANK SIZE [ELEMENTS]
+ *     ./group_allreduce RANK SIZE [ELEMENTS [DIR]]
+ * With DIR, rank r writes its input to DIR/in<r>.bin and the switch's result to DIR/out<r>.bin.
  */
 #include <prism.h>
 #include <stdio.h>
@@ -21,9 +22,9 @@ static unsigned long long digest(const void* p, size_t n) {
   return h;
 }
 
-/* One allreduce of v over a group made from the environment's store; the algorithm and name given. */
-static int run(int rank, int size, prism_algorithm algo, const char* name, const float* v, float* out, size_t n,
-               unsigned long long* d, prism_algorithm* ran) {
+/* One allreduce of v over a group made from the store; the algorithm and the group's name given. */
+static int run(prism_store* store, int rank, int size, prism_algorithm algo, const char* name, const float* v,
+               float* out, size_t n, unsigned long long* d, prism_algorithm* ran) {
   prism_group_options go;
   memset(&go, 0, sizeof go);
   go.algorithm = algo;
@@ -34,7 +35,7 @@ static int run(int rank, int size, prism_algorithm algo, const char* name, const
     go.ncandidates = 4;
   }
   prism_group* g = NULL;
-  if (prism_group_from_store_url(NULL, rank, size, &go, &g) != PRISM_OK) {
+  if (prism_group_from_store(store, rank, size, &go, &g) != PRISM_OK) {
     fprintf(stderr, "rank %d: %s\n", rank, prism_last_error());
     return 1;
   }
@@ -53,7 +54,8 @@ static int run(int rank, int size, prism_algorithm algo, const char* name, const
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s RANK SIZE [ELEMENTS]   (PRISM_STORE, PRISM_SWITCH, PRISM_POOL in the environment)\n",
+    fprintf(stderr,
+            "usage: %s RANK SIZE [ELEMENTS [DIR]]   (PRISM_STORE, PRISM_SWITCH, PRISM_POOL in the environment)\n",
             argv[0]);
     return 2;
   }
@@ -69,11 +71,26 @@ int main(int argc, char** argv) {
   }
   unsigned long long on_hosts = 0, via_switch = 0;
   prism_algorithm a1 = PRISM_ALGO_AUTO, a2 = PRISM_ALGO_AUTO;
-  int rc = run(rank, size, PRISM_ALGO_AUTO, "hosts", v, out, n, &on_hosts, &a1);
-  if (rc == 0) rc = run(rank, size, PRISM_ALGO_SWITCH, "switch", v, out, n, &via_switch, &a2);
+  prism_store* store = NULL; /* the environment's: PRISM_STORE, else MASTER_ADDR and MASTER_PORT */
+  if (prism_store_from_url(NULL, rank, &store) != PRISM_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, prism_last_error());
+    return 1;
+  }
+  int rc = run(store, rank, size, PRISM_ALGO_AUTO, "hosts", v, out, n, &on_hosts, &a1);
+  if (rc == 0) rc = run(store, rank, size, PRISM_ALGO_SWITCH, "switch", v, out, n, &via_switch, &a2);
+  if (rc == 0 && argc > 4) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/in%d.bin", argv[4], rank);
+    FILE* f = fopen(path, "wb");
+    if (f) fwrite(v, sizeof(float), n, f), fclose(f);
+    snprintf(path, sizeof path, "%s/out%d.bin", argv[4], rank);
+    f = fopen(path, "wb");
+    if (f) fwrite(out, sizeof(float), n, f), fclose(f);
+  }
   if (rc == 0)
     printf("rank %d: hosts (%s) %016llx switch (%s) %016llx%s\n", rank, prism_algorithm_name(a1), on_hosts,
            prism_algorithm_name(a2), via_switch, on_hosts == via_switch ? " same" : " DIFFER");
+  prism_store_destroy(store); /* after its groups */
   free(v);
   free(out);
   return rc;

@@ -12,6 +12,9 @@
 struct prism_group {
   prism::Group g;
 };
+struct prism_store {
+  std::shared_ptr<prism::rdv::Store> s;
+};
 
 namespace {
 
@@ -125,6 +128,22 @@ int prism_group_from_store_url(const char* url, int rank, int size, const prism_
     auto store = url ? prism::rdv::store_from_url(url, rank) : prism::rdv::store_from_env(rank);
     *out = new prism_group{prism::Group::from_store(store, rank, size, group_options(o))};
   });
+}
+
+int prism_store_from_url(const char* url, int rank, prism_store** out) {
+  if (!out) return fail(PRISM_EINVAL, "prism_store_from_url: a null argument");
+  *out = nullptr;
+  return store_guarded(
+      [&] { *out = new prism_store{url ? prism::rdv::store_from_url(url, rank) : prism::rdv::store_from_env(rank)}; });
+}
+
+void prism_store_destroy(prism_store* s) { delete s; }
+
+int prism_group_from_store(prism_store* store, int rank, int size, const prism_group_options* o, prism_group** out) {
+  if (!store || !out) return fail(PRISM_EINVAL, "prism_group_from_store: a null argument");
+  *out = nullptr;
+  return store_guarded(
+      [&] { *out = new prism_group{prism::Group::from_store(store->s, rank, size, group_options(o))}; });
 }
 
 int prism_group_from_callbacks(const prism_store_callbacks* s, int rank, int size, const prism_group_options* o,

@@ -199,6 +199,10 @@ Group Group::from_endpoints(int rank, const std::vector<std::string>& hosts,
                             const std::optional<Endpoints>& switch_endpoints, const GroupOptions& o) {
   auto impl = std::make_unique<Impl>(o);
   if (switch_endpoints && wants_switch(o)) impl->comm.emplace(*switch_endpoints, o.tuning);
+  if (hosts.empty() && impl->comm && !wants_links(o)) {  // the switch alone
+    impl->finish();
+    return Group(std::move(impl));
+  }
   guarded([&] {
     coll::TcpPeers peers;
     peers.job = switch_endpoints ? switch_endpoints->job : 0;

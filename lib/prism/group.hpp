@@ -82,7 +82,7 @@ class Group {
   // listens at the member's ip and udp_port + tcp_port_offset) and the switch.
   static Group from_config(const std::string& yaml_path, ConfigSelect sel, const GroupOptions& o = {});
   // (b) Explicit: every rank's host-link address "ip:port" in rank order, and this rank's switch
-  // endpoints when the group has a switch.
+  // endpoints when the group has a switch (no hosts: the switch alone, GroupOptions::algorithm SWITCH).
   static Group from_endpoints(int rank, const std::vector<std::string>& hosts,
                               const std::optional<Endpoints>& switch_endpoints = std::nullopt,
                               const GroupOptions& o = {});

@@ -135,6 +135,7 @@ typedef enum {
 } prism_collective;
 
 typedef struct prism_group prism_group;
+typedef struct prism_store prism_store;
 
 /* Zero fields take GroupOptions' defaults. */
 typedef struct {
@@ -178,8 +179,13 @@ typedef struct {
 /* From the switch's YAML (as prism_comm_from_config). */
 int prism_group_from_config(const char* yaml_path, uint32_t job, int rank, const prism_group_options* o,
                             prism_group** out);
-/* From a rendezvous store URL ("tcp://host:port": rank 0 serves it; "file:///path"); NULL: the
- * environment (PRISM_STORE, else MASTER_ADDR and MASTER_PORT). */
+/* A rendezvous store ("tcp://host:port": rank 0 serves it; "file:///path"); NULL: the environment
+ * (PRISM_STORE, else MASTER_ADDR and MASTER_PORT). Several groups may share one (GroupOptions' name
+ * keeps them apart); destroy it after its groups. */
+int prism_store_from_url(const char* url, int rank, prism_store** out);
+void prism_store_destroy(prism_store* s);
+int prism_group_from_store(prism_store* store, int rank, int size, const prism_group_options* o, prism_group** out);
+/* The same with a store of its own, made from `url` as prism_store_from_url does. */
 int prism_group_from_store_url(const char* url, int rank, int size, const prism_group_options* o,
                                prism_group** out);
 /* From a store given as functions. */

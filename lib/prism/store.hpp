@@ -49,6 +49,9 @@ class Store {
   virtual int64_t add(std::string_view key, int64_t delta) = 0;
   // True when `key` is set now (never waits).
   virtual bool check(std::string_view key) = 0;
+  // The host a rank reaches the store at over the network ("" when there is none: a file or a
+  // program's own store): a rank with no address given listens at its address towards it.
+  virtual std::string network_host() const { return {}; }
 
   // Conveniences over the four above.
   void set(std::string_view key, std::string_view value) {
@@ -65,10 +68,12 @@ class PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner) : prefix_(std::move(prefix) + "/"), inner_(inner) {}
   void set(std::string_view key, std::span<const uint8_t> value) override { inner_->set(k(key), value); }
-  Bytes get(std::string_view key, Millis timeout) override { return inner_->get(k(key), timeout); }
+  Bytes get(std::string_view key, Millis timeout = kDefaultStoreTimeout) override {
+    return inner_->get(k(key), timeout);
+  }
   int64_t add(std::string_view key, int64_t delta) override { return inner_->add(k(key), delta); }
   bool check(std::string_view key) override { return inner_->check(k(key)); }
-  using Store::get;
+  std::string network_host() const override { return inner_->network_host(); }
   using Store::set;
 
  private:

@@ -61,6 +61,7 @@ class TcpStore final : public Store {
   Bytes get(std::string_view key, Millis timeout = kDefaultStoreTimeout) override;
   int64_t add(std::string_view key, int64_t delta) override;
   bool check(std::string_view key) override;
+  std::string network_host() const override { return host_; }
   using Store::set;
 
   const std::string& host() const { return host_; }

@@ -42,10 +42,8 @@ uint32_t local_ip(rdv::Store& store, const TcpOptions& o, const std::string& me)
   };
   if (!o.local_ip.empty()) return given(o.local_ip, "TcpOptions::local_ip");
   if (const char* env = std::getenv("PRISM_HOST_IP"); env && *env) return given(env, "PRISM_HOST_IP");
-  std::string host;
-  if (const auto* tcp = dynamic_cast<const rdv::TcpStore*>(&store)) {
-    host = tcp->host();
-  } else {
+  std::string host = store.network_host();  // a TCP store's host, through any PrefixStore
+  if (host.empty()) {
     try {
       host = rdv::tcp_url_host(rdv::store_url_from_env());
     } catch (const rdv::StoreError&) {
