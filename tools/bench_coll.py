@@ -2,7 +2,7 @@
 """The host collectives' cost models (lib/coll/cost_model.hpp), predicted against measured, in one run.
 
     tools/bench_coll.py [--ranks 2,3,4,5,6,7,8] [--sizes 1KiB,4KiB,...,16MiB]
-                        [--algos binomial,chain,rhd,ring,auto] [--policy kulisch] [--dtype fp32]
+                        [--algos hosts,auto] [--policy kulisch] [--dtype fp32]
                         [--collective allreduce] [--target-seconds 0.3] [--timeout 180]
                         [--json FILE] [--plot FILE.png] [--markdown] [--quick] [--build DIR]
 
@@ -12,14 +12,15 @@ the ranks reduce among themselves over TCP with --algo (lib/coll).
 
 Method:
 - Calibration, once per p, with p ranks (as `--algo auto` does it before each run):
-  `prism-rank --calibrate FILE --candidates binomial,chain,rhd,ring` with the op given (policy,
+  `prism-rank --calibrate FILE --candidates HOSTS` with the op given (policy,
   dtype, collective): every pair of ranks ping-pongs at once for alpha and beta, every rank times
   its reducers for gamma, all at once, so ranks that share the cores measure that. Every run at
   that p gets `--calibration FILE`, so its algorithms' predictions come from the same parameters;
   they are printed.
 - For each p of --ranks, n of --sizes and algorithm of --algos: p processes at once, `--algo A
   --repeat N --warmup 1 --json` (the chain with the model's m: no --segments; auto with
-  --candidates binomial,chain,rhd,ring). N is adaptive, enough collectives for about
+  --candidates HOSTS). HOSTS: every host algorithm of `prism-rank --list-algos --json`
+  (lib/coll/algorithms.hpp's table). N is adaptive, enough collectives for about
   --target-seconds of measurement, between 2 and 20: from the larger of the algorithm's
   prediction (once a run at this (p, n) has reported them) and its time at the previous size
   scaled by the size; a run whose measured time shows N was far too small (N < 20) is rerun once
@@ -75,14 +76,24 @@ from bench_util import fmt_time, machine_info, parse_size, size_name  # noqa: E4
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RANKS = '2,3,4,5,6,7,8'
 DEFAULT_SIZES = '1KiB,4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB'
-RUNS = {'allreduce': ('binomial', 'chain', 'rhd', 'ring'), 'reduce': ('binomial', 'chain', 'rhd'),
-        'broadcast': ('binomial', 'chain', 'rhd'), 'reduce_scatter': ('rhd', 'ring'), 'allgather': ('rhd', 'ring')}
-DEFAULT_ALGOS = 'binomial,chain,rhd,ring,auto'
-CANDIDATES = 'binomial,chain,rhd,ring'
+DEFAULT_ALGOS = 'hosts,auto'  # every host algorithm of prism-rank's table, then auto
 ELEM = {'fp32': 4, 'fp16': 2, 'bf16': 2, 'e4m3fn': 1, 'e4m3fnuz': 1, 'e5m2': 1, 'e5m2fnuz': 1,
         'int8': 1, 'int32': 4}
 COLOURS = {'binomial': '#1f77b4', 'chain': '#d62728', 'rhd': '#2ca02c', 'ring': '#9467bd',
-           'auto': '#ff7f0e'}
+           'auto': '#ff7f0e'}  # others: gnuplot's own
+
+
+def host_algorithms(rank_bin: Path) -> dict[str, list[str]]:
+    """The host algorithms of prism-rank's table (lib/coll/algorithms.hpp, `--list-algos --json`), each
+    with the collectives it runs: the one list the library, its CLI and this tool share."""
+    out = subprocess.run([str(rank_bin), '--list-algos', '--json'], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        raise ValueError(f'{rank_bin} --list-algos --json: {out.stderr.strip()}')
+    return {a['name']: a['collectives'] for a in json.loads(out.stdout)['algorithms'] if a['hosts']}
+
+
+CANDIDATES = ''  # set by main(): every host algorithm of the table, comma-separated
+
 MIN_REPEAT, MAX_REPEAT = 2, 20
 
 
@@ -512,7 +523,9 @@ def parse_args(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--ranks', default=DEFAULT_RANKS, help=f'p values (default {DEFAULT_RANKS})')
     ap.add_argument('--sizes', default=DEFAULT_SIZES, help=f'bytes per rank (default {DEFAULT_SIZES})')
-    ap.add_argument('--algos', default=DEFAULT_ALGOS, help=f'algorithms (default {DEFAULT_ALGOS})')
+    ap.add_argument('--algos', default=DEFAULT_ALGOS,
+                    help='algorithms, comma-separated; hosts: every host algorithm of prism-rank --list-algos '
+                         f'(default {DEFAULT_ALGOS})')
     ap.add_argument('--policy', default='kulisch', help='fp32_arrival kulisch fp32_binomial (default kulisch)')
     ap.add_argument('--dtype', default='fp32', help='input format (default fp32)')
     ap.add_argument('--collective', default='allreduce',
@@ -547,30 +560,34 @@ def skipped(p: int, n: int, skips: list[str]) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    global CANDIDATES
     a = parse_args(argv)
+    rank_bin = a.build / 'app' / 'prism-rank'
+    if not os.access(rank_bin, os.X_OK):
+        log(f'{rank_bin} missing (ninja -C {a.build})')
+        return 2
     try:
+        hosts = host_algorithms(rank_bin)
+        CANDIDATES = ','.join(hosts)
         elem = ELEM[a.dtype]
         ranks = [int(x) for x in a.ranks.split(',') if x.strip()]
         sizes = [parse_size(x, elem) for x in a.sizes.split(',') if x.strip()]
-        algos = [x.strip() for x in a.algos.split(',') if x.strip()]
+        algos = []
+        for x in (x.strip() for x in a.algos.split(',') if x.strip()):
+            algos += list(hosts) if x == 'hosts' else [x]
         for p in ranks:
             if p < 2:
                 raise ValueError('--ranks: every p at least 2 (the calibration needs two ranks)')
         for x in algos:
-            if x not in ('binomial', 'chain', 'rhd', 'ring', 'auto'):
-                raise ValueError(f'--algos: unknown algorithm {x!r}')
-        algos = [x for x in algos if x == 'auto' or x in RUNS[a.collective]]  # those that run it
+            if x not in hosts and x != 'auto':
+                raise ValueError(f'--algos: unknown algorithm {x!r} (the host algorithms: {", ".join(hosts)}; auto)')
+        algos = [x for x in algos if x == 'auto' or a.collective in hosts[x]]  # those that run it
         if a.repeat is not None and not 1 <= a.repeat:
             raise ValueError('--repeat: at least 1')
         pairs = [(p, n) for p in ranks for n in sizes if not skipped(p, n, a.skip)]
     except (KeyError, ValueError) as e:
         log(f'usage: {e}')
         return 2
-    rank_bin = a.build / 'app' / 'prism-rank'
-    if not os.access(rank_bin, os.X_OK):
-        log(f'{rank_bin} missing (ninja -C {a.build})')
-        return 2
-
     def on_signal(signum, _frame):
         raise Interrupted(f'signal {signum}')
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -208,6 +208,22 @@ def markdown(R: int, names: list[str], res: dict[str, np.ndarray], n: int, inexa
     return '\n'.join(lines) + '\n'
 
 
+# Each host algorithm's fp32 order, written here from the seeds (not from lib/coll): the models the
+# measured bits are held to.
+ORDER_MODELS = {'binomial': binomial_order, 'chain': chain_order, 'rhd': rhd_order, 'ring': ring_order}
+
+
+def test_every_algorithm_of_the_table_has_an_order_model_here():
+    """A host algorithm added to lib/coll/algorithms.hpp's table without its independent order model
+    here (and so without its bits checked) fails this test; RUNS runs every algorithm of the table."""
+    su.require_binaries(RANK)
+    out = subprocess.run([str(RANK), '--list-algos', '--json'], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    table = json.loads(out.stdout)['algorithms']
+    assert {a['name'] for a in table if a['hosts']} == set(ORDER_MODELS), table
+    assert [a['name'] for a in table] == [name for name, _ in RUNS], table
+
+
 @pytest.mark.parametrize('R', [4, 5, 8])
 def test_fp32_arrival_bits_per_algorithm(make_testbed, tmp_path, R):
     su.require_binaries(RANK)
@@ -215,7 +231,7 @@ def test_fp32_arrival_bits_per_algorithm(make_testbed, tmp_path, R):
     xs = [generate(SEED, r, COUNT) for r in range(R)]
     hi, lo, rn = exact_sum(xs)
     abs_sum = np.sum([np.abs(x.astype(np.float64)) for x in xs], axis=0)
-    models = {'binomial': binomial_order(xs), 'chain': chain_order(xs), 'rhd': rhd_order(xs), 'ring': ring_order(xs)}
+    models = {name: order(xs) for name, order in ORDER_MODELS.items()}
 
     tb = make_testbed(ranks=R, layout='bridge')
     res: dict[str, np.ndarray] = {}
