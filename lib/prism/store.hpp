@@ -82,4 +82,12 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> inner_;
 };
 
+// A store named by a URL: "tcp://host:port" (rank 0 serves it at that port, every rank connects to
+// host:port) or "file:///path/to/file". Throws StoreError: a URL of no known kind or with a bad part
+// (saying which and what one looks like), a negative rank, and the store's own errors.
+std::shared_ptr<Store> store_from_url(const std::string& url, int rank, Millis timeout = kDefaultStoreTimeout);
+// The environment's store: $PRISM_STORE (a URL), else tcp://$MASTER_ADDR:$MASTER_PORT (torch's
+// convention; under torchrun that port is torch's own store's: give PRISM_STORE another).
+std::shared_ptr<Store> store_from_env(int rank, Millis timeout = kDefaultStoreTimeout);
+
 }  // namespace prism::rdv

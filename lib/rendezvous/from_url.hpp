@@ -14,15 +14,13 @@
 
 namespace prism::rdv {
 
-// Throws StoreError: a URL of no known kind or with a bad part (saying which
-// and what one looks like), a negative rank, and the store's own errors.
-std::shared_ptr<Store> store_from_url(const std::string& url, int rank, Millis timeout = kDefaultStoreTimeout);
+// store_from_url() and store_from_env() are declared with the interface, in
+// the public prism/store.hpp.
 
 // The URL store_from_env() would use: PRISM_STORE, else tcp://MASTER_ADDR:MASTER_PORT.
 // Throws StoreError when neither is set (or only half of the second).
 std::string store_url_from_env();
 
-std::shared_ptr<Store> store_from_env(int rank, Millis timeout = kDefaultStoreTimeout);
 
 // The host of a tcp:// URL ("" for another kind, or a URL that does not parse).
 std::string tcp_url_host(const std::string& url);
