@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -210,10 +211,15 @@ std::string binding_text(const sw::Member& m) {
          std::to_string(m.port);
 }
 
-int tel_pools(const char*, const char*, rte_tel_data* d) {
+// "/prism/pools" lists every pool and every pooled job not free (what fits
+// the telemetry reply: 256 entries, 16 KiB); "/prism/pools,JOB" that one job.
+int tel_pools(const char*, const char* params, rte_tel_data* d) {
+  const bool one = params && *params;
+  const uint32_t only = one ? uint32_t(std::strtoul(params, nullptr, 10)) : 0;
   return with_runtime(d, [&](const Runtime& rt) {
     const uint64_t now = now_ns(rt);
     for (const auto& pool : rt.directory().pools()) {
+      if (one && !pool->cfg().has(only)) continue;
       rte_tel_data* pd = rte_tel_data_alloc();
       rte_tel_data_start_dict(pd);
       for (const auto& [k, n] : pool_fields(*pool)) rte_tel_data_add_dict_u64(pd, k.c_str(), n);
@@ -221,7 +227,7 @@ int tel_pools(const char*, const char*, rte_tel_data* d) {
       for (const sw::Job* j : pool->jobs()) {
         const sw::PooledJob& pj = *j->pooled;
         const sw::PoolJobState st = pj.state();
-        if (st == sw::PoolJobState::FREE) continue;
+        if (st == sw::PoolJobState::FREE || (one && j->cfg->id != only)) continue;
         rte_tel_data* jd = rte_tel_data_alloc();
         rte_tel_data_start_dict(jd);
         rte_tel_data_add_dict_string(jd, "state", name(st));
@@ -278,9 +284,10 @@ void register_telemetry(const Runtime* rt) {
   rte_telemetry_register_cmd("/prism/jobs", tel_jobs, "PRISM per job, in op chunks: opened, completed, in flight");
   rte_telemetry_register_cmd("/prism/slots", tel_slots, "PRISM slot tables: capacity, in use, high water");
   rte_telemetry_register_cmd("/prism/arbiter", tel_arbiter, "PRISM arbiter: mode and packets served per input port");
+  // (A help text is at most 127 characters, or the command is not registered.)
   rte_telemetry_register_cmd("/prism/pools", tel_pools,
-                             "PRISM job pools: ids, free ids, counters, refusals; each pooled job not free with its "
-                             "state, R, idle time and bound members");
+                             "PRISM job pools: counters, refusals, jobs not free with their state and members "
+                             "(param: a job id)");
 }
 
 // Each pool's counters, and its jobs not free.
