@@ -39,6 +39,26 @@ def pool_yaml(first: int, count: int, max_group: int, ranges: str, idle_ms: int 
             f'slot_quota: 64, idle_timeout_ms: {idle_ms}}}]')
 
 
+# 50 ALLOCs (PROTOCOL.md's layout, pool 1000, group 2) from one socket, then the NACKs that came back in 0.2 s.
+BURST = """
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 20609))
+s.connect((sys.argv[2], 20562))
+for n in range(50):
+    s.send(struct.pack('>HBBIIIHHHHBBBBBBBB', 0x5052, 1, 7, 1000, n + 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+s.settimeout(0.2)
+got = 0
+try:
+    while True:
+        if s.recv(100)[3] == 4:
+            got += 1
+except socket.timeout:
+    pass
+print(got)
+"""
+
+
 def pool_cmd(tb, pool: int, group: int, port: int, share: str, *extra) -> list[str]:
     return [PY, CLIENT, '--config', '{config}', '--pool', str(pool), '--group', str(group), '--rank', '{rank}',
             '--ip', '{ip}', '--udp-port', str(port), '--switch-ip', '{switch_ip}', '--pool-share', share,
@@ -136,6 +156,13 @@ def test_refusals_name_their_reason(make_testbed):
     out = lines_of(tb.run(pool_cmd(tb, 1000, 2, 20601, str(tb.dir / 'share-x'), '--alloc-only', '--rank', 0), ranks=[4],
                           timeout=30, label='outside'), ok=False)[0]
     assert 'NACK OUT_OF_POOL' in out['error'], out
+    # The same outsider sends 50 ALLOCs in a burst: answered at most once per 100 ms, the rest counted.
+    limited0 = pools(tb)['pool1000']['nacks_limited']
+    burst = tb.run([PY, '-c', BURST, '{ip}', '{switch_ip}'], ranks=[4], timeout=30, label='burst')[0]
+    assert burst.rc == 0, burst.stderr
+    answered = int(burst.stdout.split()[0])
+    assert 1 <= answered <= 3, burst.stdout
+    assert pools(tb)['pool1000']['nacks_limited'] - limited0 >= 50 - answered, pools(tb)['pool1000']
     # A group of 5 (max_group 4): GROUP_TOO_LARGE.
     big = lines_of(tb.run(pool_cmd(tb, 1000, 5, 20603, str(tb.dir / 'share-big'), '--alloc-only'), ranks=[0],
                           timeout=30, label='big'), ok=False)[0]
