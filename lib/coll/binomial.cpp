@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,11 +19,8 @@ namespace {
 // below that bit (every k for the root) with v + 2^k < p.
 struct Tree {
   int p, root, v;
-  Tree(const Links& t, int root_, const char* what) : p(t.size()), root(root_), v(0) {
-    if (root < 0 || root >= p)
-      throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) +
-                                  " is not a rank of a group of " + std::to_string(p) + " (0.." +
-                                  std::to_string(p - 1) + ")");
+  Tree(const Links& t, int root_) : p(t.size()), root(root_), v(0) {
+    assert(root >= 0 && root < p);  // check_call's
     v = (t.rank() - root + p) % p;
   }
   int rank_of(int u) const { return (u + root) % p; }
@@ -41,12 +39,6 @@ OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
   return d;
 }
 
-void check_format(Format f, const char* what) {
-  if (!format_from_code(uint8_t(f)))
-    throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
-                                " is not a format");
-}
-
 // One message down the tree: the root sends its `len` bytes at `buf`; any
 // other rank receives at most `len` bytes there from its parent and passes
 // them on. Returns the message's length.
@@ -63,13 +55,11 @@ std::string parent_text(const Tree& tr) { return "rank " + std::to_string(tr.ran
 }  // namespace
 
 void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
-  const Tree tr(t, root, "binomial reduce");
-  check_format(op.dtype, "binomial reduce");
-  check_format(op.out, "binomial reduce");
+  const Tree tr(t, root);
   const uint32_t full = uint32_t(std::min<size_t>(count, kBinomialBlock));
   const OpDesc d = node_desc(op, tr.p, std::max<uint32_t>(full, 1));  // admission, before any message
   if (count == 0) return;
-  if (tr.v == 0 && !out) throw std::invalid_argument("binomial reduce: the root needs an output buffer");
+  assert(tr.v != 0 || out);  // check_call's
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
@@ -100,7 +90,7 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
 }
 
 void binomial_broadcast(Links& t, void* data, size_t bytes, int root) {
-  const Tree tr(t, root, "binomial broadcast");
+  const Tree tr(t, root);
   constexpr size_t kSegment = size_t(kBinomialBlock) * 4;
   auto* p = static_cast<uint8_t*>(data);
   for (size_t off = 0; off < bytes; off += kSegment) {
@@ -114,8 +104,8 @@ void binomial_broadcast(Links& t, void* data, size_t bytes, int root) {
 
 void binomial_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                         int root) {
-  const Tree tr(t, root, "binomial allreduce");
-  if (!out && count) throw std::invalid_argument("binomial allreduce: every rank needs an output buffer");
+  const Tree tr(t, root);
+  assert(out || !count);  // check_call's
   std::vector<uint8_t> fl(tr.v == 0 ? count : 0);
   binomial_reduce(t, in, count, op, out, fl.data(), root);
   // Block by block: [1 if flags follow][the block's elements of op.out][its flags].

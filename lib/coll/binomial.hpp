@@ -40,13 +40,19 @@
 
 namespace prism::coll {
 
+// The steps behind this algorithm's run function (algorithms.hpp: run_X). Their
+// arguments are checked once, before, by coll::run's check_call (formats, root,
+// buffers, the chain's m >= 1), and asserted here; call them through
+// coll::run or a Group. Only an op the arithmetic does not admit is refused
+// (std::invalid_argument) before any message, as check_call does.
+
 inline constexpr uint32_t kBinomialBlock = 4096;
 
 // Reduces `count` elements of op.dtype (little-endian, at `in` on every
 // rank) to the root: there `out` gets count elements of op.out and `flags`
 // (may be null) one status byte per element (flag::OVERFLOW, INVALID,
 // NAN_INPUT); other ranks leave both untouched (they may be null there).
-// Throws std::invalid_argument for an inadmissible op or a bad root,
+// Throws std::invalid_argument for an inadmissible op,
 // CollectiveError or LinkError when the group fails.
 void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                      int root = 0);

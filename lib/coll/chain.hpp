@@ -36,6 +36,12 @@
 
 namespace prism::coll {
 
+// The steps behind this algorithm's run function (algorithms.hpp: run_X). Their
+// arguments are checked once, before, by coll::run's check_call (formats, root,
+// buffers, the chain's m >= 1), and asserted here; call them through
+// coll::run or a Group. Only an op the arithmetic does not admit is refused
+// (std::invalid_argument) before any message, as check_call does.
+
 // The split of n elements into m segments: segment s starts at
 // chain_segment_start(n, m, s) (s = m gives n); the first n % m are one larger.
 size_t chain_segment_start(size_t n, size_t m, size_t s);
@@ -44,7 +50,7 @@ size_t chain_segment_start(size_t n, size_t m, size_t s);
 // `segments` (>= 1) pipelined segments: there `out` gets count elements of
 // op.out and `flags` (may be null) one status byte per element; other ranks
 // leave both untouched (they may be null there). Throws
-// std::invalid_argument for an inadmissible op or segments = 0,
+// std::invalid_argument for an inadmissible op,
 // CollectiveError or LinkError when the group fails.
 void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags,
                   size_t segments);

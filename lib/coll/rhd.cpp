@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -36,23 +37,12 @@ struct Shape {
   bool folds() const { return v >= 0 && rank < 2 * r; }  // the fold pair's rank in the block
 };
 
-[[noreturn]] void bad_root(const char* what, int root, int p) {
-  throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) + " is not a rank of a group of " +
-                              std::to_string(p) + " (0.." + std::to_string(p - 1) + ")");
-}
-
 // As binomial.cpp: FP32_BINOMIAL's accumulator has no lossless state, so a
 // node adds fp32 partials as they come (FP32_ARRIVAL), in RHD's order.
 OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
   OpDesc d = block_desc(op, uint32_t(p), lanes);
   if (d.policy == Policy::FP32_BINOMIAL) d.policy = Policy::FP32_ARRIVAL;
   return d;
-}
-
-void check_format(const char* what, Format f) {
-  if (!format_from_code(uint8_t(f)))
-    throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
-                                " is not a format");
 }
 
 // A round's vector: units (one accumulator each, contiguous, in order),
@@ -270,16 +260,12 @@ namespace {
 // allgather and unfold, or gather to the root.
 void run(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root,
          const char* what) {
-  const int p = t.size();
-  if (root >= p) bad_root(what, root, p);
+  assert(root < t.size());  // check_call's (formats, root, buffers)
   const Shape sh(t, root);
-  check_format(what, op.dtype);
-  check_format(what, op.out);
   node_desc(op, sh.p, uint32_t(admission_lanes(std::min<size_t>(count, kRhdBlock))));  // admission first
   if (count == 0) return;
   const bool all = root < 0, mine = all || sh.rank == root;
-  if (mine && !out)
-    throw std::invalid_argument(std::string(what) + (all ? ": every rank" : ": the root") + " needs an output buffer");
+  assert(!mine || out);
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
@@ -315,27 +301,22 @@ void rhd_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, v
 }
 
 void rhd_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags, int root) {
-  if (root < 0) bad_root("rhd reduce", root, t.size());
+  assert(root >= 0);  // check_call's
   run(t, in, count, op, out, flags, root, "rhd reduce");
 }
 
 void rhd_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
-  const char* what = "rhd reduce-scatter";
   const Shape sh(t, -1);
-  check_format(what, op.dtype);
-  check_format(what, op.out);
   const detail::BlockRounds br(count, sh.p, kRhdBlock);
   node_desc(op, sh.p, uint32_t(admission_lanes(std::min(br.piece, br.len(0)))));  // admission first
   if (count == 0) return;
-  if (br.len(sh.rank) && !out)
-    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(sh.rank) + " owns " +
-                                std::to_string(br.len(sh.rank)) + " elements and needs an output buffer");
+  assert(!br.len(sh.rank) || out);  // check_call's
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   Layout lay;
   Block b(op, sh.p);
-  Steps st(t, sh, what, lay);
+  Steps st(t, sh, "rhd reduce-scatter", lay);
   std::vector<uint8_t> res, fl;
   for (size_t j = 0; j < br.rounds(); ++j) {
     lay.pieces(br, j, sh);
@@ -362,9 +343,9 @@ void rhd_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& 
 void rhd_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
   const char* what = "rhd allgather";
   const Shape sh(t, -1);
-  if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
+  assert(elem_bytes >= 1);  // check_call's (a format's)
   if (count == 0) return;
-  if (!out) throw std::invalid_argument(std::string(what) + ": every rank needs an output buffer");
+  assert(out);
   const detail::BlockRounds br(count, sh.p, kRhdBlock);
   const auto* mine = static_cast<const uint8_t*>(my_block);
   auto* dst = static_cast<uint8_t*>(out);
@@ -393,7 +374,7 @@ void rhd_allgather(Links& t, const void* my_block, void* out, size_t count, size
   }
 }
 void rhd_broadcast(Links& t, void* data, size_t bytes, int root) {
-  if (root < 0 || root >= t.size()) bad_root("rhd broadcast", root, t.size());
+  assert(root >= 0 && root < t.size());  // check_call's
   const Shape sh(t, root);
   const int vroot = sh.v_of(root);
   constexpr size_t kSegment = size_t(kRhdBlock) * 4;

@@ -1,6 +1,7 @@
 #include "coll/ring.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,13 +21,6 @@ OpDesc node_desc(const ReduceOp& op, int p, uint32_t lanes) {
   OpDesc d = block_desc(op, uint32_t(p), lanes);
   if (d.policy == Policy::FP32_BINOMIAL) d.policy = Policy::FP32_ARRIVAL;
   return d;
-}
-
-void check_formats(const char* what, const ReduceOp& op) {
-  for (Format f : {op.dtype, op.out})
-    if (!format_from_code(uint8_t(f)))
-      throw std::invalid_argument(std::string(what) + ": format code " + std::to_string(unsigned(f)) +
-                                  " is not a format");
 }
 
 // The ring's steps over one round of p segments ([at[s], at[s+1]) of the
@@ -108,17 +102,15 @@ struct Ring {
 }  // namespace
 
 void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
-  const char* what = "ring allreduce";
-  check_formats(what, op);
   const int p = t.size(), r = t.rank();
   const size_t full = std::min<size_t>(count, kRingBlock);
   node_desc(op, p, uint32_t(std::max<size_t>(full, 1)));  // admission, before any message
   if (count == 0) return;
-  if (!out) throw std::invalid_argument("ring allreduce: every rank needs an output buffer");
+  assert(out);  // check_call's (formats, buffers)
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  Ring ring(t, what);
+  Ring ring(t, "ring allreduce");
   std::vector<uint8_t> fl(full);
   std::vector<size_t> at(size_t(p) + 1);
   for (size_t off = 0; off < count; off += kRingBlock) {
@@ -138,14 +130,11 @@ void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, 
 
 void ring_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const char* what = "ring reduce-scatter";
-  check_formats(what, op);
   const int p = t.size(), r = t.rank();
   const detail::BlockRounds br(count, p, kRingBlock);
   node_desc(op, p, uint32_t(std::max<size_t>(std::min(br.piece, br.len(0)), 1)));  // admission first
   if (count == 0) return;
-  if (br.len(r) && !out)
-    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(r) + " owns " +
-                                std::to_string(br.len(r)) + " elements and needs an output buffer");
+  assert(!br.len(r) || out);  // check_call's
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
@@ -167,9 +156,9 @@ void ring_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp&
 
 void ring_allgather(Links& t, const void* my_block, void* out, size_t count, size_t elem_bytes) {
   const char* what = "ring allgather";
-  if (elem_bytes == 0) throw std::invalid_argument(std::string(what) + ": elem_bytes must be at least 1");
+  assert(elem_bytes >= 1);  // check_call's (a format's)
   if (count == 0) return;
-  if (!out) throw std::invalid_argument(std::string(what) + ": every rank needs an output buffer");
+  assert(out);
   const int p = t.size(), r = t.rank();
   const detail::BlockRounds br(count, p, kRingBlock);
   const auto* mine = static_cast<const uint8_t*>(my_block);

@@ -40,6 +40,12 @@
 
 namespace prism::coll {
 
+// The steps behind this algorithm's run function (algorithms.hpp: run_X). Their
+// arguments are checked once, before, by coll::run's check_call (formats, root,
+// buffers, the chain's m >= 1), and asserted here; call them through
+// coll::run or a Group. Only an op the arithmetic does not admit is refused
+// (std::invalid_argument) before any message, as check_call does.
+
 inline constexpr uint32_t kRingBlock = 65536;
 
 // Every rank gets the sum of every rank's `count` elements of op.dtype (at

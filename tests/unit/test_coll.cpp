@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "arith/accumulator.hpp"
+#include "coll/algorithms.hpp"
 #include "coll/binomial.hpp"
 #include "coll/inproc.hpp"
 #include "coll_util.hpp"
@@ -244,10 +245,14 @@ TEST(CollBinomial, Errors) {
                                t, in, 1, ReduceOp{Format::FP32, Format::INT32, Policy::KULISCH_FIXED}, out, nullptr);
                          }),
                std::invalid_argument);
+  // A root outside the group: refused by the one check every algorithm runs behind (coll::run's check_call).
   EXPECT_THROW(run_group(2,
                          [](int, prism::coll::Links& t) {
                            uint8_t in[4] = {}, out[4];
-                           prism::coll::binomial_reduce(t, in, 1, ReduceOp{}, out, nullptr, 2);
+                           prism::coll::Context ctx;
+                           ctx.links = &t;
+                           prism::coll::run(prism::Algorithm::BINOMIAL, ctx,
+                                            {prism::Collective::REDUCE, in, out, nullptr, 1, ReduceOp{}, 2, 0});
                          }),
                std::invalid_argument);
   // Ranks that disagree on the op: the receiver names the sender and both ops.
