@@ -431,12 +431,19 @@ CollReport one(Group& g, const Run& run, const Outcome& oc, const uint8_t* in, u
   return rep;
 }
 
-void report_text(const Run& run, Group& g, const Outcome& oc) {
-  const app::DataSpec& d = run.data;
-  const double bytes = double(d.count) * double(info(d.dtype).bytes);
+// What both reports say first: the input bytes and the times' least and median.
+struct Times {
+  double bytes, tmin, tmed;
+};
+Times times_of(const Run& run, const Outcome& oc) {
   std::vector<double> sorted = oc.times;
   std::sort(sorted.begin(), sorted.end());
-  const double tmin = sorted.front(), tmed = sorted[sorted.size() / 2];
+  return {double(run.data.count) * double(info(run.data.dtype).bytes), sorted.front(), sorted[sorted.size() / 2]};
+}
+
+void report_text(const Run& run, Group& g, const Outcome& oc) {
+  const app::DataSpec& d = run.data;
+  const auto [bytes, tmin, tmed] = times_of(run, oc);
   const Algorithm algo = oc.chosen.algorithm;
   Communicator* comm = g.switch_communicator();
   std::printf("rank %d of %d, job %u: %s of %" PRIu64 " %s (%.0f bytes) -> %s, %s, %" PRIu64 " times\n", g.rank(),
@@ -481,10 +488,7 @@ void report_text(const Run& run, Group& g, const Outcome& oc) {
 
 void report_json(const Run& run, Group& g, const Outcome& oc) {
   const app::DataSpec& d = run.data;
-  const double bytes = double(d.count) * double(info(d.dtype).bytes);
-  std::vector<double> sorted = oc.times;
-  std::sort(sorted.begin(), sorted.end());
-  const double tmin = sorted.front(), tmed = sorted[sorted.size() / 2];
+  const auto [bytes, tmin, tmed] = times_of(run, oc);
   const Algorithm algo = oc.chosen.algorithm;
   Communicator* comm = g.switch_communicator();
   const Stats st = comm ? comm->stats() : Stats{};

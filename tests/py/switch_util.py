@@ -71,6 +71,21 @@ def require_binaries(*bins: Path):
             pytest.skip(f'{b.name} binary not found at {b} (set PRISM_BUILD)')
 
 
+def installed_libprism(tmp_path: Path) -> tuple[list[str], Path]:
+    """libprism installed (meson install) into a staging directory under tmp_path: pkg-config's
+    --cflags --libs for it, and the folder its libprism.so is in (for LD_LIBRARY_PATH)."""
+    dest = tmp_path / 'inst'
+    r = subprocess.run(['meson', 'install', '-C', str(BUILD), '--destdir', str(dest), '--quiet'],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pcs = list(dest.rglob('prism.pc'))
+    assert len(pcs) == 1, pcs
+    env = {'PKG_CONFIG_PATH': str(pcs[0].parent), 'PKG_CONFIG_SYSROOT_DIR': str(dest), 'PATH': '/usr/bin:/bin'}
+    flags = subprocess.run(['pkg-config', '--cflags', '--libs', 'prism'], capture_output=True, text=True, env=env)
+    assert flags.returncode == 0, flags.stderr
+    return flags.stdout.split(), next(p.parent for p in dest.rglob('libprism.so'))
+
+
 def file_prefix(tag: str = '') -> str:
     """A DPDK --file-prefix no other process uses (short: it ends up in socket paths)."""
     tag = re.sub(r'[^A-Za-z0-9]', '', tag)[:16]

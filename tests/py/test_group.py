@@ -46,23 +46,9 @@ def fnv1a(data: bytes) -> str:
     return f'{h:016x}'
 
 
-def installed(tmp_path: Path) -> tuple[list[str], Path]:
-    """libprism installed into a staging directory: pkg-config's flags and the library's folder."""
-    dest = tmp_path / 'inst'
-    r = subprocess.run(['meson', 'install', '-C', str(su.BUILD), '--destdir', str(dest), '--quiet'],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    pcs = list(dest.rglob('prism.pc'))
-    assert len(pcs) == 1, pcs
-    env = {'PKG_CONFIG_PATH': str(pcs[0].parent), 'PKG_CONFIG_SYSROOT_DIR': str(dest), 'PATH': '/usr/bin:/bin'}
-    flags = subprocess.run(['pkg-config', '--cflags', '--libs', 'prism'], capture_output=True, text=True, env=env)
-    assert flags.returncode == 0, flags.stderr
-    return flags.stdout.split(), next(p.parent for p in dest.rglob('libprism.so'))
-
-
 def test_a_c_program_uses_a_tcp_store_then_a_switch_pool_with_the_same_bits(make_testbed, tmp_path):
     skip_unless_possible()
-    flags, libdir = installed(tmp_path)
+    flags, libdir = su.installed_libprism(tmp_path)
     exe = tmp_path / 'group_allreduce'
     cc = subprocess.run(['cc', '-std=c99', '-Wall', '-Werror', str(REPO / 'docs/examples/group_allreduce.c'),
                          *flags, '-o', str(exe)], capture_output=True, text=True)

@@ -263,21 +263,12 @@ def test_the_c_example_builds_with_pkg_config_and_runs(make_testbed, tmp_path):
     """docs/examples/allreduce.c against an installed libprism (meson install into a staging
     directory, then cc with pkg-config's flags), run as two ranks: the exact sums come back."""
     skip_unless_possible()
-    dest = tmp_path / 'inst'
-    r = subprocess.run(['meson', 'install', '-C', str(su.BUILD), '--destdir', str(dest), '--quiet'],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    pcs = list(dest.rglob('prism.pc'))
-    assert len(pcs) == 1, pcs
-    env = {'PKG_CONFIG_PATH': str(pcs[0].parent), 'PKG_CONFIG_SYSROOT_DIR': str(dest), 'PATH': '/usr/bin:/bin'}
-    flags = subprocess.run(['pkg-config', '--cflags', '--libs', 'prism'], capture_output=True, text=True, env=env)
-    assert flags.returncode == 0, flags.stderr
+    flags, libdir = su.installed_libprism(tmp_path)
     exe = tmp_path / 'allreduce'
     cc = subprocess.run(['cc', '-std=c99', '-Wall', '-Werror', str(REPO / 'docs/examples/allreduce.c'),
-                         *flags.stdout.split(), '-o', str(exe)], capture_output=True, text=True)
+                         *flags, '-o', str(exe)], capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr
     tb = make_testbed(ranks=2)
-    libdir = next(p.parent for p in dest.rglob('libprism.so'))
     runs = tb.run(['env', f'LD_LIBRARY_PATH={libdir}', str(exe), '{config}', '{rank}'], timeout=60)
     for run in runs:
         assert run.rc == 0, run.stdout + run.stderr
