@@ -497,7 +497,6 @@ void report_json(const Run& run, Group& g, const Outcome& oc) {
   app::JsonObject j;
   j.num("rank", g.rank()).num("group", g.size()).num("job", comm ? comm->endpoints().job : run.sel.job);
   j.num("first_op", oc.first_op);
-  j.num("join_seconds", st.join_seconds);
   j.str("collective", name(d.coll)).str("dtype", info(d.dtype).name).str("out_dtype", info(d.out).name);
   j.str("policy", name(d.policy)).num("count", d.count).num("bytes", uint64_t(bytes)).num("repeat", run.repeat);
   j.num("seconds_min", tmin).num("seconds_median", tmed).num("gbit_s", tmin > 0 ? bytes * 8 / tmin / 1e9 : 0);
@@ -514,11 +513,14 @@ void report_json(const Run& run, Group& g, const Outcome& oc) {
     const coll::Problem pr{d.coll, g.size(), size_t(d.count), info(d.dtype).bytes, int(d.root)};
     j.num("model_segments", coll::model_segments(pr, f.params));
   }
-  j.num("chunks", st.chunks).num("retransmits", st.retransmits).num("results", st.results);
-  j.num("duplicate_results", st.duplicate_results).num("nacks", st.nacks).num("no_slot_retries", st.no_slot_retries);
-  j.num("stray", st.stray).num("rtt_min_us", st.rtt_min_us).num("rtt_srtt_us", st.rtt_srtt_us);
-  j.num("rtt_max_us", st.rtt_max_us).num("overflow", oc.overflow).num("invalid", oc.invalid);
-  j.num("nan_input", oc.nan_input);
+  size_t nfields = 0;  // the switch communicator's statistics, every field (0 without a switch)
+  const StatField* fields = stat_fields(&nfields);
+  for (size_t i = 0; i < nfields; ++i)
+    if (fields[i].count)
+      j.num(fields[i].name, st.*fields[i].count);
+    else
+      j.num(fields[i].name, st.*fields[i].value);
+  j.num("overflow", oc.overflow).num("invalid", oc.invalid).num("nan_input", oc.nan_input);
   char hex[24];
   std::snprintf(hex, sizeof hex, "%016" PRIx64, app::fnv1a(oc.result.data(), oc.result.size()));
   j.str("digest", oc.keep ? hex : "");

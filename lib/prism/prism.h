@@ -113,6 +113,10 @@ int prism_wait(prism_request** req, prism_op_report* report);
 int prism_test(prism_request* req, int* done);
 
 int prism_comm_stats(const prism_comm* c, prism_stats* s);
+/* One statistic by name (prism.hpp's stat_fields(): "chunks", "retransmits", "rtt_srtt_us", ...), and
+ * the i-th name (NULL past the last): what a program lists without knowing prism_stats' layout. */
+int prism_comm_stat(const prism_comm* c, const char* name, double* value);
+const char* prism_stat_name(size_t i);
 size_t prism_dtype_size(prism_dtype d);
 
 /* ---- Groups (prism/group.hpp): every collective with any algorithm, or auto ---- */
@@ -139,14 +143,14 @@ typedef struct prism_store prism_store;
 
 /* Zero fields take GroupOptions' defaults. */
 typedef struct {
-  prism_algorithm algorithm;          /* every collective's, unless a call names one (default auto) */
-  const prism_algorithm* candidates;  /* what auto chooses among (NULL: every algorithm the group has) */
+  prism_algorithm algorithm;         /* every collective's, unless a call names one (default auto) */
+  const prism_algorithm* candidates; /* what auto chooses among (NULL: every algorithm the group has) */
   size_t ncandidates;
-  const char* calibration;            /* a calibration file (NULL: auto measures when it first needs to) */
-  const char* host_ip;                /* this rank's address for the host links (NULL: found) */
-  const char* name;                   /* groups sharing one store keep apart by name (NULL: none) */
+  const char* calibration; /* a calibration file (NULL: auto measures when it first needs to) */
+  const char* host_ip;     /* this rank's address for the host links (NULL: found) */
+  const char* name;        /* groups sharing one store keep apart by name (NULL: none) */
   uint32_t connect_timeout_ms, recv_timeout_ms;
-  const prism_tuning* tuning;         /* the switch communicator's */
+  const prism_tuning* tuning; /* the switch communicator's */
 } prism_group_options;
 
 /* A store given as functions (an MPI library's exchange, a framework's store). Each returns 0, or
@@ -163,14 +167,14 @@ typedef struct {
 
 typedef struct {
   prism_op_options op;
-  int algorithm_given;        /* 1: use `algorithm`; 0: the group's */
+  int algorithm_given; /* 1: use `algorithm`; 0: the group's */
   prism_algorithm algorithm;
-  uint16_t root;              /* reduce's and broadcast's */
-  size_t segments;            /* the chain's m (0: the model's) */
+  uint16_t root;   /* reduce's and broadcast's */
+  size_t segments; /* the chain's m (0: the model's) */
 } prism_coll_options;
 
 typedef struct {
-  prism_algorithm algorithm;  /* what ran (auto's choice) */
+  prism_algorithm algorithm; /* what ran (auto's choice) */
   size_t segments;
   uint64_t overflow, invalid, nan_input;
   double seconds, predicted_seconds; /* predicted: -1 without a calibration */
@@ -186,8 +190,7 @@ int prism_store_from_url(const char* url, int rank, prism_store** out);
 void prism_store_destroy(prism_store* s);
 int prism_group_from_store(prism_store* store, int rank, int size, const prism_group_options* o, prism_group** out);
 /* The same with a store of its own, made from `url` as prism_store_from_url does. */
-int prism_group_from_store_url(const char* url, int rank, int size, const prism_group_options* o,
-                               prism_group** out);
+int prism_group_from_store_url(const char* url, int rank, int size, const prism_group_options* o, prism_group** out);
 /* From a store given as functions. */
 int prism_group_from_callbacks(const prism_store_callbacks* store, int rank, int size, const prism_group_options* o,
                                prism_group** out);

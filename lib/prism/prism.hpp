@@ -107,20 +107,31 @@ struct OpReport {
 
 struct Stats {
   uint64_t ops = 0, ops_failed = 0;
-  uint64_t chunks = 0;             // chunk contributions sent (first sends)
-  uint64_t retransmits = 0;        // chunks sent again (RETRANSMIT)
-  uint64_t results = 0;            // RESULTs taken
-  uint64_t duplicate_results = 0;  // RESULTs for chunks already complete (ignored)
-  uint64_t stray = 0;              // datagrams for no outstanding op, or malformed (ignored)
-  uint64_t nacks = 0;              // NACKs received (all reasons)
-  uint64_t nack_by_reason[16] = {};
-  uint64_t no_slot_retries = 0;  // chunks sent again after NO_FREE_SLOT
+  uint64_t chunks = 0;
+  uint64_t retransmits = 0;
+  uint64_t results = 0;
+  uint64_t duplicate_results = 0;
+  uint64_t stray = 0;
+  uint64_t nacks = 0;
+  uint64_t nack_by_reason[16] = {};  // by the NACK's reason code (docs/PROTOCOL.md, NACK)
+  uint64_t no_slot_retries = 0;
   uint64_t packets_sent = 0, packets_received = 0, bytes_sent = 0, bytes_received = 0;
-  uint64_t joins_sent = 0;                                 // JOINs sent before the session was complete
-  double join_seconds = 0;                                 // how long joining took (waiting for the other ranks)
-  double rtt_min_us = 0, rtt_srtt_us = 0, rtt_max_us = 0;  // round trips of chunks sent once
-  double rto_us = 0;                                       // the retransmission timeout now
+  uint64_t joins_sent = 0;
+  double join_seconds = 0;
+  double rtt_min_us = 0, rtt_srtt_us = 0, rtt_max_us = 0;
+  double rto_us = 0;
 };
+
+// Stats' fields as one table (as the switch's counters are): each field's
+// name and what it counts. prism-rank's report, the C API's prism_comm_stat()
+// and any listing iterate it; nack_by_reason, an array, is apart.
+struct StatField {
+  const char* name;
+  const char* doc;
+  uint64_t Stats::*count;  // one of the two is set
+  double Stats::*value;
+};
+const StatField* stat_fields(size_t* n);
 
 class Communicator;
 

@@ -184,6 +184,25 @@ int prism_comm_stats(const prism_comm* c, prism_stats* s) {
   return PRISM_OK;
 }
 
+int prism_comm_stat(const prism_comm* c, const char* name, double* value) {
+  if (!c || !name || !value) return fail(PRISM_EINVAL, "prism_comm_stat: a null argument");
+  size_t n = 0;
+  const prism::StatField* f = prism::stat_fields(&n);
+  for (size_t i = 0; i < n; ++i)
+    if (std::strcmp(f[i].name, name) == 0) {
+      const prism::Stats& x = c->c.stats();
+      *value = f[i].count ? double(x.*f[i].count) : x.*f[i].value;
+      return PRISM_OK;
+    }
+  return fail(PRISM_EINVAL, std::string("prism_comm_stat: no statistic '") + name + "' (prism_stat_name lists them)");
+}
+
+const char* prism_stat_name(size_t i) {
+  size_t n = 0;
+  const prism::StatField* f = prism::stat_fields(&n);
+  return i < n ? f[i].name : nullptr;
+}
+
 size_t prism_dtype_size(prism_dtype d) { return prism::format_bytes(prism::Format(d)); }
 
 }  // extern "C"

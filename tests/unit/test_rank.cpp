@@ -642,6 +642,19 @@ TEST(Rank, CApiRunsAnAllreduceAndReportsErrors) {
   prism_stats s{};
   ASSERT_EQ(prism_comm_stats(c, &s), PRISM_OK);
   EXPECT_EQ(s.results, 8u);
+  // The statistics by name, from the field table: the struct's values, every name once, then none.
+  double v = -1;
+  ASSERT_EQ(prism_comm_stat(c, "results", &v), PRISM_OK) << prism_last_error();
+  EXPECT_EQ(v, 8.0);
+  ASSERT_EQ(prism_comm_stat(c, "packets_sent", &v), PRISM_OK);
+  EXPECT_EQ(v, double(s.packets_sent));
+  EXPECT_EQ(prism_comm_stat(c, "bogus", &v), PRISM_EINVAL);
+  EXPECT_NE(std::string(prism_last_error()).find("prism_stat_name"), std::string::npos);
+  std::set<std::string> names;
+  size_t i = 0;
+  for (; prism_stat_name(i); ++i) names.insert(prism_stat_name(i));
+  EXPECT_EQ(names.size(), i);
+  EXPECT_TRUE(names.count("chunks") && names.count("rtt_srtt_us") && names.count("join_seconds"));
   EXPECT_EQ(prism_allreduce(c, in.data(), nullptr, in.size(), PRISM_INT32, nullptr, nullptr), PRISM_EINVAL);
   EXPECT_NE(std::string(prism_last_error()).find("output buffer is null"), std::string::npos);
   prism_comm_destroy(c);

@@ -1,0 +1,44 @@
+// prism::Stats' field table (prism.hpp's stat_fields()).
+#include <iterator>
+
+#include "prism/prism.hpp"
+
+namespace prism {
+namespace {
+
+constexpr StatField count(const char* name, const char* doc, uint64_t Stats::*m) { return {name, doc, m, nullptr}; }
+constexpr StatField value(const char* name, const char* doc, double Stats::*m) { return {name, doc, nullptr, m}; }
+
+constexpr StatField kStatFields[] = {
+    count("ops", "ops started", &Stats::ops),
+    count("ops_failed", "ops that ended in an error", &Stats::ops_failed),
+    count("chunks", "chunk contributions sent (first sends)", &Stats::chunks),
+    count("retransmits", "chunks sent again (RETRANSMIT)", &Stats::retransmits),
+    count("results", "RESULTs taken", &Stats::results),
+    count("duplicate_results", "RESULTs for chunks already complete (ignored)", &Stats::duplicate_results),
+    count("stray", "datagrams for no outstanding op, or malformed (ignored)", &Stats::stray),
+    count("nacks", "NACKs received (all reasons; by reason: nack_by_reason)", &Stats::nacks),
+    count("no_slot_retries", "chunks sent again after NO_FREE_SLOT", &Stats::no_slot_retries),
+    count("packets_sent", "datagrams sent", &Stats::packets_sent),
+    count("packets_received", "datagrams received", &Stats::packets_received),
+    count("bytes_sent", "UDP payload bytes sent", &Stats::bytes_sent),
+    count("bytes_received", "UDP payload bytes received", &Stats::bytes_received),
+    count("joins_sent", "JOINs sent before the session was complete", &Stats::joins_sent),
+    value("join_seconds", "how long joining took (waiting for the other ranks)", &Stats::join_seconds),
+    value("rtt_min_us", "the least round trip of a chunk sent once", &Stats::rtt_min_us),
+    value("rtt_srtt_us", "the smoothed round trip of chunks sent once", &Stats::rtt_srtt_us),
+    value("rtt_max_us", "the largest round trip of a chunk sent once", &Stats::rtt_max_us),
+    value("rto_us", "the retransmission timeout now", &Stats::rto_us),
+};
+// Every field but the array: a field added to Stats without a row changes its size.
+static_assert(sizeof(Stats) == std::size(kStatFields) * 8 + sizeof(Stats::nack_by_reason),
+              "every field of Stats has a row in kStatFields");
+
+}  // namespace
+
+const StatField* stat_fields(size_t* n) {
+  if (n) *n = std::size(kStatFields);
+  return kStatFields;
+}
+
+}  // namespace prism
