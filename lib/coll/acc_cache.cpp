@@ -1,8 +1,6 @@
 #include "coll/acc_cache.hpp"
 
-#include <list>
-
-namespace prism::coll::acc_cache {
+namespace prism::coll {
 namespace {
 
 bool same(const OpDesc& a, const OpDesc& b) {
@@ -12,51 +10,31 @@ bool same(const OpDesc& a, const OpDesc& b) {
 
 size_t size_of(const Accumulator& a) { return a.bytes_per_lane() * a.desc().lanes; }
 
-// Most recently given back first. A collective holds a few (p at most for
-// the ring), so a linear search is nothing beside one add().
-struct Spares {
-  std::list<std::unique_ptr<Accumulator>> l;
-  size_t bytes = 0;
-};
-
-Spares& mine() {
-  thread_local Spares s;
-  return s;
-}
-
 }  // namespace
 
-std::unique_ptr<Accumulator> take(const OpDesc& d) {
-  Spares& s = mine();
-  for (auto it = s.l.begin(); it != s.l.end(); ++it)
+// A collective holds a few (p at most for the ring), so a linear search is nothing beside one add().
+std::unique_ptr<Accumulator> AccCache::take(const OpDesc& d) {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it)
     if (same((*it)->desc(), d)) {
       std::unique_ptr<Accumulator> a = std::move(*it);
-      s.l.erase(it);
-      s.bytes -= size_of(*a);
+      spares_.erase(it);
+      bytes_ -= size_of(*a);
       a->reset();
       return a;
     }
   return make_accumulator(d);
 }
 
-void give_back(std::unique_ptr<Accumulator> a) {
+void AccCache::give_back(std::unique_ptr<Accumulator> a) {
   if (!a) return;
   const size_t b = size_of(*a);
   if (b > kAccCacheBytes) return;  // never kept: freed here
-  Spares& s = mine();
-  s.l.push_front(std::move(a));
-  s.bytes += b;
-  while (s.bytes > kAccCacheBytes) {
-    s.bytes -= size_of(*s.l.back());
-    s.l.pop_back();
+  spares_.push_front(std::move(a));
+  bytes_ += b;
+  while (bytes_ > kAccCacheBytes) {
+    bytes_ -= size_of(*spares_.back());
+    spares_.pop_back();
   }
 }
 
-size_t count() { return mine().l.size(); }
-size_t bytes() { return mine().bytes; }
-void clear() {
-  mine().l.clear();
-  mine().bytes = 0;
-}
-
-}  // namespace prism::coll::acc_cache
+}  // namespace prism::coll

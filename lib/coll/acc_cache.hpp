@@ -1,4 +1,4 @@
-// A thread's spare accumulators, so that a collective called again with the
+// A group's spare accumulators, so that a collective called again with the
 // same shapes (a training loop's allreduce, every step) reuses the last
 // call's instead of making them again.
 //
@@ -10,11 +10,11 @@
 //
 // take(d) gives an accumulator of exactly descriptor d, empty (reset(), or
 // made fresh by make_accumulator()): its results are a fresh one's bits.
-// give_back() keeps it for this thread's next take() of the same
-// descriptor; at most kAccCacheBytes (bytes_per_lane() * lanes) are kept,
-// the least recently given back dropped first. Per thread (thread_local),
-// so ranks run as threads never share one, and it needs no lock; a thread's
-// spares are freed when it exits. Only best_kernels() accumulators.
+// give_back() keeps it for the next take() of the same descriptor; at most
+// kAccCacheBytes (bytes_per_lane() * lanes) are kept, the least recently
+// given back dropped first. One cache per rank's Links (links.hpp: a Group
+// owns its links, so its caches): no global or thread-local state, and no
+// lock (one thread drives a group). Only best_kernels() accumulators.
 //
 // Used by the ring and RHD (p accumulators, or q, per round). The binomial
 // tree (one 4096-lane block) and the chain (one segment's) measured no gain
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <list>
 #include <memory>
 #include <utility>
 
@@ -31,28 +32,34 @@ namespace prism::coll {
 
 inline constexpr size_t kAccCacheBytes = size_t(64) << 20;
 
-namespace acc_cache {
+class AccCache {
+ public:
+  std::unique_ptr<Accumulator> take(const OpDesc& d);
+  void give_back(std::unique_ptr<Accumulator> a);
+  // The spares: how many, their bytes; clear() frees them.
+  size_t count() const { return spares_.size(); }
+  size_t bytes() const { return bytes_; }
+  void clear() {
+    spares_.clear();
+    bytes_ = 0;
+  }
 
-std::unique_ptr<Accumulator> take(const OpDesc& d);
-void give_back(std::unique_ptr<Accumulator> a);
-
-// This thread's spares: how many, their bytes; clear() frees them.
-size_t count();
-size_t bytes();
-void clear();
-
-}  // namespace acc_cache
+ private:
+  std::list<std::unique_ptr<Accumulator>> spares_;  // most recently given back first
+  size_t bytes_ = 0;
+};
 
 // One taken accumulator, given back when the lease goes (also when a
 // collective throws: take() empties it before anyone sees it again).
 class AccLease {
  public:
   AccLease() = default;
-  explicit AccLease(const OpDesc& d) : a_(acc_cache::take(d)) {}
+  AccLease(AccCache& c, const OpDesc& d) : c_(&c), a_(c.take(d)) {}
   AccLease(AccLease&&) = default;
   AccLease& operator=(AccLease&& o) {
     if (this != &o) {
       release();
+      c_ = o.c_;
       a_ = std::move(o.a_);
     }
     return *this;
@@ -65,8 +72,9 @@ class AccLease {
 
  private:
   void release() {
-    if (a_) acc_cache::give_back(std::move(a_));
+    if (a_) c_->give_back(std::move(a_));
   }
+  AccCache* c_ = nullptr;
   std::unique_ptr<Accumulator> a_;
 };
 

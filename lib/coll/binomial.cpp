@@ -64,8 +64,8 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc = make_accumulator(d);
-  Reused<LaneExact> lanes;  // from this thread's buffer_cache
-  Reused<uint8_t> msg, rx;
+  Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
+  Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
   rx.resize(max_partial_bytes(full));
   const int top = tr.send_step();
   for (size_t off = 0; off < count; off += kBinomialBlock) {

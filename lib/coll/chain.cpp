@@ -48,8 +48,8 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc;
-  Reused<LaneExact> lanes;  // from this thread's buffer_cache
-  Reused<uint8_t> msg, rx;
+  Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
+  Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
   rx.resize(r + 1 < p ? max_partial_bytes(uint32_t(big)) : 0);
   for (size_t s = 0; s < m; ++s) {
     const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;

@@ -12,6 +12,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "coll/acc_cache.hpp"
+#include "coll/buffer_cache.hpp"
+
 namespace prism::coll {
 
 struct LinkError : std::runtime_error {
@@ -34,6 +37,16 @@ class Links {
   // Sends to `to` and receives from `from` at once (a ring's or RHD's
   // exchange): never deadlocks when both sides call it with large messages.
   virtual size_t sendrecv(int to, const void* sdata, size_t slen, int from, void* rdata, size_t rcap) = 0;
+
+  // This rank's spare accumulators and buffers, kept from one collective to
+  // the next (acc_cache.hpp, buffer_cache.hpp): the links are the group's, so
+  // the caches are too, with no global state.
+  AccCache& accumulators() { return acc_; }
+  BufferCache& buffers() { return buf_; }
+
+ private:
+  AccCache acc_;
+  BufferCache buf_;
 };
 
 // What an observer of a transport sees (inproc.hpp): one message, when sent.

@@ -78,13 +78,15 @@ struct Layout {
 struct Block {
   const ReduceOp& op;
   int p;
+  AccCache& cache;
   const Layout* lay = nullptr;
   std::vector<size_t> at;     // the layout the accumulators were made for
-  std::vector<AccLease> acc;  // from this thread's acc_cache
-  Reused<LaneExact> lanes;    // from this thread's buffer_cache
+  std::vector<AccLease> acc;  // from the group's accumulator cache
+  Reused<LaneExact> lanes;    // from the group's buffer cache
   Reused<uint8_t> part;
 
-  Block(const ReduceOp& op_, int p_) : op(op_), p(p_) {}
+  Block(const ReduceOp& op_, Links& t)
+      : op(op_), p(t.size()), cache(t.accumulators()), lanes(t.buffers()), part(t.buffers()) {}
 
   void reset(const Layout& l) {
     lay = &l;
@@ -93,7 +95,7 @@ struct Block {
       acc.clear();
       acc.resize(at.size() - 1);
       for (size_t u = 0; u + 1 < at.size(); ++u)
-        if (at[u + 1] > at[u]) acc[u] = AccLease(node_desc(op, p, uint32_t(at[u + 1] - at[u])));  // empty
+        if (at[u + 1] > at[u]) acc[u] = AccLease(cache, node_desc(op, p, uint32_t(at[u + 1] - at[u])));  // empty
     } else {
       for (auto& a : acc)
         if (a) a->reset();
@@ -159,9 +161,10 @@ struct Steps {
   uint8_t* o = nullptr;
   uint8_t* fl = nullptr;
   size_t esz = 0;
-  Reused<uint8_t> msg, res, rx;  // from this thread's buffer_cache
+  Reused<uint8_t> msg, res, rx;  // from the group's buffer cache
 
-  Steps(Links& t_, const Shape& sh_, const char* what_, const Layout& lay_) : t(t_), sh(sh_), what(what_), lay(lay_) {}
+  Steps(Links& t_, const Shape& sh_, const char* what_, const Layout& lay_)
+      : t(t_), sh(sh_), what(what_), lay(lay_), msg(t_.buffers()), res(t_.buffers()), rx(t_.buffers()) {}
 
   void results(uint8_t* o_, uint8_t* fl_, size_t esz_, size_t partial_bytes) {
     o = o_;
@@ -271,7 +274,7 @@ void run(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, 
   auto* dst = static_cast<uint8_t*>(out);
   const size_t full = std::min<size_t>(count, kRhdBlock);
   Layout lay;
-  Block b(op, sh.p);
+  Block b(op, t);
   Steps st(t, sh, what, lay);
   std::vector<uint8_t> fl(full), scratch(mine ? 0 : full * osz);
   const size_t q = size_t(sh.q);
@@ -315,7 +318,7 @@ void rhd_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& 
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   Layout lay;
-  Block b(op, sh.p);
+  Block b(op, t);
   Steps st(t, sh, "rhd reduce-scatter", lay);
   std::vector<uint8_t> res, fl;
   for (size_t j = 0; j < br.rounds(); ++j) {

@@ -33,12 +33,20 @@ struct Ring {
   const char* what;
   int p, r, next, prev;
   std::vector<size_t> at;
-  std::vector<AccLease> acc;  // from this thread's acc_cache
-  Reused<LaneExact> lanes;    // from this thread's buffer_cache
+  std::vector<AccLease> acc;  // from the group's accumulator cache
+  Reused<LaneExact> lanes;    // from the group's buffer cache
   Reused<uint8_t> msg, rx;
 
   Ring(Links& t_, const char* what_)
-      : t(t_), what(what_), p(t_.size()), r(t_.rank()), next((r + 1) % p), prev((r + p - 1) % p) {}
+      : t(t_),
+        what(what_),
+        p(t_.size()),
+        r(t_.rank()),
+        next((r + 1) % p),
+        prev((r + p - 1) % p),
+        lanes(t_.buffers()),
+        msg(t_.buffers()),
+        rx(t_.buffers()) {}
 
   size_t seg(int s) const { return size_t(((s % p) + p) % p); }
   size_t len(size_t s) const { return at[s + 1] - at[s]; }
@@ -52,7 +60,7 @@ struct Ring {
       acc.clear();
       acc.resize(size_t(p));
       for (size_t s = 0; s < size_t(p); ++s)
-        if (at_[s + 1] > at_[s]) acc[s] = AccLease(node_desc(*op, p, uint32_t(at_[s + 1] - at_[s])));
+        if (at_[s + 1] > at_[s]) acc[s] = AccLease(t.accumulators(), node_desc(*op, p, uint32_t(at_[s + 1] - at_[s])));
     } else {
       for (auto& a : acc)
         if (a) a->reset();

@@ -1,13 +1,12 @@
-// The per-thread accumulator cache (coll/acc_cache.hpp): what take() gives is
-// empty whatever the accumulator held before (its results are a freshly made
-// one's bits), the cache keeps at most kAccCacheBytes, and each thread has
-// its own. The collectives, called twice in a thread (the second call on the
-// first one's accumulators and buffers), still give one accumulator's exact
-// result.
+// The accumulator cache (coll/acc_cache.hpp), one per group's links: what
+// take() gives is empty whatever the accumulator held before (its results are
+// a freshly made one's bits), the cache keeps at most kAccCacheBytes, and each
+// cache is its own. The collectives, called twice on the same links (the
+// second call on the first one's accumulators and buffers), still give one
+// accumulator's exact result.
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "arith/accumulator.hpp"
@@ -52,18 +51,19 @@ const OpDesc kDescs[] = {
 // spread, the bank in use) behaves as make_accumulator's: empty, then the
 // same bits for the same inputs.
 TEST(AccCache, ReusedIsEmpty) {
+  AccCache cache;
   for (const OpDesc& d : kDescs) {
     SCOPED_TRACE(prism::name(d.dtype));
-    acc_cache::clear();
-    auto dirty = acc_cache::take(d);
+    cache.clear();
+    auto dirty = cache.take(d);
     const prism::Accumulator* was = dirty.get();
     for (uint32_t r = 0; r < d.group; ++r) dirty->add(make_input(d.dtype, d.lanes, 100 + r).data(), r);
-    acc_cache::give_back(std::move(dirty));
-    ASSERT_EQ(acc_cache::count(), 1u);
+    cache.give_back(std::move(dirty));
+    ASSERT_EQ(cache.count(), 1u);
 
-    auto reused = acc_cache::take(d);
+    auto reused = cache.take(d);
     ASSERT_EQ(reused.get(), was) << "the spare of this descriptor";
-    EXPECT_EQ(acc_cache::count(), 0u);
+    EXPECT_EQ(cache.count(), 0u);
     auto fresh = prism::make_accumulator(d);
     const Out empty = finalize(*reused);
     EXPECT_TRUE(empty == finalize(*fresh)) << "taken again: not empty";
@@ -77,75 +77,69 @@ TEST(AccCache, ReusedIsEmpty) {
       fresh->add(in.data(), r);
     }
     EXPECT_TRUE(finalize(*reused) == finalize(*fresh));
-    acc_cache::give_back(std::move(reused));
+    cache.give_back(std::move(reused));
   }
-  acc_cache::clear();
+  cache.clear();
 }
 
 TEST(AccCache, OnlyTheSameDescriptor) {
-  acc_cache::clear();
+  AccCache cache;
+  cache.clear();
   OpDesc d = kDescs[0];
-  acc_cache::give_back(prism::make_accumulator(d));
+  cache.give_back(prism::make_accumulator(d));
   OpDesc other = d;
   other.group = 8;
-  auto a = acc_cache::take(other);
+  auto a = cache.take(other);
   EXPECT_EQ(a->desc().group, 8u);
-  EXPECT_EQ(acc_cache::count(), 1u) << "a spare of another group is not taken";
-  acc_cache::clear();
+  EXPECT_EQ(cache.count(), 1u) << "a spare of another group is not taken";
+  cache.clear();
 }
 
 // At most kAccCacheBytes kept; the least recently given back go first.
 TEST(AccCache, ByteBound) {
-  acc_cache::clear();
+  AccCache cache;
+  cache.clear();
   OpDesc d{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE, 4, 65536};
   const size_t each = prism::make_accumulator(d)->bytes_per_lane() * d.lanes;
   const int n = int(kAccCacheBytes / each) + 4;  // more than fit
   for (int i = 0; i < n; ++i) {
     d.lanes = 65536 - uint32_t(i);
-    acc_cache::give_back(prism::make_accumulator(d));
-    EXPECT_LE(acc_cache::bytes(), kAccCacheBytes);
+    cache.give_back(prism::make_accumulator(d));
+    EXPECT_LE(cache.bytes(), kAccCacheBytes);
   }
-  EXPECT_LT(acc_cache::count(), size_t(n));
-  EXPECT_GT(acc_cache::bytes(), kAccCacheBytes - 2 * each);
-  const size_t kept = acc_cache::count();
+  EXPECT_LT(cache.count(), size_t(n));
+  EXPECT_GT(cache.bytes(), kAccCacheBytes - 2 * each);
+  const size_t kept = cache.count();
   d.lanes = 65536 - uint32_t(n - 1);  // the last given back: kept
-  auto last = acc_cache::take(d);
-  EXPECT_EQ(acc_cache::count(), kept - 1);
+  auto last = cache.take(d);
+  EXPECT_EQ(cache.count(), kept - 1);
   d.lanes = 65536;  // the first: dropped, so made afresh
-  auto first = acc_cache::take(d);
-  EXPECT_EQ(acc_cache::count(), kept - 1);
-  acc_cache::clear();
-  EXPECT_EQ(acc_cache::bytes(), 0u);
+  auto first = cache.take(d);
+  EXPECT_EQ(cache.count(), kept - 1);
+  cache.clear();
+  EXPECT_EQ(cache.bytes(), 0u);
 }
 
-TEST(AccCache, PerThread) {
-  acc_cache::clear();
+TEST(AccCache, PerCache) {
+  // Two groups' caches (two Links) never share a spare: no global or per-thread state.
+  AccCache mine_cache, other_cache;
   const OpDesc d = kDescs[0];
-  acc_cache::give_back(prism::make_accumulator(d));
+  mine_cache.give_back(prism::make_accumulator(d));
   const prism::Accumulator* mine = nullptr;
   {
-    auto a = acc_cache::take(d);
+    auto a = mine_cache.take(d);
     mine = a.get();
-    acc_cache::give_back(std::move(a));
+    mine_cache.give_back(std::move(a));
   }
-  size_t other_count = 99;
-  const prism::Accumulator* other = nullptr;
-  std::thread t([&] {
-    other_count = acc_cache::count();
-    auto a = acc_cache::take(d);
-    other = a.get();
-    acc_cache::give_back(std::move(a));
-  });
-  t.join();
-  EXPECT_EQ(other_count, 0u) << "another thread sees none of this thread's spares";
-  EXPECT_NE(other, mine);
-  EXPECT_EQ(acc_cache::count(), 1u);
-  auto a = acc_cache::take(d);
+  EXPECT_EQ(other_cache.count(), 0u) << "another cache sees none of this one's spares";
+  auto b = other_cache.take(d);
+  EXPECT_NE(b.get(), mine);
+  EXPECT_EQ(mine_cache.count(), 1u);
+  auto a = mine_cache.take(d);
   EXPECT_EQ(a.get(), mine);
-  acc_cache::clear();
 }
 
-// Each allreduce twice in the same threads: the second call reuses the
+// Each allreduce twice on the same links: the second call reuses the
 // first's accumulators (ring, RHD) and buffers (all four), left holding
 // wild sums, and must still equal one accumulator fed every rank's input.
 TEST(AccCache, CollectivesCalledAgain) {
