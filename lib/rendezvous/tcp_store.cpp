@@ -147,6 +147,15 @@ Fd TcpStore::open(bool first) {
       io = send_all(fd.get(), kGreeting, sizeof kGreeting, greet_by);
       if (io == Io::OK) io = recv_all(fd.get(), hello, sizeof hello, greet_by);
       if (io == Io::OK && std::memcmp(hello, kGreeting, sizeof hello) == 0) return fd;
+      // A hang-up before the greeting, on the first connection, may be a server going away as this one
+      // starts (a store of the same URL made again: its old server closes as the new one comes): retry.
+      const bool retry = first && io == Io::FAILED && Clock::now() < deadline;
+      if (retry) {
+        last = "hung up before its greeting";
+        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
+        backoff = std::min(backoff * 2, Millis(500));
+        continue;
+      }
       throw StoreError("TCP store " + where() + ": something answers there, but not a PRISM TCP store of version 1 (" +
                        (io == Io::OK        ? "a wrong greeting"
                         : io == Io::TIMEOUT ? "no greeting"
