@@ -20,6 +20,7 @@
 #include "proto/packet.hpp"
 #include "proto/partial.hpp"
 #include "proto/steer.hpp"
+#include "wire_bytes.hpp"
 
 namespace {
 
@@ -1184,22 +1185,7 @@ TEST(Parse, ChecksumLeftToOffloadIsAcceptedOnKernelLinksOnly) {
 namespace {
 Bytes pool_message(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint16_t sender, uint16_t group,
                    uint16_t terms, const Bytes& body = {}) {
-  Bytes m(32, 0);
-  const auto be = [&](size_t at, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) m[at + size_t(i)] = uint8_t(v >> (8 * (n - 1 - i)));
-  };
-  be(0, 0x5052, 2);
-  m[2] = 1;
-  m[3] = kind;
-  be(4, job, 4);
-  be(8, op, 4);
-  be(12, chunk, 4);
-  be(16, sender, 2);
-  be(18, group, 2);
-  be(20, terms, 2);
-  m.resize(32 + body.size());
-  if (!body.empty()) std::memcpy(m.data() + 32, body.data(), body.size());
-  return m;
+  return prism::test::session_bytes(kind, job, op, chunk, sender, group, terms, 0, body);
 }
 Bytes header_bytes(const Header& h, const Bytes& body = {}) {
   Bytes m(32);

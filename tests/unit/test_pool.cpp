@@ -12,6 +12,7 @@
 
 #include "config/config.hpp"
 #include "switch/reducer.hpp"
+#include "wire_bytes.hpp"
 
 using namespace prism;
 using namespace prism::sw;
@@ -50,20 +51,7 @@ struct Capture : Sink {
 
 std::vector<uint8_t> header(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint16_t sender, uint16_t group,
                             uint16_t terms) {
-  std::vector<uint8_t> h(32, 0);
-  auto be = [&](size_t at, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) h[at + size_t(i)] = uint8_t(v >> (8 * (n - 1 - i)));
-  };
-  be(0, 0x5052, 2);
-  h[2] = 1;
-  h[3] = kind;
-  be(4, job, 4);
-  be(8, op, 4);
-  be(12, chunk, 4);
-  be(16, sender, 2);
-  be(18, group, 2);
-  be(20, terms, 2);
-  return h;
+  return test::session_bytes(kind, job, op, chunk, sender, group, terms);
 }
 std::vector<uint8_t> alloc(uint32_t pool, uint32_t nonce, uint16_t group) {
   return header(7, pool, nonce, 0, 0, group, 0);

@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "switch/reducer.hpp"
+#include "wire_bytes.hpp"
 
 using namespace prism;
 using namespace prism::sw;
@@ -51,21 +52,7 @@ struct Capture : Sink {
 // The 32 header bytes of PROTOCOL.md's table, written field by field here.
 std::vector<uint8_t> header(uint8_t kind, uint32_t job, uint32_t op, uint32_t chunk, uint16_t sender, uint16_t group,
                             uint16_t terms, uint8_t status) {
-  std::vector<uint8_t> h(32, 0);
-  auto be = [&](size_t at, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) h[at + size_t(i)] = uint8_t(v >> (8 * (n - 1 - i)));
-  };
-  be(0, 0x5052, 2);
-  h[2] = 1;
-  h[3] = kind;
-  be(4, job, 4);
-  be(8, op, 4);
-  be(12, chunk, 4);
-  be(16, sender, 2);
-  be(18, group, 2);
-  be(20, terms, 2);
-  h[31] = status;
-  return h;
+  return test::session_bytes(kind, job, op, chunk, sender, group, terms, status);
 }
 
 struct Node {
