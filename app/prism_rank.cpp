@@ -19,6 +19,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.hpp"
@@ -103,6 +104,7 @@ std::string usage() {
          "  --chunk-elems C       elements per packet (default: the most the path MTU fits)\n"
          "  --timeout-ms T        an op fails when none of its chunks completed for T ms (default 10000)\n"
          "  --first-op N          the first op number (default 0): a job restarted under a new one\n"
+         "  --linger-ms T         keep the group (and a pooled job) T ms after the last collective, then leave\n"
          "\n"
          "Output:\n"
          "  --check               compare every collective's result with the reference model (generated data\n"
@@ -131,7 +133,7 @@ struct Run {
   uint64_t segments = 0;  // 0: the model's m (with a calibration), else the chain's default
   std::vector<Algorithm> candidates;
   std::string calibration, calibrate_out;
-  uint64_t repeat = 1, warmup = 0, split = 1;
+  uint64_t repeat = 1, warmup = 0, split = 1, linger_ms = 0;
   bool in_place = false, check = false, json = false;
 };
 
@@ -190,7 +192,7 @@ Run parse(int argc, char** argv) {
        "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
        "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
        "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
-       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards"},
+       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards",      "--linger-ms"},
       {"--check", "--json", "--in-place", "--list-algos"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -275,6 +277,7 @@ Run parse(int argc, char** argv) {
   r.repeat = a.num("--repeat", 1, 1000000, 1);
   r.warmup = a.num("--warmup", 0, 1000000, 0);
   r.split = a.num("--split", 1, 4096, 1);
+  r.linger_ms = a.num("--linger-ms", 0, 3600000, 0);
   if (r.split != 1 && r.algo != Algorithm::SWITCH)
     fail("--split needs --algo switch (the host algorithms run one op at a time)");
   r.in_place = a.has("--in-place");
@@ -608,6 +611,8 @@ int run_rank(Run run) {
     report_json(run, g, oc);
   else
     report_text(run, g, oc);
+  std::fflush(stdout);
+  if (run.linger_ms) std::this_thread::sleep_for(std::chrono::milliseconds(run.linger_ms));
   if (run.check && oc.cr.beyond_bound) {
     std::fprintf(stderr,
                  "prism-rank: check failed: %" PRIu64 " element results over %" PRIu64

@@ -120,7 +120,8 @@ def test_two_groups_started_at_once_take_two_pooled_jobs_beside_a_declared_one(m
     def group(label: str):
         got[label] = tb.run([str(RANK), '--store', f'file://{{dir}}/store-{label}', '--ranks', '4', '--rank', '{rank}',
                              '--switch', f'{{switch_ip}}:{PORT}', '--pool', '1000', '--algo', 'switch', '--size',
-                             '256KiB', '--repeat', '2', '--check', '--json'], timeout=120, label=label)
+                             '256KiB', '--repeat', '2', '--check', '--json', '--linger-ms', '3000'],
+                            timeout=120, label=label)  # lingering: both jobs live at once, however scheduled
 
     threads = [threading.Thread(target=group, args=(label,)) for label in ('A', 'B')]
     for t in threads:

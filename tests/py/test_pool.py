@@ -95,8 +95,10 @@ def test_two_jobs_at_once_get_two_ids_and_exact_sums(make_testbed, layout):
     got = {}
 
     def job(label: str, port: int):
-        got[label] = tb.run(pool_cmd(tb, 1000, 4, port, str(tb.dir / f'share-{label}'), '--ops', 2), timeout=90,
-                            label=label)
+        # --linger: each job keeps its id a while before LEAVE, so the two are live at once however the
+        # machine schedules them (a job done before the other's ALLOC would hand its id on, rightly)
+        got[label] = tb.run(pool_cmd(tb, 1000, 4, port, str(tb.dir / f'share-{label}'), '--ops', 2, '--linger', 3),
+                            timeout=90, label=label)
 
     threads = [threading.Thread(target=job, args=(label, port)) for label, port in (('a', 20601), ('b', 20602))]
     for t in threads:
