@@ -163,7 +163,7 @@ struct Group::Impl {
     coll::CostParams& c = cal.params;
     const std::vector<Algorithm> can = candidates();
     if (comm && std::find(can.begin(), can.end(), Algorithm::SWITCH) != can.end())
-      guarded([&] { group::calibrate_switch(*comm, *links, op, sample, count, c); });
+      guarded([&] { group::calibrate_switch(*comm, *links, op, c); });
     calibrated[coll::op_key(op)] = c;
   }
 
@@ -380,7 +380,9 @@ CollReport Group::run(Collective c, const void* in, void* out, size_t count, For
   rep.algorithm = o.algorithm.value_or(m.opts.algorithm);
   if (rep.algorithm == Algorithm::AUTO) {
     const coll::ReduceOp& op = call.op;
-    if (!m.params(op)) m.calibrate(op, in, count);
+    // The sample is this rank's input as far as it goes (an allgather's is its block; a broadcast's
+    // other ranks have none: a synthetic one then).
+    if (!m.params(op)) m.calibrate(op, in, coll::input_shape(call, rank(), size()).elems);
     const coll::Choice ch = guarded([&] {
       try {
         return coll::choose(m.problem(call), *m.params(op), m.candidates());

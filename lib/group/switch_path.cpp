@@ -35,33 +35,32 @@ void SwitchPath::run(const coll::Call& c) {
   throw std::logic_error("switch: kAlgorithms offers a collective the switch path does not run");
 }
 
-void calibrate_switch(Communicator& comm, coll::Links& links, const coll::ReduceOp& op, const void* sample,
-                      size_t count, coll::CostParams& c) {
+void calibrate_switch(Communicator& comm, coll::Links& links, const coll::ReduceOp& op, coll::CostParams& c) {
+  // The same sizes on every rank whatever its own input (an allgather's blocks differ, a broadcast's
+  // other ranks have none): a 1 MiB vector of small integers in op.dtype (the switch's cost does not
+  // follow the values), and one element.
   const size_t ib = info(op.dtype).bytes;
-  const size_t big = std::min(count, std::max<size_t>(1, (size_t(1) << 20) / ib));
-  double v[2] = {0, 0};
-  if (big > 0) {
-    std::vector<uint8_t> out(big * info(op.out).bytes);
-    OpOptions o;
-    o.out = op.out;
-    o.out_given = true;
-    o.policy = op.policy;
-    o.exceptions = op.exceptions;
-    const auto least = [&](size_t n) {
-      double best = 1e300;
-      for (int i = 0; i < 3; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        comm.allreduce(sample, out.data(), n, op.dtype, o);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      return best;
-    };
-    const double small = least(1), large = least(big);
-    v[0] = small;
-    v[1] = big > 1 ? std::max(0.0, (large - small) / double((big - 1) * ib)) : 0.0;
-  }
+  const size_t big = std::max<size_t>(1, (size_t(1) << 20) / ib);
+  std::vector<uint8_t> in(big * ib), out(big * info(op.out).bytes);
+  for (size_t i = 0; i < big; ++i) store_bits(op.dtype, in.data() + i * ib, encode_double(op.dtype, double(i % 7) - 3));
+  OpOptions o;
+  o.out = op.out;
+  o.out_given = true;
+  o.policy = op.policy;
+  o.exceptions = op.exceptions;
+  const auto least = [&](size_t n) {
+    double best = 1e300;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      comm.allreduce(in.data(), out.data(), n, op.dtype, o);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const double small = least(1), large = least(big);
+  double v[2] = {small, big > 1 ? std::max(0.0, (large - small) / double((big - 1) * ib)) : 0.0};
   coll::binomial_broadcast(links, v, sizeof v, 0);
-  c.have_switch = big > 0;
+  c.have_switch = true;
   c.switch_alpha = v[0];
   c.switch_beta = v[1];
 }

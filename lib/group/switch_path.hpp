@@ -23,11 +23,10 @@ class SwitchPath final : public coll::SwitchPath {
   OpReport last_;
 };
 
-// switch_alpha: the least time of a one-element allreduce through the switch;
-// switch_beta: the slope up to a min(count, 1 MiB) one (each the least of
-// three). `sample` is this rank's input (count elements of op.dtype); rank
-// 0's figures reach every rank over `links`, so every rank's auto agrees.
-void calibrate_switch(Communicator& comm, coll::Links& links, const coll::ReduceOp& op, const void* sample,
-                      size_t count, coll::CostParams& c);
+// switch_alpha: the least time of a one-element allreduce of `op` through
+// the switch; switch_beta: the slope up to a 1 MiB one (each the least of
+// three). Rank 0's figures reach every rank over `links`, so every rank's
+// auto agrees.
+void calibrate_switch(Communicator& comm, coll::Links& links, const coll::ReduceOp& op, coll::CostParams& c);
 
 }  // namespace prism::group
