@@ -264,6 +264,7 @@ TEST(Group, EveryAlgorithmRowHasAModelForWhatItOffers) {
   c.alpha = 1e-5, c.beta = 1e-9, c.gamma = 1e-9, c.have_switch = true, c.switch_alpha = 1e-5, c.switch_beta = 1e-10;
   for (const coll::AlgorithmInfo& a : coll::algorithms()) {
     EXPECT_EQ(from_name<Algorithm>(a.name), a.value);
+    EXPECT_TRUE(a.run != nullptr && a.predict != nullptr) << a.name << ": a row needs its run and predict functions";
     for (const Entry<Collective>& col : kCollectives) {
       if (!(a.runs & coll::bit(col.value))) continue;
       const auto t = coll::predict(a.value, coll::Problem{col.value, 4, 1000, 4, 0}, c);
