@@ -65,6 +65,7 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc = make_accumulator(d);
   Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
+  Reused<double> doubles(t.buffers());
   Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
   rx.resize(max_partial_bytes(full));
   const int top = tr.send_step();
@@ -78,10 +79,10 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
       if (child >= tr.p) continue;
       const int from = tr.rank_of(child);
       const size_t len = t.recv(from, rx.data(), rx.size());
-      merge_partial(*acc, op, rx.data(), len, from, lanes);
+      merge_partial(*acc, op, rx.data(), len, from, PartialScratch{lanes, doubles});
     }
     if (tr.v != 0) {  // send x_v to v - 2^top and go idle for this block
-      encode_partial(*acc, op, lanes, msg);
+      encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
       t.send(tr.rank_of(tr.v - (1 << top)), msg.data(), msg.size());
     } else {
       acc->finalize(dst + off * osz, flags ? flags + off : nullptr);

@@ -38,5 +38,7 @@ template std::vector<uint8_t> BufferCache::take<uint8_t>();
 template std::vector<LaneExact> BufferCache::take<LaneExact>();
 template void BufferCache::give_back<uint8_t>(std::vector<uint8_t>);
 template void BufferCache::give_back<LaneExact>(std::vector<LaneExact>);
+template std::vector<double> BufferCache::take<double>();
+template void BufferCache::give_back<double>(std::vector<double>);
 
 }  // namespace prism::coll

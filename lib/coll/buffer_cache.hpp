@@ -67,6 +67,7 @@ class BufferCache {
   }
   Spares<uint8_t> bytes_;
   Spares<LaneExact> lanes_;
+  Spares<double> doubles_;
 };
 
 template <>
@@ -76,6 +77,10 @@ inline BufferCache::Spares<uint8_t>& BufferCache::spares<uint8_t>() {
 template <>
 inline BufferCache::Spares<LaneExact>& BufferCache::spares<LaneExact>() {
   return lanes_;
+}
+template <>
+inline BufferCache::Spares<double>& BufferCache::spares<double>() {
+  return doubles_;
 }
 
 // A vector by inheritance so that code written for std::vector<T> (members

@@ -49,6 +49,7 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
   auto* dst = static_cast<uint8_t*>(out);
   std::unique_ptr<Accumulator> acc;
   Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
+  Reused<double> doubles(t.buffers());
   Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
   rx.resize(r + 1 < p ? max_partial_bytes(uint32_t(big)) : 0);
   for (size_t s = 0; s < m; ++s) {
@@ -59,10 +60,10 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
     acc->add(src + lo * isz, uint32_t(r));
     if (r + 1 < p) {  // the partial of ranks r+1..p-1
       const size_t len = t.recv(r + 1, rx.data(), rx.size());
-      merge_partial(*acc, op, rx.data(), len, r + 1, lanes);
+      merge_partial(*acc, op, rx.data(), len, r + 1, PartialScratch{lanes, doubles});
     }
     if (r > 0) {
-      encode_partial(*acc, op, lanes, msg);
+      encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
       t.send(r - 1, msg.data(), msg.size());
     } else {
       acc->finalize(dst + lo * osz, flags ? flags + lo : nullptr);

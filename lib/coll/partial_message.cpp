@@ -37,9 +37,10 @@ OpDesc block_desc(const ReduceOp& op, uint32_t group, uint32_t lanes) {
 
 size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes) * kMaxLaneBytes; }
 
-void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<LaneExact>& scratch,
-                    std::vector<uint8_t>& msg) {
+void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
   const uint32_t n = acc.desc().lanes;
+  std::vector<LaneExact>& scratch = sc.lanes;
+  std::vector<double>& doubles = sc.doubles;
   scratch.resize(n);
   msg.resize(max_partial_bytes(n));
   uint8_t* h = msg.data();
@@ -48,7 +49,6 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<Lane
   // hand them over as doubles for encode_kulisch_lanes_f64(); the rest build
   // every lane's exact state, then its lane record (3 + the digit window's bytes).
   const Format ef = element_format(op);
-  thread_local std::vector<double> doubles;
   doubles.resize(n);
   const StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data());
   if (form == StateForm::None)
@@ -71,9 +71,10 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<Lane
   }
 }
 
-void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from,
-                   std::vector<LaneExact>& scratch) {
+void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from, PartialScratch sc) {
   const uint32_t n = acc.desc().lanes;
+  std::vector<LaneExact>& scratch = sc.lanes;
+  std::vector<double>& doubles = sc.doubles;
   const std::string who = "the partial from rank " + std::to_string(from);
   if (len < kPartialHeader)
     throw CollectiveError(who + " is " + std::to_string(len) + " bytes, shorter than its header");
@@ -93,7 +94,6 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   PartialError e;
   if (msg[4] == kLaneRecords) {
     // The common Kulisch partial: every lane a double (decode_kulisch_lanes_f64()).
-    thread_local std::vector<double> doubles;
     doubles.resize(n);
     if (decode_kulisch_lanes_f64(p, plen, n, unit_exp(op.dtype), doubles.data())) {
       if (acc.add_exact_doubles(doubles.data(), scratch.data())) return;

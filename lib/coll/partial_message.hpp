@@ -51,16 +51,34 @@ inline constexpr size_t kPartialHeader = 12;
 // The most bytes a partial of `lanes` lanes takes.
 size_t max_partial_bytes(uint32_t lanes);
 
-// Encodes `acc`'s exact state into `msg` (resized to fit). `scratch` is
-// reused between calls. Throws std::logic_error for an accumulator without a
-// lossless state (FP32_BINOMIAL: a tree runs it as FP32_ARRIVAL per node).
-void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<LaneExact>& scratch,
-                    std::vector<uint8_t>& msg);
+// The memory a partial's encoding and merging work in, reused between calls
+// (the collectives take it from their group's buffer cache).
+struct PartialScratch {
+  std::vector<LaneExact>& lanes;
+  std::vector<double>& doubles;
+};
+
+// Encodes `acc`'s exact state into `msg` (resized to fit). Throws
+// std::logic_error for an accumulator without a lossless state
+// (FP32_BINOMIAL: a tree runs it as FP32_ARRIVAL per node).
+void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, std::vector<uint8_t>& msg);
 
 // Adds the partial in [msg, msg + len) into `acc` exactly (add_exact).
 // Throws CollectiveError naming `from` when the header is not this op's or
 // the lanes do not decode or cannot be taken.
 void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from,
-                   std::vector<LaneExact>& scratch);
+                   PartialScratch scratch);
+
+// The same with lane scratch only (the doubles made per call): for tests and one-off use.
+inline void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<LaneExact>& lanes,
+                           std::vector<uint8_t>& msg) {
+  std::vector<double> doubles;
+  encode_partial(acc, op, PartialScratch{lanes, doubles}, msg);
+}
+inline void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from,
+                          std::vector<LaneExact>& lanes) {
+  std::vector<double> doubles;
+  merge_partial(acc, op, msg, len, from, PartialScratch{lanes, doubles});
+}
 
 }  // namespace prism::coll

@@ -83,10 +83,11 @@ struct Block {
   std::vector<size_t> at;     // the layout the accumulators were made for
   std::vector<AccLease> acc;  // from the group's accumulator cache
   Reused<LaneExact> lanes;    // from the group's buffer cache
+  Reused<double> doubles;
   Reused<uint8_t> part;
 
   Block(const ReduceOp& op_, Links& t)
-      : op(op_), p(t.size()), cache(t.accumulators()), lanes(t.buffers()), part(t.buffers()) {}
+      : op(op_), p(t.size()), cache(t.accumulators()), lanes(t.buffers()), doubles(t.buffers()), part(t.buffers()) {}
 
   void reset(const Layout& l) {
     lay = &l;
@@ -116,7 +117,7 @@ struct Block {
     msg.clear();
     for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u) {
       if (!acc[u]) continue;
-      encode_partial(*acc[u], op, lanes, part);
+      encode_partial(*acc[u], op, PartialScratch{lanes, doubles}, part);
       const uint32_t l = uint32_t(part.size());
       const uint8_t h[4] = {uint8_t(l), uint8_t(l >> 8), uint8_t(l >> 16), uint8_t(l >> 24)};
       msg.insert(msg.end(), h, h + 4);
@@ -132,7 +133,7 @@ struct Block {
                          uint32_t(msg[at_ + 3]) << 24;
       at_ += 4;
       if (len - at_ < l) short_message(from, len);
-      merge_partial(*acc[u], op, msg + at_, l, from, lanes);
+      merge_partial(*acc[u], op, msg + at_, l, from, PartialScratch{lanes, doubles});
       at_ += l;
     }
     if (at_ != len) short_message(from, len);

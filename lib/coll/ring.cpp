@@ -35,6 +35,7 @@ struct Ring {
   std::vector<size_t> at;
   std::vector<AccLease> acc;  // from the group's accumulator cache
   Reused<LaneExact> lanes;    // from the group's buffer cache
+  Reused<double> doubles;
   Reused<uint8_t> msg, rx;
 
   Ring(Links& t_, const char* what_)
@@ -45,6 +46,7 @@ struct Ring {
         next((r + 1) % p),
         prev((r + p - 1) % p),
         lanes(t_.buffers()),
+        doubles(t_.buffers()),
         msg(t_.buffers()),
         rx(t_.buffers()) {}
 
@@ -73,7 +75,7 @@ struct Ring {
   void reduce_scatter(const ReduceOp& op, int c) {
     for (int k = 0; k + 1 < p; ++k) {
       const size_t ss = seg(r + c - 1 - k), rs = seg(r + c - 2 - k);
-      if (acc[ss]) encode_partial(*acc[ss], op, lanes, msg);
+      if (acc[ss]) encode_partial(*acc[ss], op, PartialScratch{lanes, doubles}, msg);
       size_t got = 0;
       if (acc[ss] && acc[rs])
         got = t.sendrecv(next, msg.data(), msg.size(), prev, rx.data(), rx.size());
@@ -81,7 +83,7 @@ struct Ring {
         t.send(next, msg.data(), msg.size());
       else if (acc[rs])
         got = t.recv(prev, rx.data(), rx.size());
-      if (acc[rs]) merge_partial(*acc[rs], op, rx.data(), got, prev, lanes);
+      if (acc[rs]) merge_partial(*acc[rs], op, rx.data(), got, prev, PartialScratch{lanes, doubles});
     }
   }
 
