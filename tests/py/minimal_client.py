@@ -165,6 +165,17 @@ def bitmap_ranks(body: bytes, group: int) -> list[int]:
     return [r for r in range(group) if len(body) > r // 8 and body[r // 8] >> (r % 8) & 1]
 
 
+def datagrams(sock: socket.socket):
+    """Every datagram waiting on the non-blocking socket (an ICMP port-unreachable skipped), then stop."""
+    while True:
+        try:
+            yield sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except ConnectionRefusedError:
+            continue
+
+
 def new_nonce() -> int:
     """Random, non-zero, new each time the process starts (PROTOCOL.md, Sessions)."""
     while True:
@@ -209,13 +220,7 @@ def join(sock: socket.socket, *, to: tuple[str, int], job: int, rank: int, group
         r, _, _ = select.select([sock], [], [], max(0.0, min(due, t_end) - time.monotonic()))
         if not r:
             continue
-        while True:
-            try:
-                pkt_in = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionRefusedError:
-                continue
+        for pkt_in in datagrams(sock):
             if len(pkt_in) < HDR.size:
                 continue
             (magic, ver, kind, pjob, pop, chunk, sender, pgroup, terms, _count, *_desc, _flags,
@@ -294,13 +299,7 @@ def allreduce(sock: socket.socket, *, sw_ip: str, sw_port: int, shards: int, job
         r, _, _ = select.select([sock], [], [], wait)
         if not r:
             continue
-        while True:
-            try:
-                pkt = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionRefusedError:
-                continue
+        for pkt in datagrams(sock):
             if len(pkt) < HDR.size:
                 stats['ignored'] += 1
                 continue
@@ -384,13 +383,7 @@ def request(sock: socket.socket, pkt: bytes, to: tuple[str, int], *, want_kind: 
         r, _, _ = select.select([sock], [], [], max(0.0, min(due, t_end) - time.monotonic()))
         if not r:
             continue
-        while True:
-            try:
-                pkt_in = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionRefusedError:
-                continue
+        for pkt_in in datagrams(sock):
             if len(pkt_in) < HDR.size:
                 continue
             f = HDR.unpack_from(pkt_in)
