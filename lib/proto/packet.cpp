@@ -238,7 +238,9 @@ inline Refusal parse_job_kind(const uint8_t* p, const uint8_t* body, size_t blen
     case Kind::CONTRIB:
     case Kind::PARTIAL:
     case Kind::RESULT:
-    case Kind::NACK: return Refusal::BAD_KIND;  // not a job kind: never called for these
+    case Kind::NACK:
+    case Kind::QUERY:
+    case Kind::STATUS: return Refusal::BAD_KIND;  // not a job kind: never called for these
   }
   if (!terms_ok) return Refusal::BAD_TERMS;
   if (h.status & ~status_bits) return Refusal::BAD_STATUS;
@@ -315,7 +317,8 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
   h.exceptions = *ex;
   if (h.flags & ~hflag::ALL) return Refusal::BAD_FLAGS;
   if (h.group == 0) return Refusal::BAD_GROUP;
-  if (h.status & (h.kind == Kind::RESULT ? ~uint8_t(7) : 0xFF)) return Refusal::BAD_STATUS;
+  const uint8_t status_bits = h.kind == Kind::RESULT ? 7 : h.kind == Kind::STATUS ? qstatus::HELD : 0;
+  if (h.status & ~status_bits) return Refusal::BAD_STATUS;
   switch (h.kind) {
     case Kind::CONTRIB:
       if (h.encoding != Encoding::DTYPE) return Refusal::BAD_ENCODING;
@@ -330,6 +333,21 @@ inline Refusal parse_prism(const uint8_t* p, size_t plen, Parsed& r, bool check_
       if (h.encoding != Encoding::OUT_DTYPE) return Refusal::BAD_ENCODING;
       if (h.terms != h.group) return Refusal::BAD_TERMS;
       break;
+    case Kind::QUERY:
+    case Kind::STATUS: {
+      // The CONTRIB's header with no elements: its descriptor (encoding 1),
+      // no flags. QUERY: terms 1, no body; STATUS: terms received (<= group),
+      // no body or the bitmap of the members lacking.
+      const bool query = h.kind == Kind::QUERY;
+      if (h.encoding != Encoding::DTYPE) return Refusal::BAD_ENCODING;
+      if (query ? h.terms != 1 : h.terms > h.group) return Refusal::BAD_TERMS;
+      if (h.flags) return Refusal::BAD_FLAGS;
+      if (h.count != 0) return Refusal::BAD_COUNT;
+      if (blen != 0 && (query || blen != abandoned_bitmap_bytes(h.group))) return Refusal::PAYLOAD_LENGTH;
+      r.payload = blen ? body : nullptr;
+      r.payload_len = blen;
+      return Refusal::OK;
+    }
     case Kind::NACK:
     case Kind::JOIN:
     case Kind::JOINED:
@@ -423,6 +441,21 @@ Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool 
   return parse_prism(udp + kUdpSize, udp_len - kUdpSize, r, check_partial);
 }
 
+bool truncated(std::span<const uint8_t> frame) {
+  const uint8_t* f = frame.data();
+  const size_t n = frame.size();
+  size_t at = 12;
+  if (n < at + 2) return false;
+  uint16_t ethertype = be16(f + at);
+  if (ethertype == 0x8100 && n >= at + kVlanSize + 2) {
+    at += kVlanSize;
+    ethertype = be16(f + at);
+  }
+  at += 2;
+  if (ethertype != 0x0800 || n < at + 4 || (f[at] >> 4) != 4) return false;
+  return at + be16(f + at + 2) > n;
+}
+
 Header session_header(Kind kind, uint32_t job, uint16_t group) {
   Header h;
   h.kind = kind;
@@ -467,6 +500,28 @@ Header left_header(uint32_t job, uint32_t nonce, uint16_t rank, uint16_t group, 
   h.op = nonce;
   h.sender = rank;
   h.terms = still_bound;
+  return h;
+}
+
+Header query_header(const Header& contrib) {
+  Header h = contrib;
+  h.kind = Kind::QUERY;
+  h.terms = 1;
+  h.count = 0;
+  h.encoding = Encoding::DTYPE;
+  h.flags = 0;
+  h.status = 0;
+  return h;
+}
+
+Header status_header(const Header& query, uint16_t switch_id, bool held, uint16_t terms) {
+  Header h = query;
+  h.kind = Kind::STATUS;
+  h.sender = switch_id;
+  h.terms = terms;
+  h.count = 0;
+  h.flags = 0;
+  h.status = held ? qstatus::HELD : qstatus::MISSING;
   return h;
 }
 

@@ -45,12 +45,12 @@ enum class Refusal : uint8_t {
   BAD_FLAGS,        // reserved flag bits set
   BAD_GROUP,        // group 0
   BAD_TERMS,        // terms 0, above group, or wrong for the kind
-  BAD_COUNT,        // count 0 (data kinds) or non-zero (NACK)
+  BAD_COUNT,        // count 0 (data kinds) or non-zero (NACK, QUERY, STATUS, job kinds)
   PAYLOAD_LENGTH,   // payload bytes disagree with count and encoding
   BAD_FRAGMENT,     // Kulisch partial fragment header out of range
   BAD_PARTIAL,      // a lane record is malformed
   BAD_NACK_REASON,  // a NACK whose status is not a known reason
-  BAD_STATUS,       // status bits a kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)
+  BAD_STATUS,       // status bits a kind must leave 0 (CONTRIB, PARTIAL, QUERY: all; RESULT: bits 3-7; STATUS: 1-7)
   BAD_SIDEBAND,     // a sideband byte with bits 3-7 set
   kCount
 };
@@ -79,13 +79,14 @@ inline constexpr Entry<Refusal> kRefusals[] = {
     {Refusal::BAD_FLAGS, "bad_flags", "reserved flag bits set, or a flag the kind may not use"},
     {Refusal::BAD_GROUP, "bad_group", "group 0"},
     {Refusal::BAD_TERMS, "bad_terms", "terms 0, above group, or wrong for the kind"},
-    {Refusal::BAD_COUNT, "bad_count", "count 0 (data kinds) or non-zero (NACK)"},
+    {Refusal::BAD_COUNT, "bad_count", "count 0 (data kinds) or non-zero (NACK, QUERY, STATUS, job kinds)"},
     {Refusal::PAYLOAD_LENGTH, "payload_length",
      "the payload's bytes disagree with count and encoding (a NACK's: with its reason)"},
     {Refusal::BAD_FRAGMENT, "bad_fragment", "a Kulisch partial's fragment header is out of range"},
     {Refusal::BAD_PARTIAL, "bad_partial", "a lane record is malformed"},
     {Refusal::BAD_NACK_REASON, "bad_nack_reason", "a NACK whose status is not a known reason"},
-    {Refusal::BAD_STATUS, "bad_status", "status bits the kind must leave 0 (CONTRIB, PARTIAL: all; RESULT: bits 3-7)"},
+    {Refusal::BAD_STATUS, "bad_status",
+     "status bits the kind must leave 0 (CONTRIB, PARTIAL, QUERY: all; RESULT: bits 3-7; STATUS: bits 1-7)"},
     {Refusal::BAD_SIDEBAND, "bad_sideband", "a sideband byte with bits 3-7 set"},
 };
 static_assert(std::size(kRefusals) == size_t(Refusal::kCount), "every Refusal has a row in kRefusals");
@@ -116,8 +117,9 @@ struct Parsed {
   Endpoint src, dst;
   uint16_t vlan = 0;  // VLAN id, 0 when untagged
   Header h;
-  const uint8_t* payload = nullptr;   // elements (encodings 1, 2), lane records (3), a NACK OP_ABANDONED's bitmap
-  size_t payload_len = 0;             // without the sideband and the fragment header
+  const uint8_t* payload =
+      nullptr;             // elements (encodings 1, 2), lane records (3), a NACK OP_ABANDONED's or STATUS's bitmap
+  size_t payload_len = 0;  // without the sideband and the fragment header
   const uint8_t* sideband = nullptr;  // count status bytes when flags has SIDEBAND
   uint16_t first_lane = 0;            // encoding 3: first lane of this fragment
   uint16_t chunk_lanes = 0;           // encoding 3: lanes in the whole chunk; else count
@@ -148,6 +150,17 @@ struct PortRange {
 };
 Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool check_partial = true,
               bool sums_verified = false, bool kernel_link = false);
+
+// Frames too large for the port they came in on (the switch's OVERSIZE drop),
+// typically a UDP GSO super-packet a Linux sender's interface did not segment:
+// - the largest frame an interface of IP MTU `mtu` sends: Ethernet header and
+//   one VLAN tag on top (the CRC is not in the frame);
+// - truncated(): an IPv4 frame whose total length is more than the frame
+//   holds, as when a receive buffer smaller than the frame cut it short
+//   (net_af_packet's ring frames do, without a flag). parse() refuses it as
+//   IP_BAD_LENGTH; this says which of that reason's two cases it is.
+inline constexpr size_t max_frame(unsigned mtu) { return size_t(mtu) + kEthSize + kVlanSize; }
+bool truncated(std::span<const uint8_t> frame);
 
 // The same checks from the PRISM header on, for a UDP payload a socket
 // received (the kernel has checked IPv4 and UDP): src, dst and vlan are left
@@ -180,6 +193,17 @@ struct AllocatedBody {
 std::array<uint8_t, kAllocatedBody> allocated_body(const AllocatedBody& b);
 // The body of a parsed ALLOCATED; nothing for another kind or length.
 std::optional<AllocatedBody> allocated_body(const Parsed& p);
+
+// Queries (PROTOCOL.md, Queries). QUERY: the header of the CONTRIB `contrib`
+// (job, op, chunk, sender = the rank, group and descriptor) with kind QUERY,
+// terms 1, count 0, flags and status 0; it has no body.
+Header query_header(const Header& contrib);
+// STATUS: the answer to `query`: its job, op, chunk, group and descriptor;
+// sender = `switch_id`, count 0, flags 0, status qstatus::HELD or MISSING,
+// terms = the contributions the chunk's slot has received (0 with no slot).
+// Its body, optional, is the bitmap (abandoned_bitmap_bytes(group) bytes) of
+// this switch's members that have not contributed.
+Header status_header(const Header& query, uint16_t switch_id, bool held, uint16_t terms);
 
 // Bytes a payload of `count` elements takes for a data encoding (1 or 2).
 inline size_t element_bytes(const Header& h) {

@@ -5,7 +5,8 @@
 //
 // shard = (job + op + chunk) mod S, summed without wrapping; S is the
 // switch's reducers.shards. The ops of a job and the chunks of an op go round
-// the shards in turn, so any stream of ops spreads evenly. JOIN and JOINED
+// the shards in turn, so any stream of ops spreads evenly; a chunk's QUERY and
+// STATUS go with its CONTRIB (the chunk's shard). JOIN and JOINED
 // (whose op field is a nonce) belong to the shard of (job, 0, 0), which keeps
 // the job's session; so do a pool's ALLOC (job = the pool id), ALLOCATED,
 // LEAVE and LEFT. A chunk goes to UDP port base + shard, base being the

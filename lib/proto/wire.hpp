@@ -33,9 +33,11 @@ enum class Kind : uint8_t {
   ALLOC = 7,
   ALLOCATED = 8,
   LEAVE = 9,
-  LEFT = 10
+  LEFT = 10,
+  QUERY = 11,
+  STATUS = 12
 };
-inline constexpr size_t kKindCount = 10;
+inline constexpr size_t kKindCount = 12;
 inline constexpr Entry<Kind> kKinds[] = {
     {Kind::CONTRIB, "CONTRIB", "a rank's contribution (rank to switch)"},
     {Kind::PARTIAL, "PARTIAL", "a leaf switch's partial sum (switch to parent)"},
@@ -49,6 +51,12 @@ inline constexpr Entry<Kind> kKinds[] = {
      "the job id a pool gave, with the switch's shard count, slot quota and idle timeout (switch to the asker)"},
     {Kind::LEAVE, "LEAVE", "a rank of a pooled job leaves it (rank to switch)"},
     {Kind::LEFT, "LEFT", "a LEAVE answered: the ranks still bound (switch to rank)"},
+    {Kind::QUERY, "QUERY",
+     "a rank asks whether the switch holds its contribution to a chunk: the CONTRIB's header, no body (rank to "
+     "switch)"},
+    {Kind::STATUS, "STATUS",
+     "a QUERY answered: HELD or MISSING, the contributions received and the bitmap of members still lacking "
+     "(switch to the asking rank)"},
 };
 static_assert(std::size(kKinds) == kKindCount, "every Kind has a row in kKinds");
 constexpr std::span<const Entry<Kind>> entries(Kind) { return kKinds; }
@@ -68,6 +76,13 @@ static_assert(codes_in_order<Encoding>(1), "parse() range-checks the encoding co
 // ALLOCATED's body (PROTOCOL.md, Job pools): the pool's slot_quota and
 // idle_timeout_ms, each a big-endian u32.
 inline constexpr size_t kAllocatedBody = 8;
+
+// STATUS's status byte (PROTOCOL.md, Queries): whether the switch holds the
+// asking rank's contribution to the chunk. Any other value is BAD_STATUS.
+namespace qstatus {
+inline constexpr uint8_t MISSING = 0;  // not held: re-send the CONTRIB now
+inline constexpr uint8_t HELD = 1;     // held; the switch waits for the ranks the bitmap names
+}  // namespace qstatus
 
 // JOINED's status bits.
 namespace jstatus {
@@ -139,7 +154,8 @@ static_assert(codes_in_order<NackReason>(1), "parse() range-checks the reason co
 
 // A NACK OP_ABANDONED's body, when it has one: a bitmap of the switch's
 // members whose contribution had not arrived, bit (r % 8) of byte (r / 8)
-// set for rank r missing, one bit per rank of the group.
+// set for rank r missing, one bit per rank of the group. A STATUS's body is
+// the same bitmap (the members still lacking); so is a JOINED's (the ranks joined).
 constexpr size_t abandoned_bitmap_bytes(uint16_t group) { return (size_t(group) + 7) / 8; }
 
 inline const char* name(Kind k) { return prism::name<Kind>(k); }

@@ -203,9 +203,11 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
     case wire::Kind::CONTRIB:
     case wire::Kind::PARTIAL:
     case wire::Kind::RESULT: break;
+    case wire::Kind::QUERY: return drop(Drop::WRONG_KIND);  // not answered yet
     case wire::Kind::NACK:
     case wire::Kind::ALLOCATED:
-    case wire::Kind::LEFT: return drop(Drop::WRONG_KIND);  // ingress admits none of these
+    case wire::Kind::LEFT:
+    case wire::Kind::STATUS: return drop(Drop::WRONG_KIND);  // ingress admits none of these
   }
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
   Slot* s = find(key);

@@ -17,10 +17,10 @@
 #include <cstring>
 #include <vector>
 
-#include "proto/partial.hpp"
 #include "fuzz_check.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
+#include "proto/partial.hpp"
 #include "proto/steer.hpp"
 
 namespace {
@@ -53,7 +53,7 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
   FUZZ_CHECK(h.magic == wire::kMagic && h.version == wire::kVersion);
   FUZZ_CHECK(p.dst.port == kPort);
   FUZZ_CHECK((h.flags & ~wire::hflag::ALL) == 0);  // flags bits 3-7 must be 0
-  if (h.kind == wire::Kind::NACK) {  // reason 1..12, count 0; terms 0 and no body but for 8
+  if (h.kind == wire::Kind::NACK) {                // reason 1..12, count 0; terms 0 and no body but for 8
     FUZZ_CHECK(h.status >= 1 && h.status <= wire::kNackReasonCount && h.count == 0 && p.sideband == nullptr);
     if (h.status == uint8_t(wire::NackReason::OP_ABANDONED)) {  // terms <= group, the bitmap or nothing
       FUZZ_CHECK(h.terms <= h.group);
@@ -69,8 +69,7 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
   if (wire::is_job_kind(h.kind)) {  // sessions and pools: no descriptor, flags or count
     FUZZ_CHECK(uint8_t(h.dtype) == 0 && uint8_t(h.out_dtype) == 0 && uint8_t(h.policy) == 0 &&
                uint8_t(h.encoding) == 0 && uint8_t(h.transport) == 0 && uint8_t(h.exceptions) == 0);
-    FUZZ_CHECK(h.flags == 0 && h.count == 0 && (h.group >= 1 || h.kind == wire::Kind::LEAVE) &&
-               p.sideband == nullptr);
+    FUZZ_CHECK(h.flags == 0 && h.count == 0 && (h.group >= 1 || h.kind == wire::Kind::LEAVE) && p.sideband == nullptr);
     if (h.kind == wire::Kind::JOIN || h.kind == wire::Kind::ALLOC || h.kind == wire::Kind::LEAVE) {
       FUZZ_CHECK(h.terms == 0 && h.status == 0 && p.payload_len == 0);
     } else if (h.kind == wire::Kind::ALLOCATED) {  // terms: shards; 8 bytes of quota and idle timeout
@@ -87,6 +86,19 @@ void check_ok(const uint8_t* frame, size_t size, const Parsed& p, bool check_par
     return;
   }
   (void)wire::name(h.encoding);
+  if (h.kind == wire::Kind::QUERY || h.kind == wire::Kind::STATUS) {  // the CONTRIB's descriptor, no elements
+    FUZZ_CHECK(h.encoding == wire::Encoding::DTYPE && h.flags == 0 && h.count == 0 && h.group >= 1 &&
+               p.sideband == nullptr);
+    if (h.kind == wire::Kind::QUERY) {  // terms 1, status 0, no body
+      FUZZ_CHECK(h.terms == 1 && h.status == 0 && p.payload_len == 0);
+    } else {  // terms received <= group, HELD or MISSING, the bitmap or nothing
+      FUZZ_CHECK(h.terms <= h.group && h.status <= wire::qstatus::HELD);
+      FUZZ_CHECK(p.payload_len == 0 || p.payload_len == wire::abandoned_bitmap_bytes(h.group));
+      FUZZ_CHECK(p.payload_len == 0 || inside(p.payload, p.payload_len, frame, size));
+      fuzz::touch(p.payload, p.payload_len);
+    }
+    return;
+  }
   FUZZ_CHECK(h.count >= 1 && h.group >= 1 && h.terms >= 1 && h.terms <= h.group);
   // PROTOCOL.md's table of kinds: encoding, terms and status.
   switch (h.kind) {
@@ -138,8 +150,9 @@ void check_rebuild(const Parsed& p, bool check_partial) {
   const wire::Header& h = p.h;
   const uint8_t* body = nullptr;
   size_t body_len = 0;
-  if (h.kind == wire::Kind::NACK || wire::is_job_kind(h.kind)) {
-    body = p.payload;  // OP_ABANDONED's or JOINED's bitmap, ALLOCATED's body, or nothing
+  if (h.kind == wire::Kind::NACK || h.kind == wire::Kind::QUERY || h.kind == wire::Kind::STATUS ||
+      wire::is_job_kind(h.kind)) {
+    body = p.payload;  // OP_ABANDONED's, STATUS's or JOINED's bitmap, ALLOCATED's body, or nothing
     body_len = p.payload_len;
   } else {
     if (h.encoding == wire::Encoding::KULISCH) {

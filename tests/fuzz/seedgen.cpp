@@ -237,8 +237,8 @@ void hand_made() {
   // Job pools: ALLOC, ALLOCATED (slot quota 256, idle timeout 30000 ms), LEAVE and LEFT.
   put("alloc", frame(wire::alloc_header(1000, 0xCAFEF00D, 0, 4), {}));
   const auto ab8 = wire::allocated_body(wire::AllocatedBody{256, 30000});
-  put("allocated", frame(wire::allocated_header(1003, 0xCAFEF00D, 1000, 1, 4, 2), Bytes(ab8.begin(), ab8.end()),
-                         kSwitch, kRank));
+  put("allocated",
+      frame(wire::allocated_header(1003, 0xCAFEF00D, 1000, 1, 4, 2), Bytes(ab8.begin(), ab8.end()), kSwitch, kRank));
   put("leave", frame(wire::leave_header(1003, 0x1234ABCD, 2), {}));
   put("left", frame(wire::left_header(1003, 0x1234ABCD, 2, 4, 3), {}, kSwitch, kRank));
   // Kulisch partials: one fragment, then the same chunk cut into small fragments.
@@ -256,6 +256,12 @@ void hand_made() {
     put("kulisch-e4m3fn", f);
   for (const auto& f : kulisch_frames({lane(0, -300), lane(0, 65535 * 127)}, wire::max_body(1500), Format::INT8))
     put("kulisch-int8", f);
+  // Queries: the example CONTRIB's QUERY, a STATUS HELD with the bitmap of the member lacking (rank 1 of 2),
+  // and a STATUS MISSING with no slot (terms 0, no body).
+  const wire::Header q = wire::query_header(header(wire::Kind::CONTRIB, Format::FP32, Format::FP32, 4));
+  put("query", frame(q, {}));
+  put("status-held-bitmap", frame(wire::status_header(q, 1, true, 1), {0x02}, kSwitch, kRank));
+  put("status-missing", frame(wire::status_header(q, 1, false, 0), {}, kSwitch, kRank));
 }
 
 void partial_seeds() {

@@ -216,6 +216,8 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     case Kind::ALLOCATED: h.terms = uint16_t(1 + rng() % 64); break;  // the switch's shard count
     case Kind::LEAVE: h.terms = 0, h.group = 0; break;                // LEAVE names no group
     case Kind::LEFT: h.terms = uint16_t(rng() % (uint32_t(h.group) + 1)); break;
+    case Kind::QUERY: h.terms = 1; break;
+    case Kind::STATUS: h.terms = uint16_t(rng() % (uint32_t(h.group) + 1)), h.status = uint8_t(rng() % 2); break;
   }
   if (kind == Kind::JOIN || kind == Kind::JOINED || kind == Kind::ALLOC || kind == Kind::ALLOCATED ||
       kind == Kind::LEAVE || kind == Kind::LEFT) {
@@ -234,6 +236,17 @@ Built random_built(std::mt19937_64& rng, Kind kind, Encoding enc, bool sideband)
     }
     if (kind == Kind::ALLOCATED) {  // slot_quota, idle_timeout_ms: 8 bytes, always
       b.payload.resize(8);
+      for (auto& x : b.payload) x = uint8_t(rng());
+      b.body = b.payload;
+    }
+    return b;
+  }
+  if (kind == Kind::QUERY || kind == Kind::STATUS) {
+    // The CONTRIB's descriptor, no elements, no flags; a STATUS may carry the bitmap of the members lacking.
+    h.count = 0;
+    h.flags = 0;
+    if (kind == Kind::STATUS && rng() % 2) {
+      b.payload.resize((size_t(h.group) + 7) / 8);
       for (auto& x : b.payload) x = uint8_t(rng());
       b.body = b.payload;
     }
@@ -308,7 +321,8 @@ const Combo kCombos[] = {{Kind::CONTRIB, Encoding::DTYPE, false},    {Kind::PART
                          {Kind::NACK, Encoding::DTYPE, false},       {Kind::JOIN, Encoding::DTYPE, false},
                          {Kind::JOINED, Encoding::DTYPE, false},     {Kind::ALLOC, Encoding::DTYPE, false},
                          {Kind::ALLOCATED, Encoding::DTYPE, false},  {Kind::LEAVE, Encoding::DTYPE, false},
-                         {Kind::LEFT, Encoding::DTYPE, false}};
+                         {Kind::LEFT, Encoding::DTYPE, false},       {Kind::QUERY, Encoding::DTYPE, false},
+                         {Kind::STATUS, Encoding::DTYPE, false}};
 
 void expect_same_header(const Header& a, const Header& b) {
   EXPECT_EQ(a.magic, b.magic);
@@ -948,13 +962,13 @@ TEST(Fragments, AccumulatorStateMergesToIdenticalBits) {
 TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
   const std::pair<int, const char*> kinds[] = {{1, "CONTRIB"}, {2, "PARTIAL"}, {3, "RESULT"}, {4, "NACK"},
                                                {5, "JOIN"},    {6, "JOINED"},  {7, "ALLOC"},  {8, "ALLOCATED"},
-                                               {9, "LEAVE"},   {10, "LEFT"}};
+                                               {9, "LEAVE"},   {10, "LEFT"},   {11, "QUERY"}, {12, "STATUS"}};
   for (const auto& [c, n] : kinds) {
     EXPECT_EQ(from_code<Kind>(uint8_t(c)), Kind(c));
     EXPECT_STREQ(wire::name(Kind(c)), n);
   }
   EXPECT_FALSE(from_code<Kind>(0).has_value());
-  EXPECT_FALSE(from_code<Kind>(11).has_value());
+  EXPECT_FALSE(from_code<Kind>(13).has_value());
   EXPECT_EQ(choices<Encoding>(), "dtype out_dtype kulisch");
   // The NACK table of PROTOCOL.md, code by code (tests/py/switch_util.py spells them so too).
   const std::pair<int, const char*> reasons[] = {{1, "malformed"},
@@ -1038,6 +1052,77 @@ TEST(Parse, NackShapesAreTheDocumentedOnes) {
       check(abandoned ? 1 : 0, 1, abandoned ? bitmap : 0, Refusal::BAD_COUNT);
       if (testing::Test::HasFailure()) return;
     }
+}
+
+// PROTOCOL.md's Queries: a QUERY is the CONTRIB's header with terms 1, count
+// 0, no flags, status 0 and no body; a STATUS echoes it with terms up to
+// group, status 0 (MISSING) or 1 (HELD) and no body or the bitmap of
+// ceil(group / 8) bytes. Both keep the CONTRIB's descriptor (encoding 1).
+TEST(Parse, QueryAndStatusShapesAreTheDocumentedOnes) {
+  const Endpoint src{{2, 0, 0, 0, 0xff, 0}, 0x0A0000FE, 20562}, dst{{2, 0, 0, 0, 0, 1}, 0x0A000001, 20562};
+  Header contrib;
+  contrib.job = 7, contrib.op = 3, contrib.chunk = 2, contrib.sender = 5, contrib.group = 9;
+  contrib.count = 16, contrib.flags = hflag::LAST_CHUNK | hflag::RETRANSMIT;
+  const auto parsed = [&](const Header& h, size_t body_len) {
+    Bytes f(kMaxFrame);
+    f.resize(build(f.data(), f.size(), src, dst, h, Bytes(body_len, 0x5A)));
+    Parsed p, m;
+    const Refusal r = parse(f, 20562, &p);
+    EXPECT_EQ(parse_message({f.data() + frame::header, f.size() - frame::header}, &m), r);
+    return std::pair{r, p.payload_len};
+  };
+  const Header q = query_header(contrib);
+  EXPECT_EQ(q.kind, Kind::QUERY);
+  EXPECT_EQ(q.terms, 1);
+  EXPECT_EQ(q.count, 0);
+  EXPECT_EQ(q.flags, 0);
+  EXPECT_EQ(q.sender, 5);
+  EXPECT_TRUE(same_descriptor(q, contrib));
+  EXPECT_EQ(parsed(q, 0).first, Refusal::OK);
+  EXPECT_EQ(parsed(q, 1).first, Refusal::PAYLOAD_LENGTH);  // no body, not even a bitmap
+  EXPECT_EQ(parsed(q, 2).first, Refusal::PAYLOAD_LENGTH);
+  Header bad = q;
+  bad.count = 1;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_COUNT);
+  EXPECT_EQ(parsed(bad, 4).first, Refusal::BAD_COUNT);  // a CONTRIB's body under a QUERY's kind
+  bad = q, bad.terms = 0;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_TERMS);
+  bad = q, bad.terms = 2;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_TERMS);
+  bad = q, bad.flags = hflag::RETRANSMIT;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_FLAGS);
+  bad = q, bad.status = 1;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_STATUS);
+  bad = q, bad.encoding = Encoding::OUT_DTYPE;
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_ENCODING);
+  bad = q, bad.dtype = Format(0);
+  EXPECT_EQ(parsed(bad, 0).first, Refusal::BAD_DTYPE);
+
+  for (const bool held : {false, true}) {
+    const Header st = status_header(q, 1000, held, 4);
+    EXPECT_EQ(st.kind, Kind::STATUS);
+    EXPECT_EQ(st.sender, 1000);
+    EXPECT_EQ(st.status, held ? qstatus::HELD : qstatus::MISSING);
+    EXPECT_EQ(st.terms, 4);
+    EXPECT_EQ(st.job, 7u);
+    EXPECT_EQ(st.op, 3u);
+    EXPECT_EQ(st.chunk, 2u);
+    EXPECT_TRUE(same_descriptor(st, contrib));
+    EXPECT_EQ(parsed(st, 0), std::pair(Refusal::OK, size_t(0)));
+    EXPECT_EQ(parsed(st, 2), std::pair(Refusal::OK, size_t(2)));  // ceil(9 / 8)
+    EXPECT_EQ(parsed(st, 1).first, Refusal::PAYLOAD_LENGTH);
+    EXPECT_EQ(parsed(st, 3).first, Refusal::PAYLOAD_LENGTH);
+  }
+  Header st = status_header(q, 1000, true, 9);
+  EXPECT_EQ(parsed(st, 0).first, Refusal::OK);  // terms up to group
+  st.terms = 10;
+  EXPECT_EQ(parsed(st, 0).first, Refusal::BAD_TERMS);
+  st = status_header(q, 1000, true, 0), st.status = 2;
+  EXPECT_EQ(parsed(st, 0).first, Refusal::BAD_STATUS);
+  st.status = 0, st.count = 1;
+  EXPECT_EQ(parsed(st, 0).first, Refusal::BAD_COUNT);
+  st.count = 0, st.flags = hflag::RETRANSMIT;
+  EXPECT_EQ(parsed(st, 0).first, Refusal::BAD_FLAGS);
 }
 
 // PROTOCOL.md's header table, field by field, and the frame a build() makes:
