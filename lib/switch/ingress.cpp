@@ -96,8 +96,8 @@ Verdict pooled_verdict(const Directory& dir, const Job& job, const wire::Parsed&
     return v;
   }
   // Not bound: a JOIN binds it (at the job's shard), a LEAVE is answered
-  // there as already done; a CONTRIB is no member's.
-  if (p.h.kind == wire::Kind::CONTRIB) return refuse(Drop::UNKNOWN_SOURCE);
+  // there as already done; a CONTRIB (or QUERY) is no member's.
+  if (p.h.kind == wire::Kind::CONTRIB || p.h.kind == wire::Kind::QUERY) return refuse(Drop::UNKNOWN_SOURCE);
   v.bind = p.h.kind == wire::Kind::JOIN;
   return v;
 }
@@ -121,7 +121,8 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
       return refuse_pooled(dir, v, c.drop, in_port, true);  // a broken pool message: told at its source
     return refuse(c.drop, c.source_checked);
   }
-  if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT)
+  if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT ||
+      p.h.kind == wire::Kind::STATUS)
     return refuse(Drop::WRONG_KIND, false);  // what a switch sends, never answered
   if (p.h.kind == wire::Kind::ALLOC) return alloc_verdict(dir, p, in_port);
   v.job = dir.job(p.h.job);
@@ -144,7 +145,7 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
       m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
     for (const Member& c : v.job->children)
       if (c.addr.ip == p.src.ip && c.addr.port == p.src.port) m = &c;
-  } else if (p.h.kind == wire::Kind::CONTRIB) {
+  } else if (p.h.kind == wire::Kind::CONTRIB || p.h.kind == wire::Kind::QUERY) {  // a QUERY is its CONTRIB's
     if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
       m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
   } else {  // PARTIAL

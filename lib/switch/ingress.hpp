@@ -50,10 +50,10 @@ RefusalClass classify(wire::Refusal r);
 // the frame came in on. Checks, for an admitted packet: the job exists, the
 // sender is who it says it is (the MAC, IP and UDP port registered for that
 // id, on the port it is attached to), and the kind is one this switch takes
-// from it: CONTRIB from a member rank, PARTIAL from a child, RESULT and
+// from it: CONTRIB (and its QUERY) from a member rank, PARTIAL from a child, RESULT and
 // JOINED from the parent, JOIN from a member rank or a child (forwarding its
 // ranks' JOINs); for a pool (PROTOCOL.md, Job pools), ALLOC from a source in
-// its ranges, and JOIN, LEAVE and CONTRIB to a pooled job by its bindings.
+// its ranges, and JOIN, LEAVE, CONTRIB and QUERY to a pooled job by its bindings.
 Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed& p, uint16_t in_port);
 
 // The NACK frame for a refused packet: it echoes the packet's header fields,

@@ -203,7 +203,7 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
     case wire::Kind::CONTRIB:
     case wire::Kind::PARTIAL:
     case wire::Kind::RESULT: break;
-    case wire::Kind::QUERY: return drop(Drop::WRONG_KIND);  // not answered yet
+    case wire::Kind::QUERY: return on_query(p, v, out);
     case wire::Kind::NACK:
     case wire::Kind::ALLOCATED:
     case wire::Kind::LEFT:
@@ -307,12 +307,63 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
 // RETRANSMIT set); anything else is a repeat.
 void Reducer::repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out) {
   if (!(p.h.flags & wire::hflag::RETRANSMIT)) return drop(Drop::DUPLICATE);
+  resend(r, v, out);
+}
+
+// The retained RESULT `r` again, to the admitted member only, RETRANSMIT set.
+void Reducer::resend(const ResultLog::Record& r, const Verdict& v, Sink& out) {
   std::memcpy(out.result_buffer(r.len), r.body(), r.len);
   wire::Header h = r.h;
   h.flags |= wire::hflag::RETRANSMIT;
   out.send_result(h, r.len, {&v.job->dest_of(*v.member), 1});
   ++stats_.results_sent;
   ++stats_.resent;
+}
+
+// QUERY (PROTOCOL.md, Queries): does this shard hold the member's
+// contribution to the chunk? By the chunk's state here: open (or, at a leaf,
+// waiting for the parent's RESULT), a STATUS HELD or MISSING with the terms
+// received and the bitmap of the members lacking; complete and retained, the
+// RESULT again (as for a RETRANSMIT); let go, NACK RESULT_EXPIRED; abandoned,
+// NACK OP_ABANDONED; never seen, STATUS MISSING with terms 0. It never opens
+// a slot, never counts as a contribution and changes nothing. Cost: one slot
+// lookup (and a log lookup without a slot), plus the bitmap's bytes.
+void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
+  ++stats_.queries;
+  const Member& m = *v.member;
+  const SlotKey key{p.h.job, p.h.op, p.h.chunk};
+  const auto status = [&](bool held, uint32_t terms, std::shared_ptr<std::vector<uint8_t>> bitmap) {
+    Out o;
+    o.port = m.port;
+    o.src = dir_.self(m.port);
+    o.dst = m.addr;
+    o.h = wire::status_header(p.h, dir_.config().id, held, uint16_t(terms));
+    o.body = std::move(bitmap);
+    out.send(std::move(o));
+    ++stats_.statuses_sent;
+  };
+  if (const Slot* s = find(key)) {
+    if (!wire::same_descriptor(s->desc, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+    return status(s->has_rank(m.id), s->terms, missing_bitmap(*s));
+  }
+  const ResultLog::Memory mem = log_.recall(key);
+  if (mem.record) return resend(*mem.record, v, out);
+  switch (mem.known) {
+    case ResultLog::Known::EXPIRED: return refuse(Drop::RESULT_EXPIRED, p, m, out);
+    case ResultLog::Known::ABANDONED: return refuse(Drop::ABANDONED, p, m, out);
+    case ResultLog::Known::NOTHING:
+    case ResultLog::Known::RETAINED: break;  // (a retained result was answered above)
+  }
+  status(false, 0, nullptr);
+}
+
+std::shared_ptr<std::vector<uint8_t>> Reducer::missing_bitmap(const Slot& s) const {
+  const size_t bytes = wire::abandoned_bitmap_bytes(s.desc.group);
+  if (bytes > wire::max_body(mtu_)) return nullptr;
+  auto missing = std::make_shared<std::vector<uint8_t>>(bytes, 0);
+  for (const Member& m : s.job->local_members())
+    if (!s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
+  return missing;
 }
 
 // Every contribution is in. A root finalizes the RESULT into the sink's
@@ -456,13 +507,8 @@ void Reducer::abandon(Slot& s, Sink& out) {
   // A pooled job released since the slot opened has no members left to tell.
   if (job.pooled && job.pooled->generation() != s.pool_gen) return give_up(s);
   ++stats_of_[s.job->index]->timed_out;
-  std::shared_ptr<std::vector<uint8_t>> missing;
-  const size_t bytes = wire::abandoned_bitmap_bytes(s.desc.group);
-  if (bytes <= wire::max_body(mtu_)) {  // else the NACK goes without the bitmap (terms still counts)
-    missing = std::make_shared<std::vector<uint8_t>>(bytes, 0);
-    for (const Member& m : job.local_members())
-      if (!s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
-  }
+  // Without the bitmap when it would not fit a frame (terms still counts).
+  const std::shared_ptr<const std::vector<uint8_t>> missing = missing_bitmap(s);
   for (const Member& m : job.local_members()) {
     if (!s.has_rank(m.id)) continue;
     Out o = nack(dir_, s.desc, wire::NackReason::OP_ABANDONED, m);

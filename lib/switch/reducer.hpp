@@ -1,7 +1,8 @@
 // One reducer shard's logic: the slots of the ops hashed to it, keyed by
 // (job, op, chunk), each with its descriptor, contributor bitmap and
 // accumulator; completion into RESULTs (root) or PARTIALs (leaf); retained
-// results for retransmissions; NACKs to registered senders. No DPDK: the
+// results for retransmissions; NACKs to registered senders; STATUSes that
+// answer a member's QUERY (never opening or changing a slot). No DPDK: the
 // pipeline's reducer stage hands it parsed packets and sends what it emits.
 //
 // A slot lives while its op chunk is open (and, at a leaf, until the
@@ -54,6 +55,7 @@ struct ReducerStats {
   uint64_t slots_in_use = 0, slots_high = 0;
   uint64_t results_retained = 0, evicted_for_room = 0;
   uint64_t pool_packets = 0, pool_replies = 0;
+  uint64_t queries = 0, statuses_sent = 0;
 };
 
 // One named statistic of a block S: these tables are the only place the
@@ -84,6 +86,9 @@ inline constexpr StatField<ReducerStats> kReducerStats[] = {
      &ReducerStats::evicted_for_room},
     {"pool_packets", "ALLOCs and LEAVEs among them (job pools)", &ReducerStats::pool_packets},
     {"pool_replies", "ALLOCATEDs and LEFTs sent (job pools)", &ReducerStats::pool_replies},
+    {"queries", "QUERYs among them (a rank asking whether its contribution is held)", &ReducerStats::queries},
+    {"statuses_sent", "STATUSes sent in answer (a QUERY for a completed chunk gets its RESULT again instead)",
+     &ReducerStats::statuses_sent},
 };
 inline constexpr StatField<JobStats> kJobStats[] = {
     {"opened", "op chunks that took a slot", &JobStats::opened},
@@ -133,6 +138,12 @@ class alignas(64) Reducer {
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out);
+  void resend(const ResultLog::Record& r, const Verdict& v, Sink& out);
+  void on_query(const wire::Parsed& p, const Verdict& v, Sink& out);
+  // The bitmap of the job's members at this switch that have not contributed
+  // to `s` (PROTOCOL.md: OP_ABANDONED's and STATUS's body); null when it
+  // would not fit one frame.
+  std::shared_ptr<std::vector<uint8_t>> missing_bitmap(const Slot& s) const;
   void complete(Slot& s, uint64_t now_ns, Sink& out);
   void finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out);
   void retain(const Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns);

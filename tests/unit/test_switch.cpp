@@ -1084,3 +1084,225 @@ TEST(Directory, FindsEveryJobByIdAndNoOther) {
     }
   }
 }
+
+// ---------------------------------------------------------------- queries
+// PROTOCOL.md, Queries: a rank's QUERY gets a STATUS (HELD or MISSING, the
+// terms received, the bitmap of the members lacking) while the chunk is
+// open or unknown, its RESULT again once complete and retained, and the
+// NACK a RETRANSMIT would get once the result is let go or the chunk
+// abandoned. It never opens a slot and never counts as a contribution.
+namespace {
+
+// Rank `rank`'s QUERY for chunk 0 of `op` (job 7, group 4, fp32 KULISCH_FIXED):
+// the CONTRIB's header with kind QUERY, terms 1, count 0, no body.
+std::vector<uint8_t> query(const SwitchConfig& c, uint16_t rank, uint32_t op, uint16_t sender = 0xFFFF,
+                           Policy pol = Policy::KULISCH_FIXED, size_t body = 0) {
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.op = op;
+  h.sender = sender == 0xFFFF ? rank : sender;
+  h.group = 4;
+  h.count = 16;
+  h.policy = pol;
+  const wire::Header q = wire::query_header(h);
+  wire::Endpoint sw{c.ports[0].mac, c.ports[0].ip, c.udp_port};
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), member_ep(c, rank), sw, q, std::vector<uint8_t>(body, 0)));
+  return f;
+}
+
+// The frame `o` on the wire, parsed as a rank would.
+wire::Parsed on_wire(const Out& o, std::vector<uint8_t>& keep) {
+  keep = frame_of(o);
+  wire::Parsed p;
+  EXPECT_EQ(wire::parse(keep, o.dst.port, &p), wire::Refusal::OK);
+  return p;
+}
+
+// A STATUS to rank `rank` for chunk 0 of `op`: its shape, field by field.
+void expect_status(const Switch& sw, const Out& o, uint16_t rank, uint32_t op, uint8_t status, uint16_t terms,
+                   const std::vector<uint8_t>& bitmap) {
+  std::vector<uint8_t> f;
+  const wire::Parsed p = on_wire(o, f);
+  EXPECT_EQ(o.dst.ip, member_ep(sw.cfg, rank).ip);
+  EXPECT_EQ(o.dst.port, member_ep(sw.cfg, rank).port);
+  EXPECT_EQ(p.h.kind, wire::Kind::STATUS);
+  EXPECT_EQ(p.h.job, 7u);
+  EXPECT_EQ(p.h.op, op);
+  EXPECT_EQ(p.h.chunk, 0u);
+  EXPECT_EQ(p.h.sender, sw.cfg.id);
+  EXPECT_EQ(p.h.group, 4);
+  EXPECT_EQ(p.h.count, 0);
+  EXPECT_EQ(p.h.flags, 0);
+  EXPECT_EQ(p.h.status, status);
+  EXPECT_EQ(p.h.terms, terms);
+  EXPECT_EQ(p.h.dtype, Format::FP32);
+  EXPECT_EQ(p.h.policy, Policy::KULISCH_FIXED);
+  EXPECT_EQ(p.h.encoding, wire::Encoding::DTYPE);
+  EXPECT_EQ(std::vector<uint8_t>(p.payload, p.payload + p.payload_len), bitmap);
+}
+
+}  // namespace
+
+TEST(Query, BeforeAnyContributionIsMissingAndOpensNothing) {
+  Switch sw(kRoot);
+  for (int i = 0; i < 3; ++i) sw.feed(query(sw.cfg, 0, 5), 0, 1000);
+  ASSERT_EQ(sw.cap.outs.size(), 3u);
+  for (const Out& o : sw.cap.outs) expect_status(sw, o, 0, 5, wire::qstatus::MISSING, 0, {});
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.job_stats().at(7).opened, 0u);
+  EXPECT_EQ(sw.red.stats().queries, 3u);
+  EXPECT_EQ(sw.red.stats().statuses_sent, 3u);
+  EXPECT_EQ(sw.red.stats().contribs, 0u);
+  // Nothing was remembered either: the chunk opens and completes as if never asked about.
+  const auto in = inputs(4, 16, 21);
+  sw.cap.outs.clear();
+  for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, 5, in[r]), 0, 2000);
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::RESULT);
+  EXPECT_EQ(*sw.cap.outs[0].body, reference(in, Policy::KULISCH_FIXED));
+}
+
+TEST(Query, HeldForAContributorMissingForTheOthersThenTheResultAgain) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 16, 22);
+  sw.feed(contrib(sw.cfg, 0, 5, in[0]), 0, 1000);
+  ASSERT_TRUE(sw.cap.outs.empty());
+  sw.feed(query(sw.cfg, 0, 5), 0, 2000);
+  sw.feed(query(sw.cfg, 1, 5), 0, 2000);
+  ASSERT_EQ(sw.cap.outs.size(), 2u);
+  // Group 4 in one byte: ranks 1, 2 and 3 lack (bits 1-3).
+  expect_status(sw, sw.cap.outs[0], 0, 5, wire::qstatus::HELD, 1, {0x0E});
+  expect_status(sw, sw.cap.outs[1], 1, 5, wire::qstatus::MISSING, 1, {0x0E});
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  EXPECT_EQ(sw.red.stats().elements, 16u) << "a QUERY is no contribution";
+  sw.feed(contrib(sw.cfg, 2, 5, in[2]), 0, 3000);
+  sw.feed(query(sw.cfg, 2, 5), 0, 3000);
+  ASSERT_EQ(sw.cap.outs.size(), 3u);
+  expect_status(sw, sw.cap.outs[2], 2, 5, wire::qstatus::HELD, 2, {0x0A});  // ranks 1 and 3
+  sw.feed(contrib(sw.cfg, 1, 5, in[1]), 0, 4000);
+  sw.feed(contrib(sw.cfg, 3, 5, in[3]), 0, 4000);
+  ASSERT_EQ(sw.cap.outs.size(), 3u + 4u);
+  const Out& result = sw.cap.outs[3];
+  EXPECT_EQ(*result.body, reference(in, Policy::KULISCH_FIXED)) << "the queries changed nothing";
+  // Complete and retained: the RESULT's very bytes again, to the asker only, RETRANSMIT set.
+  sw.feed(query(sw.cfg, 1, 5), 0, 5000);
+  ASSERT_EQ(sw.cap.outs.size(), 8u);
+  const Out& again = sw.cap.outs[7];
+  EXPECT_EQ(again.dst.ip, member_ep(sw.cfg, 1).ip);
+  EXPECT_EQ(again.h.kind, wire::Kind::RESULT);
+  EXPECT_EQ(*again.body, *result.body);
+  wire::Header sent = result.h;
+  sent.flags |= wire::hflag::RETRANSMIT;
+  EXPECT_EQ(std::memcmp(&sent, &again.h, sizeof sent), 0) << "the header as sent, RETRANSMIT set";
+  EXPECT_EQ(sw.red.stats().statuses_sent, 3u);
+  EXPECT_EQ(sw.red.stats().queries, 4u);
+  EXPECT_EQ(sw.red.stats().resent, 1u);
+  EXPECT_EQ(sw.red.job_stats().at(7).opened, 1u);
+  EXPECT_EQ(sw.red.stats().elements, 4u * 16u);
+}
+
+TEST(Query, AfterExpiryResultExpiredAfterAbandonOpAbandoned) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 16, 23);
+  for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib(sw.cfg, r, 5, in[r]), 0, 1000);
+  sw.red.tick(200'000'000, sw.cap);  // past retention_ms = 100
+  sw.cap.outs.clear();
+  sw.feed(query(sw.cfg, 0, 5), 0, 200'000'000);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::RESULT_EXPIRED));
+  EXPECT_EQ(sw.cap.outs[0].dst.ip, member_ep(sw.cfg, 0).ip);
+  // Op 6: ranks 0 and 1 contribute, the chunk times out (op_timeout_ms 3000).
+  for (uint16_t r = 0; r < 2; ++r) sw.feed(contrib(sw.cfg, r, 6, in[r]), 0, 300'000'000);
+  sw.red.tick(3'400'000'000, sw.cap);
+  ASSERT_EQ(sw.cap.outs.size(), 3u);  // the two contributors' OP_ABANDONED
+  sw.feed(query(sw.cfg, 3, 6), 0, 3'500'000'000);
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  EXPECT_EQ(sw.cap.outs[3].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[3].h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+  EXPECT_EQ(sw.cap.outs[3].dst.ip, member_ep(sw.cfg, 3).ip);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(sw.red.stats().statuses_sent, 0u);
+}
+
+TEST(Query, FromANonMemberOrASpoofIsDroppedUnanswered) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 16, 24);
+  sw.feed(contrib(sw.cfg, 0, 5, in[0]));
+  sw.feed(query(sw.cfg, 1, 5, 2));  // rank 1's address claims rank 2
+  EXPECT_EQ(sw.drops(Drop::SPOOFED), 1u);
+  // An address no member has.
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.op = 5;
+  h.sender = 0;
+  h.group = 4;
+  h.count = 16;
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), {{2, 0, 0, 0, 0, 0x77}, 0x0A000077, 20562},
+                       {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, sw.cfg.udp_port}, wire::query_header(h), {}));
+  sw.feed(f);
+  EXPECT_EQ(sw.drops(Drop::UNKNOWN_SOURCE), 1u);
+  // Rank 0's own address on another switch port.
+  sw.feed(query(sw.cfg, 0, 5), 1);
+  EXPECT_TRUE(sw.cap.outs.empty()) << "a spoof is never answered";
+  EXPECT_EQ(sw.red.stats().queries, 0u);
+  // A STATUS sent to the switch is what a switch sends: dropped, never answered.
+  wire::Parsed p;
+  const auto q = query(sw.cfg, 0, 5);
+  ASSERT_EQ(wire::parse(q, sw.cfg.udp_port, &p), wire::Refusal::OK);
+  f.assign(wire::kMaxFrame, 0);
+  f.resize(wire::build(f.data(), f.size(), p.src, p.dst, wire::status_header(p.h, 0, true, 1), {}));
+  sw.feed(f);
+  EXPECT_EQ(sw.drops(Drop::WRONG_KIND), 1u);
+  EXPECT_TRUE(sw.cap.outs.empty());
+  // A member's malformed QUERY (a body) is refused with NACK MALFORMED, to it.
+  sw.feed(query(sw.cfg, 0, 5, 0xFFFF, Policy::KULISCH_FIXED, 4));
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::MALFORMED));
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  EXPECT_EQ(sw.red.stats().elements, 16u);
+}
+
+TEST(Query, WithAnotherDescriptorThanTheSlotsIsRefused) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 16, 25);
+  sw.feed(contrib(sw.cfg, 0, 5, in[0]));
+  sw.feed(query(sw.cfg, 1, 5, 0xFFFF, Policy::FP32_ARRIVAL));
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::DESCRIPTOR_MISMATCH));
+}
+
+// A leaf that sent its PARTIAL and waits for the parent's RESULT holds its
+// members' contributions: HELD, with every contribution it folded in terms
+// and, of its own members, nobody lacking.
+TEST(Query, ALeafWaitingForItsParentAnswersHeld) {
+  Switch leaf(R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f0:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.0.4}
+partial_retry_ms: 0
+)");
+  const auto in = inputs(4, 16, 26);
+  for (uint16_t r = 0; r < 4; ++r) leaf.feed(contrib(leaf.cfg, r, 5, in[r]), 0, 10);
+  ASSERT_EQ(leaf.cap.outs.size(), 1u);
+  EXPECT_EQ(leaf.cap.outs[0].h.kind, wire::Kind::PARTIAL);
+  leaf.feed(query(leaf.cfg, 2, 5), 0, 20);
+  ASSERT_EQ(leaf.cap.outs.size(), 2u);
+  expect_status(leaf, leaf.cap.outs[1], 2, 5, wire::qstatus::HELD, 4, {0x00});
+  EXPECT_EQ(leaf.cap.outs[1].h.sender, 2);
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);
+}
