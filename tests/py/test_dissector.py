@@ -64,10 +64,11 @@ def require_gen():
 # Codes, from docs/PROTOCOL.md and docs/ARITHMETIC.md
 
 KIND = {1: 'CONTRIB', 2: 'PARTIAL', 3: 'RESULT', 4: 'NACK', 5: 'JOIN', 6: 'JOINED', 7: 'ALLOC', 8: 'ALLOCATED',
-        9: 'LEAVE', 10: 'LEFT'}
+        9: 'LEAVE', 10: 'LEFT', 11: 'QUERY', 12: 'STATUS'}
 JOIN, JOINED, COMPLETE = 5, 6, 1
 ALLOC, ALLOCATED, LEAVE, LEFT = 7, 8, 9, 10        # job pools
 JOB_KINDS = (JOIN, JOINED, ALLOC, ALLOCATED, LEAVE, LEFT)   # no descriptor, op a nonce
+QUERY, STATUS, MISSING, HELD = 11, 12, 0, 1       # queries
 FORMAT = {1: 'fp32', 2: 'fp16', 3: 'bf16', 4: 'e4m3fn', 5: 'e4m3fnuz', 6: 'e5m2', 7: 'e5m2fnuz', 8: 'int8',
           9: 'int32'}
 FORMAT_CODE = {v: k for k, v in FORMAT.items()}
@@ -133,6 +134,7 @@ FIELDS = [
     'prism.status.joined_reserved', 'prism.joined', 'prism.joined.rank', 'prism.joined.missing',
     'prism.bad_session', 'prism.session_complete',
     'prism.pool', 'prism.shards', 'prism.still_bound', 'prism.slot_quota', 'prism.idle_timeout_ms',
+    'prism.query_status',
 ] + ERROR_EXPERTS
 
 
@@ -379,6 +381,19 @@ def check_frame(i: int, fr: dict, d: dict):
             assert ints(fr, 'prism.missing.children') == [d['group'] - d['terms'] - len(want)], where
         return
     assert 'prism.nack_reason' not in fr
+    if kind in (QUERY, STATUS):
+        # PROTOCOL.md, Queries: no elements; a STATUS's status is HELD or MISSING and its body, when there is
+        # one, the bitmap of this switch's members that have not contributed (as OP_ABANDONED's).
+        assert 'prism.elements' not in fr and 'prism.lane' not in fr, where
+        bitmap = bytes.fromhex(d['payload'])
+        want = [r for r in range(d['group']) if bitmap and bitmap[r // 8] >> (r % 8) & 1]
+        assert ints(fr, 'prism.missing.rank') == want, where
+        assert ('prism.missing' in fr) == bool(bitmap), where
+        if kind == STATUS:
+            assert num(fr, 'prism.query_status') == d['status'], where
+        else:
+            assert 'prism.query_status' not in fr and not bitmap, where
+        return
     if kind in (JOIN, JOINED):
         check_session_frame(where, fr, d)
         return
@@ -818,7 +833,7 @@ def test_malformed_session_shapes(tmp_path):
     """What PROTOCOL.md forbids in a JOIN or JOINED (a descriptor byte, flags, count, a JOIN's terms,
     status or body, a JOINED's terms past the group, reserved status bits or a body that is not the
     bitmap) is refused by PRISM's parser and flagged by the dissector, which still decodes the rest.
-    Kinds 11 and up stay unknown."""
+    Kinds 13 and up stay unknown."""
     cases = [  # (frame bytes, prism-gen dump's refusal, the expert the dissector raises)
         (session(JOIN, dtype=1), 'bad_dtype', 'prism.bad_descriptor'),
         (session(JOIN, out_dtype=1), 'bad_out_dtype', 'prism.bad_descriptor'),
@@ -838,7 +853,7 @@ def test_malformed_session_shapes(tmp_path):
         (session(JOINED, joined=1) + bitmap([0], 4) + b'\x00', 'payload_length', 'prism.bad_length'),
         (session(JOINED, joined=1, group=12) + b'\x01', 'payload_length', 'prism.bad_length'),
         (session(JOINED, group=0), 'bad_group', 'prism.bad_group'),
-        (header(11, count=0, terms=0), 'bad_kind', 'prism.bad_code'),
+        (header(13, count=0, terms=0), 'bad_kind', 'prism.bad_code'),
         (header(255, count=1) + bytes(4), 'bad_kind', 'prism.bad_code'),
     ]
     pcap = write_pcap(tmp_path / 'session_bad.pcap', [frame(c[0]) for c in cases])
@@ -857,7 +872,7 @@ def test_malformed_session_shapes(tmp_path):
     msgs = ' | '.join(m for fr in tsf for m in fr.get('_ws.expert.message', []))
     for text in ('dtype 1 on a JOIN: it has no descriptor', 'Flags 0x01 on a JOIN', 'A JOIN has count 0',
                  'A JOINED has count 0', 'A JOIN has no body', 'Reserved JOINED status bits set: 0x02',
-                 "A JOINED's body is empty or a bitmap of 1 bytes", 'Unknown kind 11', 'Unknown kind 255'):
+                 "A JOINED's body is empty or a bitmap of 1 bytes", 'Unknown kind 13', 'Unknown kind 255'):
         assert text in msgs, text
 
 
@@ -884,14 +899,15 @@ def test_session_rules_the_switch_enforces(tmp_path):
 
 
 def test_heuristic_knows_the_session_kinds(tmp_path):
-    """The heuristic takes kinds 1-10 on any UDP port, and no longer stops at NACK; kind 11 is not PRISM's."""
+    """The heuristic takes kinds 1-12 on any UDP port, and no longer stops at NACK; kind 13 is not PRISM's."""
     pcap = write_pcap(tmp_path / 'heur.pcap', [frame(session(JOIN), sport=30001, dport=30001),
                                                frame(session(JOINED, joined=1) + bitmap([3], 4), sport=30001,
                                                      dport=30001),
-                                               frame(header(11, count=0, terms=0), sport=30001, dport=30001)])
+                                               frame(header(13, count=0, terms=0), sport=30001, dport=30001),
+                                               frame(header(STATUS, count=0, terms=0), sport=30001, dport=30001)])
     assert all('prism.kind' not in f for f in tshark(pcap))
     f = tshark(pcap, '-o', f'{PROTO}.heuristic:TRUE')
-    assert [ints(x, 'prism.kind') for x in f] == [[JOIN], [JOINED], []]
+    assert [ints(x, 'prism.kind') for x in f] == [[JOIN], [JOINED], [], [STATUS]]
     assert ints(f[1], 'prism.joined.rank') == [3]
 
 
@@ -1181,3 +1197,49 @@ def test_pool_kinds(tmp_path):
     assert [d['refusal'] for d in dumped] == [c[1] for c in bad]
     for i, (fr, (_raw, refusal, expert_name)) in enumerate(zip(tsf, bad)):
         assert expert_name in fr, (i, refusal, fr.get('_ws.expert.message'))
+
+
+# --------------------------------------------------------------------------
+# Queries: QUERY (kind 11) and STATUS (kind 12), from PROTOCOL.md's "Queries"
+
+def test_query_and_status(tmp_path):
+    """A rank's QUERY (its CONTRIB's header: terms 1, count 0, no flags, no body), the STATUS answers (HELD
+    and MISSING, with and without the bitmap of the members lacking), and the shapes PROTOCOL.md forbids:
+    each read by the dissector as PROTOCOL.md names it, and PRISM's parser reads the same bytes."""
+    rank = dict(src='10.0.0.1', dst='10.0.0.254', smac='02:00:00:00:00:01', dmac='02:00:00:00:ff:00')
+    q = dict(sender=1, group=4, terms=1, count=0)
+    st = dict(sender=9, group=12, count=0)
+    cases = [  # (kind, header fields, body, from the rank, dump's refusal, expert raised)
+        (QUERY, q, b'', True, 'ok', None),
+        (STATUS, dict(st, terms=3, status=HELD), bitmap([2, 5, 6, 7, 8, 9, 10, 11, 4], 12), False, 'ok', None),
+        (STATUS, dict(st, terms=0, status=MISSING), b'', False, 'ok', None),
+        (STATUS, dict(st, terms=12, status=HELD), bitmap([], 12), False, 'ok', None),
+        (QUERY, dict(q, count=4), b'', True, 'bad_count', 'prism.bad_count'),
+        (QUERY, q, b'\x00\x00\x80\x3f', True, 'payload_length', 'prism.bad_length'),
+        (QUERY, dict(q, terms=2), b'', True, 'bad_terms', 'prism.bad_terms'),
+        (QUERY, dict(q, flags=1), b'', True, 'bad_flags', 'prism.bad_flags'),
+        (QUERY, dict(q, encoding=2), b'', True, 'bad_encoding', 'prism.bad_encoding'),
+        (STATUS, dict(st, terms=1, status=2), b'', False, 'bad_status', 'prism.bad_status'),
+        (STATUS, dict(st, terms=13, status=HELD), b'', False, 'bad_terms', 'prism.bad_terms'),
+        (STATUS, dict(st, terms=1, status=HELD), b'\x01', False, 'payload_length', 'prism.bad_length'),
+    ]
+    frames = [frame(header(kind, **h) + body, **(rank if from_rank else {})) for kind, h, body, from_rank, *_ in cases]
+    pcap = write_pcap(tmp_path / 'queries.pcap', frames)
+    tsf, dumped = cross_check(pcap)
+    assert [d['refusal'] for d in dumped] == [c[4] for c in cases]
+    for i, (fr, (kind, h, body, _, refusal, expert)) in enumerate(zip(tsf, cases)):
+        if expert:
+            assert expert in fr, (i, fr.get('_ws.expert.message'))
+            continue
+        assert num(fr, 'prism.kind') == kind
+        info = fr['_ws.col.Info'][0]
+        assert info.startswith(f'{KIND[kind]} job=7 op=42 chunk=0 sender={h["sender"]}'), info
+        if kind == STATUS:
+            assert f'{"HELD" if h["status"] else "MISSING"} terms={h["terms"]}/{h["group"]}' in info, info
+    assert ints(tsf[1], 'prism.missing.rank') == [2, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert ints(tsf[1], 'prism.missing.children') == [12 - 3 - 9]
+    assert 'missing=2,4,5,6,7,8,9,10,11' in tsf[1]['_ws.col.Info'][0]
+    pd = tshark_pdml(pcap)
+    assert pd[0]['prism.kind'] == ['Kind: QUERY (11)'] and pd[1]['prism.kind'] == ['Kind: STATUS (12)']
+    assert pd[1]['prism.query_status'][0].startswith('Query status: HELD (1)'), pd[1]['prism.query_status']
+    assert pd[2]['prism.query_status'][0].startswith('Query status: MISSING (0)'), pd[2]['prism.query_status']

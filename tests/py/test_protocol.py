@@ -556,7 +556,7 @@ def malformed_variants():
     add('bad_version_0', 'bad_version', hdr_patch(bytearray(g), version=0))
     add('bad_version_2', 'bad_version', hdr_patch(bytearray(g), version=2))
     add('bad_kind_0', 'bad_kind', hdr_patch(bytearray(g), kind=0))
-    add('bad_kind_11', 'bad_kind', hdr_patch(bytearray(g), kind=11))  # 5 JOIN ... 10 LEFT exist
+    add('bad_kind_13', 'bad_kind', hdr_patch(bytearray(g), kind=13))  # 5 JOIN ... 10 LEFT, 11 QUERY, 12 STATUS exist
     for code in (0, 10, 255):
         add(f'bad_dtype_{code}', 'bad_dtype', hdr_patch(bytearray(g), dtype=code))
         add(f'bad_out_dtype_{code}', 'bad_out_dtype', hdr_patch(bytearray(g), out_dtype=code))

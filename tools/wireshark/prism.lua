@@ -1,7 +1,8 @@
 -- Wireshark dissector for the PRISM wire protocol, version 1.
 --
 -- Written from docs/PROTOCOL.md (header, NACK reasons, sessions: JOIN and
--- JOINED, job pools: ALLOC, ALLOCATED, LEAVE and LEFT, Kulisch partials) and
+-- JOINED, job pools: ALLOC, ALLOCATED, LEAVE and LEFT, queries: QUERY and
+-- STATUS, Kulisch partials) and
 -- docs/ARITHMETIC.md (element formats). Load it with
 --   wireshark -X lua_script:tools/wireshark/prism.lua
 --   tshark    -X lua_script:tools/wireshark/prism.lua -r capture.pcap
@@ -47,10 +48,17 @@ local NEG_ZERO = -1 / math.huge
 -- Codes
 
 local KIND = { [1] = "CONTRIB", [2] = "PARTIAL", [3] = "RESULT", [4] = "NACK", [5] = "JOIN", [6] = "JOINED",
-  [7] = "ALLOC", [8] = "ALLOCATED", [9] = "LEAVE", [10] = "LEFT" }
+  [7] = "ALLOC", [8] = "ALLOCATED", [9] = "LEAVE", [10] = "LEFT", [11] = "QUERY", [12] = "STATUS" }
 local KIND_CONTRIB, KIND_PARTIAL, KIND_RESULT, KIND_NACK, KIND_JOIN, KIND_JOINED = 1, 2, 3, 4, 5, 6
 local KIND_ALLOC, KIND_ALLOCATED, KIND_LEAVE, KIND_LEFT = 7, 8, 9, 10  -- job pools
-local KIND_MAX = 10
+local KIND_QUERY, KIND_STATUS = 11, 12  -- queries
+local KIND_MAX = 12
+-- STATUS's status byte (PROTOCOL.md, Queries).
+local QUERY_STATUS = { [0] = "MISSING", [1] = "HELD" }
+local QUERY_STATUS_TEXT = {
+  [0] = "the switch does not hold the rank's contribution: re-send it",
+  [1] = "the switch holds the rank's contribution and waits for others",
+}
 local ALLOCATED_BODY_LEN = 8  -- slot_quota, idle_timeout_ms: big-endian u32 each
 
 local FORMAT_NAME = {
@@ -143,6 +151,7 @@ f.status_invalid = ProtoField.bool("prism.status.invalid", "INVALID", 8, nil, ST
 f.status_nan_input = ProtoField.bool("prism.status.nan_input", "NAN_INPUT", 8, nil, STATUS_NAN_INPUT)
 f.status_reserved = ProtoField.uint8("prism.status.reserved", "Reserved (must be 0)", base.HEX, nil, 0xF8)
 f.nack_reason = ProtoField.uint8("prism.nack_reason", "NACK reason", base.DEC, NACK_REASON)
+f.query_status = ProtoField.uint8("prism.query_status", "Query status", base.DEC, QUERY_STATUS)
 -- Sessions (JOIN, JOINED): the header fields under the names PROTOCOL.md gives them there.
 f.nonce = ProtoField.uint32("prism.nonce", "Nonce (the rank's, new each time its process starts)", base.HEX_DEC)
 f.first_op = ProtoField.uint32("prism.first_op", "Session's first op number", base.DEC)
@@ -162,7 +171,7 @@ f.status_joined_reserved = ProtoField.uint8("prism.status.joined_reserved", "Res
 f.joined = ProtoField.bytes("prism.joined", "Ranks joined (bitmap)")
 f.joined_rank = ProtoField.uint16("prism.joined.rank", "Joined rank", base.DEC)
 f.not_joined_rank = ProtoField.uint16("prism.joined.missing", "Rank not joined yet", base.DEC)
--- OP_ABANDONED's body: a bitmap of ceil(group/8) bytes, bit r%8 of byte r/8 set for each member rank r missing.
+-- OP_ABANDONED's and STATUS's body: a bitmap of ceil(group/8) bytes, bit r%8 of byte r/8 set for each member rank r missing.
 f.missing = ProtoField.bytes("prism.missing", "Members that had not contributed (bitmap)")
 f.missing_rank = ProtoField.uint16("prism.missing.rank", "Missing rank", base.DEC)
 f.missing_children = ProtoField.uint16("prism.missing.children",
@@ -680,6 +689,8 @@ local function dissect(tvb, pinfo, tree)
   local session = kind == KIND_JOIN or kind == KIND_JOINED or kind == KIND_ALLOC or kind == KIND_ALLOCATED or
                   kind == KIND_LEAVE or kind == KIND_LEFT
   local complete = kind == KIND_JOINED and band(status, JOINED_COMPLETE) ~= 0
+  -- QUERY and STATUS: a CONTRIB's header without its elements (PROTOCOL.md, Queries).
+  local query = kind == KIND_QUERY or kind == KIND_STATUS
   if session then
     root:append_text(string.format(", %s%s, Job: %d, Nonce: 0x%08x, Rank: %d", code_name(KIND, kind),
       complete and " COMPLETE" or "", job, op, sender))
@@ -734,9 +745,10 @@ local function dissect(tvb, pinfo, tree)
     end
   end
   it = ht:add(f.sender, tvb(16, 2))
-  if kind == KIND_CONTRIB then it:append_text(" (rank)")
+  if kind == KIND_CONTRIB or kind == KIND_QUERY then it:append_text(" (rank)")
   elseif kind == KIND_PARTIAL then it:append_text(" (child switch)")
-  elseif kind == KIND_RESULT or kind == KIND_NACK or kind == KIND_ALLOCATED then it:append_text(" (switch)")
+  elseif kind == KIND_RESULT or kind == KIND_NACK or kind == KIND_ALLOCATED or kind == KIND_STATUS then
+    it:append_text(" (switch)")
   elseif session then
     local role = { [KIND_JOIN] = " (the joining rank)", [KIND_ALLOC] = " (the asking rank)",
                    [KIND_LEAVE] = " (the leaving rank)" }
@@ -752,7 +764,10 @@ local function dissect(tvb, pinfo, tree)
   if group == 0 and kind ~= KIND_LEAVE then it:add_proto_expert_info(ef.bad_group, "Group 0") end
   it = ht:add(f.terms, tvb(20, 2))
   local terms_ok = true
-  if kind == KIND_CONTRIB then terms_ok = terms == 1
+  if kind == KIND_CONTRIB or kind == KIND_QUERY then terms_ok = terms == 1
+  elseif kind == KIND_STATUS then
+    terms_ok = terms <= group
+    it:append_text(" (contributions received)")
   elseif kind == KIND_PARTIAL then terms_ok = terms >= 1 and terms <= group
   elseif kind == KIND_RESULT then terms_ok = terms == group
   elseif kind == KIND_NACK then
@@ -783,9 +798,9 @@ local function dissect(tvb, pinfo, tree)
   it = ht:add(f.count, tvb(22, 2))
   if kind == KIND_NACK and count ~= 0 then
     it:add_proto_expert_info(ef.bad_count, "A NACK has count 0")
-  elseif session and count ~= 0 then
+  elseif (session or query) and count ~= 0 then
     it:add_proto_expert_info(ef.bad_count, string.format("A %s has count 0", code_name(KIND, kind)))
-  elseif KIND[kind] and kind ~= KIND_NACK and not session and count == 0 then
+  elseif KIND[kind] and kind ~= KIND_NACK and not session and not query and count == 0 then
     it:add_proto_expert_info(ef.bad_count, "Count 0: a data packet carries at least one element")
   end
 
@@ -814,7 +829,7 @@ local function dissect(tvb, pinfo, tree)
   it = code_field(f.encoding, 27, ENCODING, "encoding", "Encoding")
   if ENCODING[encoding] and not session then
     local ok = true
-    if kind == KIND_CONTRIB then ok = encoding == ENC_DTYPE
+    if kind == KIND_CONTRIB or query then ok = encoding == ENC_DTYPE
     elseif kind == KIND_PARTIAL then ok = encoding ~= ENC_DTYPE
     elseif kind == KIND_RESULT then ok = encoding == ENC_OUT_DTYPE end
     if not ok then
@@ -833,7 +848,7 @@ local function dissect(tvb, pinfo, tree)
   ft:add(f.flags_last_chunk, fr)
   ft:add(f.flags_sideband, fr)
   ft:add(f.flags_reserved, fr)
-  if session and flags ~= 0 then
+  if (session or query) and flags ~= 0 then
     ft:add_proto_expert_info(ef.bad_flags, string.format("Flags 0x%02x on a %s: it carries none (must be 0)", flags,
       code_name(KIND, kind)))
   elseif band(flags, 0xF8) ~= 0 then
@@ -872,6 +887,15 @@ local function dissect(tvb, pinfo, tree)
     else
       ri:add_proto_expert_info(ef.bad_code, string.format("Unknown NACK reason %d", status))
     end
+  elseif kind == KIND_STATUS then
+    local qi = stt:add(f.query_status, sr)
+    if QUERY_STATUS[status] then
+      stt:append_text(" (" .. QUERY_STATUS[status] .. ")")
+      qi:append_text(": " .. QUERY_STATUS_TEXT[status])
+    else
+      stt:add_proto_expert_info(ef.bad_status, string.format(
+        "STATUS %d: a STATUS is 1 HELD or 0 MISSING", status))
+    end
   elseif kind == KIND_JOINED then
     if complete then stt:append_text(" (COMPLETE)") end
     local ci = stt:add(f.status_complete, sr)
@@ -889,7 +913,8 @@ local function dissect(tvb, pinfo, tree)
   end
 
   -- Steering: which shard's port a packet to a switch went to, and, with the shards preference, the rule's.
-  if kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_JOIN or kind == KIND_ALLOC or kind == KIND_LEAVE then
+  if kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_QUERY or kind == KIND_JOIN or kind == KIND_ALLOC or
+     kind == KIND_LEAVE then
     local at = pinfo.dst_port - prism.prefs.udp_port
     if prism.prefs.udp_port ~= 0 and at >= 0 and at < port_count() then
       local pi = root:add(f.shard_port, at)
@@ -897,7 +922,8 @@ local function dissect(tvb, pinfo, tree)
       local S = prism.prefs.shards
       if S >= 1 and S <= MAX_SHARDS then
         -- Lua numbers hold integers exactly below 2^53; job + op + chunk stays below 2^34: no wrapping.
-        local want = ((kind == KIND_CONTRIB or kind == KIND_PARTIAL) and job + op + chunk or job) % S
+        local want = ((kind == KIND_CONTRIB or kind == KIND_PARTIAL or kind == KIND_QUERY) and job + op + chunk or job) %
+                     S
         local si = root:add(f.shard, want)
         si:set_generated()
         if want ~= at then
@@ -928,6 +954,10 @@ local function dissect(tvb, pinfo, tree)
   elseif kind == KIND_JOINED then
     info = info .. string.format(" joined=%d/%d", terms, group)
     if complete then info = info .. string.format(" COMPLETE first_op=%d", chunk) end
+  elseif kind == KIND_QUERY then
+    info = info .. string.format(" group=%d", group)
+  elseif kind == KIND_STATUS then
+    info = info .. string.format(" %s terms=%d/%d", code_name(QUERY_STATUS, status), terms, group)
   elseif kind == KIND_NACK then
     info = info .. " reason=" .. code_name(NACK_REASON, status)
     if status == NACK_OP_ABANDONED then info = info .. string.format(" terms=%d/%d", terms, group) end
@@ -987,6 +1017,17 @@ local function dissect(tvb, pinfo, tree)
       else
         root:add_proto_expert_info(ef.bad_length, string.format("A NACK has an empty body, this one has %d bytes", body_len))
       end
+    end
+  elseif query then
+    local bitmap_len = math.floor((group + 7) / 8)
+    if kind == KIND_STATUS and body_len ~= 0 and body_len == bitmap_len then
+      local missing = dissect_missing(tvb, root, group, terms, bitmap_len)
+      if missing ~= "" then pinfo.cols.info:append(" missing=" .. missing) end
+    elseif body_len ~= 0 then
+      root:add(f.body, tvb(HEADER_LEN, body_len))
+      root:add_proto_expert_info(ef.bad_length, kind == KIND_STATUS and string.format(
+        "A STATUS's body is empty or a bitmap of %d bytes (group %d), this one has %d bytes", bitmap_len, group,
+        body_len) or string.format("A QUERY has no body, this one has %d bytes", body_len))
     end
   elseif encoding == ENC_DTYPE or encoding == ENC_OUT_DTYPE then
     local fmt = encoding == ENC_DTYPE and dtype or out_dtype
