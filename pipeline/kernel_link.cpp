@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -43,6 +44,33 @@ std::string af_packet_devargs(const std::string& device, std::string* why) {
     *why = iface + " has MTU " + std::to_string(mtu) + ": framesz=" + std::to_string(framesz) +
            ",blocksz=" + std::to_string(blocksz) + " added to its net_af_packet device (set them in device: to choose)";
   return device + ",framesz=" + std::to_string(framesz) + ",blocksz=" + std::to_string(blocksz);
+}
+
+std::string af_xdp_devargs(const std::string& device, unsigned lcores, std::string* why) {
+  if (device.rfind("net_af_xdp", 0) != 0 || lcores <= 1 || !devarg(device, "queue_count").empty()) return device;
+  const std::string iface = devarg(device, "iface");
+  if (iface.empty()) return device;
+  unsigned queues = 0;
+  if (DIR* d = opendir(("/sys/class/net/" + iface + "/queues").c_str())) {
+    while (dirent* e = readdir(d)) queues += std::string(e->d_name).rfind("rx-", 0) == 0;
+    closedir(d);
+  }
+  const std::string first = devarg(device, "start_queue");
+  const unsigned start = first.empty() ? 0 : unsigned(std::atoi(first.c_str()));
+  const unsigned n = queues > start ? std::min(lcores, queues - start) : 1;
+  if (n <= 1) return device;
+  if (why)
+    *why = iface + " has " + std::to_string(queues) + " queues: queue_count=" + std::to_string(n) +
+           " added to its net_af_xdp device, one per lcore (set it in device: to choose)";
+  return device + ",queue_count=" + std::to_string(n);
+}
+
+unsigned iface_mtu(unsigned ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (!ifindex || !if_indextoname(ifindex, name)) return 0;
+  std::ifstream f(std::string("/sys/class/net/") + name + "/mtu");
+  unsigned mtu = 0;
+  return f >> mtu ? mtu : 0;
 }
 
 RingDrops::RingDrops(unsigned ifindex) {

@@ -7,6 +7,7 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_log.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -47,6 +48,24 @@ rte_mempool* make_pool(const char* name) {
   return p;
 }
 
+// net_af_xdp's pool: its UMEM is the pool's memory, one chunk per mbuf, and a
+// chunk may not exceed a page without hugepages; so the data room is what is
+// left of a page once the mempool's header, the mbuf and its private area are
+// in (about 3.3 KB: frames of an MTU up to about 3300 bytes). `n`: the mbufs.
+rte_mempool* make_page_pool(const char* name, unsigned n, size_t* max_frame) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t room = page - sizeof(rte_mbuf) - kPrivSize;
+  while (room > RTE_PKTMBUF_HEADROOM + 1024 &&
+         rte_mempool_calc_obj_size(uint32_t(sizeof(rte_mbuf) + kPrivSize + room), 0, nullptr) > page)
+    room -= RTE_CACHE_LINE_SIZE;
+  rte_mempool* p =
+      rte_pktmbuf_pool_create_by_ops(name, n, 256, kPrivSize, uint16_t(room), int(rte_socket_id()), "stack");
+  if (!p) p = rte_pktmbuf_pool_create(name, n, 256, kPrivSize, uint16_t(room), int(rte_socket_id()));
+  // The kernel puts a frame behind XDP's own headroom (256 bytes) in the data room.
+  if (p && max_frame) *max_frame = room - RTE_PKTMBUF_HEADROOM - 256;
+  return p;
+}
+
 Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt), dir_(cfg) {
   tsc_hz_ = rte_get_tsc_hz();
   stop_.store(false);
@@ -73,12 +92,17 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   start_ports(shared_nothing ? uint32_t(lcores.size()) : 1);
   // 4. Stages, from the ports' end back to RX, each made with what it hands on to; 5. their lcores.
   if (shared_nothing) {
-    for (unsigned id : lcores) lcores_.push_back({id, {}});
+    for (unsigned id : lcores) lcores_.push_back({id, {}, nullptr});
     wire_shared_nothing();
   } else {
     wire_stages();
     assign_lcores(lcores);
   }
+  for (Lcore& l : lcores_) l.idle = std::make_unique<IdleWait>(cfg.polling, cfg.polling_sleep_max_us);
+  PRISM_LOG(INFO, "polling: %s%s\n", name(cfg.polling),
+            cfg.polling == Polling::ADAPTIVE
+                ? (" (an idle lcore sleeps up to " + std::to_string(cfg.polling_sleep_max_us) + " us)").c_str()
+                : "");
   g_rt = this;
   register_telemetry(this);
 }
@@ -103,6 +127,8 @@ Runtime::~Runtime() {
     rte_ring_free(r);
   }
   if (pool_ && own_pool_) rte_mempool_free(pool_);
+  for (const auto& pi : port_info_)  // after every stage and ring gave back its buffers
+    if (pi.rx_pool) rte_mempool_free(pi.rx_pool);
 }
 
 // The configured lcores, each one the EAL was given (all of the EAL's by
@@ -140,9 +166,10 @@ void Runtime::start_ports(uint32_t lcores) {
     if (!p.device.empty()) {
       const std::string name = port_name(p.device);
       if (rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0) {
-        std::string why;
-        const std::string device = af_packet_devargs(p.device, &why);
+        std::string why, why_q;
+        const std::string device = af_xdp_devargs(af_packet_devargs(p.device, &why), lcores, &why_q);
         if (!why.empty()) PRISM_LOG(INFO, "port %u: %s\n", p.id, why.c_str());
+        if (!why_q.empty()) PRISM_LOG(INFO, "port %u: %s\n", p.id, why_q.c_str());
         if (rte_dev_probe(device.c_str()) != 0 || rte_eth_dev_get_port_by_name(name.c_str(), &pid) != 0)
           throw SetupError(cfg_.path + ": port " + std::to_string(p.id) + ": cannot create device '" + p.device +
                            "' (check the vdev name and its arguments)");
@@ -176,9 +203,27 @@ void Runtime::start_ports(uint32_t lcores) {
       conf.rx_adv_conf.rss_conf.rss_key_len = sizeof kRssKey;
       conf.rx_adv_conf.rss_conf.rss_hf = dst_only;
     }
+    // net_af_xdp: a pool of its own whose buffers fit a page (make_page_pool), the UMEM of its queues.
+    rte_mempool* rx_pool = pool_;
+    if (driver == "net_af_xdp") {
+      const unsigned mtu = iface_mtu(info.if_index);
+      size_t max_frame = 0;
+      // Each queue's fill ring takes 2048 buffers at setup; as many again are in flight.
+      pi.rx_pool = make_page_pool(("prism_xdp_p" + std::to_string(p.id)).c_str(), 4096u * pi.rxq + 4095, &max_frame);
+      if (!pi.rx_pool)
+        throw SetupError("port " + std::to_string(p.id) + ": cannot create its net_af_xdp buffer pool: " +
+                         rte_strerror(rte_errno) + " (give the EAL more memory, e.g. -m 1024)");
+      if (mtu && wire::max_frame(mtu) - wire::kVlanSize > max_frame)
+        throw SetupError(cfg_.path + ": port " + std::to_string(p.id) + ": its interface has MTU " +
+                         std::to_string(mtu) + ", but net_af_xdp takes frames of at most " + std::to_string(max_frame) +
+                         " bytes (a buffer is a page, XDP without multi-buffer): " + "lower the interface's MTU to " +
+                         std::to_string(max_frame - wire::kEthSize) +
+                         " or less, or use net_af_packet (docs/REAL_INTERFACES.md)");
+      rx_pool = pi.rx_pool;
+    }
     int rc = rte_eth_dev_configure(pid, pi.rxq, pi.txq, &conf);
     for (uint16_t q = 0; rc == 0 && q < pi.rxq; ++q)
-      rc = rte_eth_rx_queue_setup(pid, q, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, pool_);
+      rc = rte_eth_rx_queue_setup(pid, q, kRxDesc, rte_eth_dev_socket_id(pid), nullptr, rx_pool);
     for (uint16_t q = 0; rc == 0 && q < pi.txq; ++q)
       rc = rte_eth_tx_queue_setup(pid, q, kTxDesc, rte_eth_dev_socket_id(pid), nullptr);
     if (rc == 0) rte_eth_dev_set_mtu(pid, 9000);  // jumbo where the device can; virtual devices may refuse
@@ -192,8 +237,13 @@ void Runtime::start_ports(uint32_t lcores) {
               (conf.rxmode.offloads & RTE_ETH_RX_OFFLOAD_UDP_CKSUM) ? "on" : "off (checksums verified in software)");
     const bool can_chain = chains || opt_.assume_chains;
     pi.can_chain = can_chain;
-    pi.kernel_link = driver == "net_af_packet" || driver == "net_tap";
-    if (driver == "net_af_packet") pi.ring_ifindex = info.if_index;
+    pi.link.kernel_link = driver == "net_af_packet" || driver == "net_af_xdp" || driver == "net_tap";
+    if (driver == "net_af_packet") pi.link.ring_ifindex = info.if_index;
+    pi.link.imissed = driver == "net_af_xdp";  // XDP_STATISTICS: frames its rings had no room for
+    // A Linux interface takes no frame above its MTU unless a sender's GSO left one unsegmented: refused
+    // (OVERSIZE). Other devices are bounded by the data room alone (multi_segment).
+    if (pi.link.kernel_link)
+      if (const unsigned mtu = iface_mtu(info.if_index)) pi.link.max_frame = wire::max_frame(mtu);
     if (lcores > 1) {
       char ifname[IF_NAMESIZE] = {};
       if (info.if_index) if_indextoname(info.if_index, ifname);
@@ -272,7 +322,7 @@ void Runtime::wire_stages() {
     else
       next = std::make_unique<VoqHandoff>(voq[i]);
     rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], 0, dir_, shards, std::move(next), emitter(),
-                                            port_info_[id].kernel_link, port_info_[id].ring_ifindex));
+                                            port_info_[id].link));
   }
   if (run_to_completion_)
     PRISM_LOG(INFO, "one lcore runs every stage: packets run to completion (RX -> reducer -> TX, no rings)\n");
@@ -351,7 +401,7 @@ void Runtime::wire_shared_nothing() {
       std::unique_ptr<Handoff> next = local(i);
       if (lcores > 1) next = std::make_unique<RouteHandoff>(std::move(next), owner, uint16_t(w), inbox);
       rx_.push_back(std::make_unique<RxStage>(id, dpdk_port_[id], uint16_t(w), dir_, shards, std::move(next), emitter(),
-                                              pi.kernel_link, w == 0 ? pi.ring_ifindex : 0));
+                                              pi.link));
       l.stages.push_back(rx_.back().get());
     }
     // Its inbox.
@@ -372,7 +422,7 @@ void Runtime::wire_shared_nothing() {
 std::vector<Runtime::LcoreView> Runtime::lcores() const {
   std::vector<LcoreView> v;
   for (const Lcore& l : lcores_) {
-    LcoreView lv{l.id, {}, nullptr, {}};
+    LcoreView lv{l.id, {}, nullptr, {}, l.idle.get()};
     for (Stage* s : l.stages) {
       if (auto* r = dynamic_cast<const RxStage*>(s)) lv.rx.push_back(r);
       if (auto* b = dynamic_cast<const InboxStage*>(s)) lv.inbox = b;
@@ -386,7 +436,7 @@ std::vector<Runtime::LcoreView> Runtime::lcores() const {
 // Pipelined: RX and TX on the main lcore, reducers spread over the others;
 // one lcore runs them all when it is the only one.
 void Runtime::assign_lcores(const std::vector<unsigned>& ids) {
-  for (unsigned id : ids) lcores_.push_back({id, {}});
+  for (unsigned id : ids) lcores_.push_back({id, {}, nullptr});
   for (auto& s : rx_) lcores_[0].stages.push_back(s.get());
   if (lcores_.size() == 1)
     for (auto& s : red_) lcores_[0].stages.push_back(s.get());
@@ -416,14 +466,18 @@ int Runtime::lcore_main(void* arg) {
 
 void Runtime::loop(Lcore& l, bool main) {
   uint64_t next_check = 0;
+  l.idle->start();
   while (!stop_.load(std::memory_order_relaxed)) {
     uint64_t now = rte_rdtsc();
+    unsigned pass = 0;
     for (Stage* s : l.stages) {  // each stage's busy time: one TSC read per stage and pass
       const unsigned moved = s->poll(now);
       const uint64_t t = rte_rdtsc();
       if (moved) s->busy_tsc.add(t - now);
+      pass += moved;
       now = t;
     }
+    l.idle->after_pass(pass);  // adaptive: a pass that moved nothing may sleep (idle.hpp)
     if (main && now >= next_check) {
       next_check = now + tsc_hz_ / 100;  // every 10 ms
       if (opt_.exit_when_idle_ms && idle(now)) stop_.store(true);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "idle.hpp"
 #include "inbox.hpp"
 #include "reduce.hpp"
 #include "rx.hpp"
@@ -49,6 +50,9 @@ struct RunOptions {
 
 // The switch's mbuf pool: jumbo data rooms, the private area RX fills, LIFO.
 rte_mempool* make_pool(const char* name);
+// A pool of `n` mbufs each within one page (net_af_xdp's UMEM); `max_frame`:
+// the largest frame its buffers take from the kernel.
+rte_mempool* make_page_pool(const char* name, unsigned n, size_t* max_frame);
 
 struct SetupError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -79,6 +83,7 @@ class Runtime {
     std::vector<const RxStage*> rx;
     const InboxStage* inbox = nullptr;
     std::vector<const ReduceStage*> shards;
+    const IdleWait* idle = nullptr;  // how much it slept (polling: adaptive)
   };
   std::vector<LcoreView> lcores() const;
   // How a port steers each shard to its lcore (shared nothing), and its queues.
@@ -101,13 +106,13 @@ class Runtime {
   struct Lcore {
     unsigned id;
     std::vector<Stage*> stages;
+    std::unique_ptr<IdleWait> idle;  // polling: busy or adaptive
   };
   struct PortInfo {  // what setup learned of a port's device
     bool can_chain = false;
-    bool kernel_link =
-        false;  // a Linux interface (net_af_packet, net_tap): local senders may leave checksums to offload
-    unsigned ring_ifindex = 0;  // net_af_packet: its interface, whose ring drops RX counts (0: none)
-    uint16_t rxq = 1, txq = 1;  // queues configured (shared nothing: up to one per lcore)
+    RxLink link;                     // what RX must know of the device (rx.hpp)
+    rte_mempool* rx_pool = nullptr;  // net_af_xdp: its own RX pool (make_page_pool), freed after the port
+    uint16_t rxq = 1, txq = 1;       // queues configured (shared nothing: up to one per lcore)
     Steering steering = Steering::NONE;
     std::unique_ptr<rte_spinlock_t[]> tx_locks;  // one per TX queue, when lcores share them
   };

@@ -8,17 +8,19 @@
 namespace prism::pipe {
 
 RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw::Directory& dir, uint32_t shards,
-                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex)
+                 std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, const RxLink& link)
     : cfg_port_(cfg_port),
       dpdk_port_(dpdk_port),
       queue_(queue),
       dir_(dir),
       shards_(shards),
       ports_(dir.config().udp_port, uint16_t(dir.config().reducer_shards)),
-      kernel_link_(kernel_link),
+      kernel_link_(link.kernel_link),
+      max_frame_(link.max_frame ? link.max_frame : SIZE_MAX),
       next_(std::move(next)),
       nacks_(std::move(nacks)),
-      ring_drops_(ring_ifindex ? std::make_unique<RingDrops>(ring_ifindex) : nullptr),
+      ring_drops_(queue == 0 && link.ring_ifindex ? std::make_unique<RingDrops>(link.ring_ifindex) : nullptr),
+      imissed_(queue == 0 && link.imissed),
       ns_per_tsc_(1e9 / double(rte_get_tsc_hz())) {}
 
 void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc) {
@@ -27,6 +29,12 @@ void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, u
   // A pool message's refusal goes to its source at most once per 100 ms (sw::NackLimiter).
   sw::answer(dir_, v, p, *nacks_, &limit_, uint64_t(double(now_tsc) * ns_per_tsc_));
   rte_pktmbuf_free(m);
+}
+
+void RxStage::refuse(rte_mbuf* m, Meta* mt, sw::Drop why, uint64_t now_tsc) {
+  mt->v = sw::Verdict{};
+  mt->v.drop = why;
+  refuse(m, mt->p, mt->v, now_tsc);
 }
 
 bool RxStage::answer_local(rte_mbuf* m) {
@@ -62,8 +70,13 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     return 0;
   }
   if (!link_.up(dpdk_port_, now_tsc)) return 0;
-  if (ring_drops_ && now_tsc >= next_drops_tsc_) {  // a system call: ten times a second
-    c_.ring_drops.add(ring_drops_->sample());
+  if ((ring_drops_ || imissed_) && now_tsc >= next_drops_tsc_) {  // a system call: ten times a second
+    if (ring_drops_) c_.ring_drops.add(ring_drops_->sample());
+    rte_eth_stats st;
+    if (imissed_ && rte_eth_stats_get(dpdk_port_, &st) == 0 && st.imissed >= imissed_last_) {
+      c_.ring_drops.add(st.imissed - imissed_last_);
+      imissed_last_ = st.imissed;
+    }
     next_drops_tsc_ = now_tsc + rte_get_tsc_hz() / 10;
   }
   rte_mbuf* burst[kBurst];
@@ -77,9 +90,12 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     Meta* mt = meta(m);
     if (m->nb_segs != 1) {  // jumbo frames need a data room that holds them whole
       c_.multi_segment.add();
-      mt->v = sw::Verdict{};
-      mt->v.drop = sw::Drop::MALFORMED;
-      refuse(m, mt->p, mt->v, now_tsc);
+      refuse(m, mt, sw::Drop::MALFORMED, now_tsc);
+      continue;
+    }
+    // Larger than the port's MTU: a GSO super-packet the sender's interface did not segment.
+    if (rte_pktmbuf_pkt_len(m) > max_frame_) {
+      refuse(m, mt, sw::Drop::OVERSIZE, now_tsc);
       continue;
     }
     // A device with RX checksum offload that found both sums good says so: they are not summed again.
@@ -92,6 +108,13 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     // Not PRISM's: ARP (not IPv4) and ICMP (not UDP) for the port's own address are answered.
     if ((r == wire::Refusal::NOT_IPV4 || r == wire::Refusal::NOT_UDP) && answer_local(m)) continue;
     if (r != wire::Refusal::OK) c_.refused[size_t(r)].add();
+    // Cut short: its IP header says more than the frame holds, as when a receive buffer smaller than the
+    // frame kept only its start (net_af_packet's ring frames do so without a flag).
+    if (r == wire::Refusal::IP_BAD_LENGTH &&
+        wire::truncated({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)})) {
+      refuse(m, mt, sw::Drop::OVERSIZE, now_tsc);
+      continue;
+    }
     mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);
     if (!mt->v.admitted()) {
       refuse(m, mt->p, mt->v, now_tsc);

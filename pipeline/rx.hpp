@@ -37,19 +37,34 @@ inline constexpr CounterField<RxCounters> kRxCounters[] = {
     {"arp_replies", "ARP requests for the port's address, answered", &RxCounters::arp_replies},
     {"echo_replies", "ICMP echo requests to the port's address, answered", &RxCounters::echo_replies},
     {"ring_drops",
-     "frames the kernel dropped because the port's net_af_packet ring was full (senders outran the switch)",
+     "frames the kernel dropped because the port's net_af_packet or net_af_xdp ring was full (senders outran the "
+     "switch)",
      &RxCounters::ring_drops},
+};
+
+// What RX must know of its port's device, learnt when the port started.
+struct RxLink {
+  // A Linux interface (net_af_packet, net_af_xdp, net_tap), whose local
+  // senders may leave UDP checksums to offload (wire::parse).
+  bool kernel_link = false;
+  // net_af_packet: its interface, whose ring drops are counted (0: none).
+  unsigned ring_ifindex = 0;
+  // The device counts the frames it had no room for itself (imissed:
+  // net_af_xdp's XDP_STATISTICS): ring_drops samples it.
+  bool imissed = false;
+  // The largest frame the port takes (wire::max_frame of its interface's
+  // MTU); a larger one is dropped as OVERSIZE. 0: the data room's limit only.
+  size_t max_frame = 0;
 };
 
 class RxStage final : public Stage {
  public:
   // `nacks`: where this port's NACKs and ARP and echo replies are made and sent.
-  // `kernel_link`: the port is a Linux interface (net_af_packet, net_tap),
-  // whose local senders may leave UDP checksums to offload (wire::parse).
-  // `ring_ifindex`: a net_af_packet port's interface, whose ring drops are counted.
+  // `link`: what the port's device is (RxLink); its drops are sampled by the
+  // stage of queue 0 only.
   // `queue`: the device's RX queue this stage polls (one stage per queue, each on its lcore).
   RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw::Directory& dir, uint32_t shards,
-          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, bool kernel_link, unsigned ring_ifindex = 0);
+          std::unique_ptr<Handoff> next, std::unique_ptr<Emitter> nacks, const RxLink& link);
   const char* kind() const override { return "rx"; }
   unsigned poll(uint64_t now_tsc) override;
   bool drained() const override { return pending_n_ == 0 && nacks_->drained(); }
@@ -63,6 +78,7 @@ class RxStage final : public Stage {
 
  private:
   void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc);
+  void refuse(rte_mbuf* m, Meta* mt, sw::Drop why, uint64_t now_tsc);  // before parsing: no NACK
   // ARP or ICMP echo for this port's address: answered (true), or not for us.
   bool answer_local(rte_mbuf* m);
   bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here
@@ -71,6 +87,7 @@ class RxStage final : public Stage {
   uint32_t shards_;
   wire::PortRange ports_;  // the switch's UDP ports, one per shard
   bool kernel_link_;
+  size_t max_frame_;
   std::unique_ptr<Handoff> next_;
   std::unique_ptr<Emitter> nacks_;
   rte_mbuf* pending_[kBurst];  // admitted, not yet handed on
@@ -80,6 +97,8 @@ class RxStage final : public Stage {
   std::atomic<uint64_t> last_rx_{0};
   LinkWatch link_;
   std::unique_ptr<RingDrops> ring_drops_;
+  bool imissed_;  // sample the device's imissed into ring_drops
+  uint64_t imissed_last_ = 0;
   uint64_t next_drops_tsc_ = 0;
   double ns_per_tsc_;
   sw::NackLimiter limit_;  // NACKs to pool messages' sources (sw::answer)

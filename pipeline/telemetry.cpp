@@ -114,6 +114,8 @@ int tel_ports(const char*, const char*, rte_tel_data* d) {
 int tel_lcores(const char*, const char*, rte_tel_data* d) {
   return with_runtime(d, [&](const Runtime& rt) {
     rte_tel_data_add_dict_string(d, "layout", name(rt.config().layout));
+    rte_tel_data_add_dict_string(d, "polling", name(rt.config().polling));
+    rte_tel_data_add_dict_u64(d, "polling_sleep_max_us", rt.config().polling_sleep_max_us);
     for (const auto& p : rt.config().ports) {
       const std::string k = "port" + std::to_string(p.id) + "_";
       rte_tel_data_add_dict_string(d, (k + "steering").c_str(), name(rt.steering(p.id)));
@@ -135,6 +137,7 @@ int tel_lcores(const char*, const char*, rte_tel_data* d) {
       rte_tel_data_add_dict_u64(d, (k + "rx_packets").c_str(), rx);
       for (const auto& [name, n] : sums(routes, kRouteCounters)) rte_tel_data_add_dict_u64(d, (k + name).c_str(), n);
       if (l.inbox) dict_add(d, k + "inbox_", l.inbox->counters(), kInboxCounters);
+      if (l.idle) dict_add(d, k, l.idle->counters(), kIdleCounters);
       for (const ReduceStage* r : l.shards)
         rte_tel_data_add_dict_u64(d, (k + "shard" + std::to_string(r->shard()) + "_packets").c_str(),
                                   r->counters().dequeued.get());
@@ -276,8 +279,9 @@ void register_telemetry(const Runtime* rt) {
   if (done || !rt) return;
   done = true;
   rte_telemetry_register_cmd("/prism/ports", tel_ports, "PRISM per port: RX and TX counters, NACKs sent");
-  rte_telemetry_register_cmd("/prism/lcores", tel_lcores,
-                             "PRISM lcores: shards owned, RX queues, packets steered to them or dispatched, inboxes");
+  rte_telemetry_register_cmd(
+      "/prism/lcores", tel_lcores,
+      "PRISM lcores: shards, RX queues, packets steered or dispatched, inboxes, polling and sleeps");
   rte_telemetry_register_cmd("/prism/rings", tel_rings, "PRISM VOQ, inbox and TX ring fill levels");
   rte_telemetry_register_cmd("/prism/drops", tel_drops, "PRISM drops by reason (parser refusals and switch drops)");
   rte_telemetry_register_cmd("/prism/reducers", tel_reducers, "PRISM reducer shards: packets, results, slots");
@@ -324,6 +328,11 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
         "refused", refused, size_t(wire::Refusal::kCount), [](size_t i) { return wire::name(wire::Refusal(i)); }, 1);
     reasons(
         "dropped", dropped, size_t(sw::Drop::kCount), [](size_t i) { return name(sw::Drop(i)); }, 0);
+    if (const uint64_t n = dropped[size_t(sw::Drop::OVERSIZE)].get())
+      std::printf(
+          "  port %u: %llu frames larger than the port's MTU (a GSO super-packet that was not segmented: turn "
+          "off tx-udp-segmentation on the sender's interface, docs/REAL_INTERFACES.md)\n",
+          p.id, (unsigned long long)n);
   }
   for (const auto& p : rt.config().ports)
     std::printf("  port %u tx: %s, nacks %llu\n", p.id, pairs(sums(tx_of(rt, p.id), kTxCounters)).c_str(),
@@ -343,6 +352,10 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
       std::printf("  lcore %u (shards %s): rx %llu, %s%s\n", l.id, shard_list(l).c_str(), (unsigned long long)rx,
                   pairs(sums(routes, kRouteCounters)).c_str(), inbox.c_str());
     }
+  if (rt.config().polling == Polling::ADAPTIVE)
+    for (const Runtime::LcoreView& l : rt.lcores())
+      if (l.idle)
+        std::printf("  lcore %u polling adaptive: %s\n", l.id, pairs(l.idle->counters(), kIdleCounters).c_str());
   for (const auto& rs : rt.reducers()) {
     const sw::Reducer* red = rs->work().reducer();
     const sw::ReducerStats s = red ? red->stats() : sw::ReducerStats{};

@@ -587,6 +587,9 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
     if (!l.IsSequence()) rd.fail(l, "lcores", "expected a list of lcore ids such as [0, 1]");
     for (size_t i = 0; i < l.size(); ++i) c.lcores.push_back(unsigned(rd.uint(l[i], idx("lcores", i), 0, 1023)));
   }
+  c.polling = std::any_of(c.ports.begin(), c.ports.end(), kernel_interface) ? Polling::ADAPTIVE : Polling::BUSY;
+  if (const YAML::Node p = root["polling"]) c.polling = rd.word<Polling>(p, "polling", "a polling mode");
+  c.polling_sleep_max_us = uint32_t(rd.uint_or(root, "polling_sleep_max_us", "", 1, 100000, 250));
   // Shards: one per listed lcore unless given. Clients read the same key (the steering rule's S).
   c.reducer_shards = uint32_t(std::max<size_t>(1, c.lcores.size()));
   if (const YAML::Node r = root["reducers"]) {
@@ -602,6 +605,12 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
 
 }  // namespace
 
+bool kernel_interface(const PortConfig& p) {
+  for (const char* kind : {"net_af_packet", "net_af_xdp", "net_tap"})
+    if (p.device.rfind(kind, 0) == 0) return true;
+  return false;
+}
+
 SwitchConfig parse_config(const std::string& text, const std::string& name) {
   Reader rd(name);
   YAML::Node root;
@@ -612,9 +621,10 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
                       ": not valid YAML: " + e.msg);
   }
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
-  rd.only(root, "",
-          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
-           "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools"});
+  rd.only(
+      root, "",
+      {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms", "partial_retry_ms",
+       "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools", "polling", "polling_sleep_max_us"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);

@@ -144,6 +144,22 @@ inline constexpr Entry<Layout> kLayouts[] = {
 static_assert(std::size(kLayouts) == kLayoutCount, "every Layout has a row in kLayouts");
 constexpr std::span<const Entry<Layout>> entries(Layout) { return kLayouts; }
 
+// How an lcore waits while its queues are empty (pipeline/idle.hpp).
+enum class Polling : uint8_t { BUSY, ADAPTIVE };
+inline constexpr size_t kPollingCount = 2;
+inline constexpr Entry<Polling> kPollings[] = {
+    {Polling::BUSY, "busy", "poll without pause: the lowest latency, and a whole CPU per lcore even when idle"},
+    {Polling::ADAPTIVE, "adaptive",
+     "after a run of empty polls, sleep a bounded, growing time (up to polling_sleep_max_us); busy again at the "
+     "first packet"},
+};
+static_assert(std::size(kPollings) == kPollingCount, "every Polling has a row in kPollings");
+constexpr std::span<const Entry<Polling>> entries(Polling) { return kPollings; }
+
+// A port on a Linux interface (its device a net_af_packet, net_af_xdp or net_tap vdev): the kernel is on its
+// path, and polling defaults to adaptive.
+bool kernel_interface(const PortConfig& p);
+
 struct ParentConfig {
   uint16_t port = 0;
   wire::Endpoint addr;
@@ -172,6 +188,9 @@ struct SwitchConfig {
   Fanout fanout = Fanout::COPY;
   std::vector<unsigned> lcores;  // lcores that run stages; one lcore may run them all
   Layout layout = Layout::SHARED_NOTHING;
+  // Default: adaptive when any port is on a Linux interface (kernel_interface), else busy.
+  Polling polling = Polling::BUSY;
+  uint32_t polling_sleep_max_us = 250;  // adaptive: the longest sleep (OVS-DPDK's pmd-sleep-max)
 
   const JobConfig* job(uint32_t id) const;
   const PortConfig* port(uint16_t id) const;

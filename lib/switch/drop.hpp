@@ -38,6 +38,7 @@ enum class Drop : uint8_t {
   GROUP_TOO_LARGE,
   OUT_OF_POOL,
   RANK_TAKEN,
+  OVERSIZE,
   kCount
 };
 
@@ -66,6 +67,10 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::OUT_OF_POOL, "out_of_pool",
      "a pool message from a source outside the pool's ranges, or on a port the pool does not list"},
     {Drop::RANK_TAKEN, "rank_taken", "a JOIN, LEAVE or CONTRIB for a pooled job's rank bound to another address"},
+    {Drop::OVERSIZE, "oversize",
+     "a frame larger than the port's MTU, or cut short on the way in (its IP total length is more than the frame "
+     "holds): a GSO super-packet that was not segmented (turn off tx-udp-segmentation on the sender's interface, "
+     "docs/REAL_INTERFACES.md)"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -99,6 +104,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::DUPLICATE:
     case Drop::LATE:
     case Drop::STALE_RESULT:
+    case Drop::OVERSIZE:  // nothing in it can be trusted, its source least
     case Drop::kCount: return std::nullopt;
   }
   return std::nullopt;

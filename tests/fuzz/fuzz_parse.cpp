@@ -10,6 +10,9 @@
 //    lanes (ASan catches a write past it); when parse() walked the records
 //    the decode must succeed and re-encoding the lanes gives back the payload
 //    bytes exactly (records are canonical);
+//  - wire::truncated (the switch's OVERSIZE drop) never reads outside the
+//    frame, and a frame it calls truncated never parses OK: parse() refuses
+//    it as IP_BAD_LENGTH, or earlier;
 //  - the parsed header and body, rebuilt with wire::build (no VLAN, no IP
 //    options, a fresh UDP checksum), parse OK again with identical header
 //    fields, endpoints, fragment header, payload and sideband.
@@ -191,6 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ra != rb)
     FUZZ_CHECK(rb == Refusal::OK && b.h.encoding == wire::Encoding::KULISCH &&
                (ra == Refusal::PAYLOAD_LENGTH || ra == Refusal::BAD_PARTIAL));
+  if (wire::truncated({data, size}))
+    FUZZ_CHECK(ra == Refusal::IP_BAD_LENGTH || ra == Refusal::SHORT_FRAME || ra == Refusal::IP_BAD_HEADER);
   if (ra == Refusal::OK) {
     FUZZ_CHECK(same_header(a.h, b.h) && a.payload == b.payload && a.payload_len == b.payload_len &&
                a.sideband == b.sideband && a.first_lane == b.first_lane && a.chunk_lanes == b.chunk_lanes &&

@@ -854,3 +854,29 @@ TEST(ConfigPools, ErrorsSayWhereAndWhat) {
   expect_error(kLeaf + "pools:\n  - {jobs: {first: 100, count: 1}, max_group: 2, ranges: [10.0.0.0/8]}\n", 12, "pools",
                {"a leaf cannot take pooled jobs", "root"});
 }
+
+// polling: busy or adaptive; the default follows the ports (adaptive when one is a Linux interface, whose
+// kernel is on the path anyway, busy otherwise); polling_sleep_max_us bounds the sleep.
+namespace {
+TEST(ConfigPolling, DefaultFollowsThePortsAndTheKeyOverrides) {
+  EXPECT_EQ(parse_config(kBase, "t.yaml").polling, prism::Polling::BUSY);  // ports without a device
+  EXPECT_EQ(parse_config(kBase, "t.yaml").polling_sleep_max_us, 250u);
+  for (const char* dev : {"net_af_packet0,iface=r0", "net_af_xdp0,iface=r0", "net_tap0,iface=t0"}) {
+    const std::string y = with(kBase, "{id: 1, mac", std::string("{id: 1, device: \"") + dev + "\", mac");
+    EXPECT_EQ(parse_config(y, "t.yaml").polling, prism::Polling::ADAPTIVE) << dev;
+    EXPECT_EQ(parse_config(y + "polling: busy\n", "t.yaml").polling, prism::Polling::BUSY) << dev;
+  }
+  const std::string pcap = with(kBase, "{id: 1, mac", "{id: 1, device: \"net_pcap1,rx_pcap=a.pcap\", mac");
+  EXPECT_EQ(parse_config(pcap, "t.yaml").polling, prism::Polling::BUSY);
+  const SwitchConfig c = parse_config(kBase + "polling: adaptive\npolling_sleep_max_us: 1000\n", "t.yaml");
+  EXPECT_EQ(c.polling, prism::Polling::ADAPTIVE);
+  EXPECT_EQ(c.polling_sleep_max_us, 1000u);
+}
+
+TEST(ConfigPolling, BadValuesNameTheKeyAndTheChoices) {
+  expect_error(kBase + "polling: lazy\n", 21, "polling", {"'lazy'", "busy", "adaptive"});
+  expect_error(kBase + "polling_sleep_max_us: 0\n", 21, "polling_sleep_max_us", {"1"});
+  expect_error(kBase + "polling_sleep_max_us: 200000\n", 21, "polling_sleep_max_us", {"100000"});
+  expect_error(kBase + "poling: busy\n", 21, "poling", {"unknown key", "polling"});
+}
+}  // namespace
