@@ -1,8 +1,11 @@
 #include "kernel_link.hpp"
 
 #include <dirent.h>
+#include <linux/ethtool.h>
 #include <linux/if_packet.h>
+#include <linux/sockios.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -50,17 +53,23 @@ std::string af_xdp_devargs(const std::string& device, unsigned lcores, std::stri
   if (device.rfind("net_af_xdp", 0) != 0 || lcores <= 1 || !devarg(device, "queue_count").empty()) return device;
   const std::string iface = devarg(device, "iface");
   if (iface.empty()) return device;
-  unsigned queues = 0;
-  if (DIR* d = opendir(("/sys/class/net/" + iface + "/queues").c_str())) {
-    while (dirent* e = readdir(d)) queues += std::string(e->d_name).rfind("rx-", 0) == 0;
-    closedir(d);
+  // What the driver itself goes by: the interface's combined channels (a veth has none, so one queue).
+  unsigned queues = 1;
+  if (const int fd = socket(AF_INET, SOCK_DGRAM, 0); fd >= 0) {
+    ethtool_channels ch{};
+    ch.cmd = ETHTOOL_GCHANNELS;
+    ifreq ifr{};
+    iface.copy(ifr.ifr_name, IF_NAMESIZE - 1);
+    ifr.ifr_data = reinterpret_cast<char*>(&ch);
+    if (ioctl(fd, SIOCETHTOOL, &ifr) == 0 && ch.combined_count > 0) queues = ch.combined_count;
+    close(fd);
   }
   const std::string first = devarg(device, "start_queue");
   const unsigned start = first.empty() ? 0 : unsigned(std::atoi(first.c_str()));
   const unsigned n = queues > start ? std::min(lcores, queues - start) : 1;
   if (n <= 1) return device;
   if (why)
-    *why = iface + " has " + std::to_string(queues) + " queues: queue_count=" + std::to_string(n) +
+    *why = iface + " has " + std::to_string(queues) + " combined channels: queue_count=" + std::to_string(n) +
            " added to its net_af_xdp device, one per lcore (set it in device: to choose)";
   return device + ",queue_count=" + std::to_string(n);
 }

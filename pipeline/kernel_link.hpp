@@ -9,7 +9,8 @@
 //   RingDrops reads them from the driver's own packet sockets;
 // - net_af_xdp binds one queue of its interface unless queue_count= says
 //   more: af_xdp_devargs() asks for as many as the switch has lcores, where
-//   the interface has them (a veth has as many as it was made with);
+//   the interface has that many combined channels (a NIC's; a veth reports
+//   none, so the driver takes one queue there);
 // - the interface's MTU, which the switch's frames and its OVERSIZE drop go by.
 #pragma once
 
@@ -25,8 +26,9 @@ namespace prism::pipe {
 std::string af_packet_devargs(const std::string& device, std::string* why);
 
 // `device` with queue_count= added when it is a net_af_xdp vdev that sets
-// none, `lcores` > 1 and its iface has more than one queue: min(lcores, the
-// iface's RX queues, counting from start_queue). `why` says what was added.
+// none, `lcores` > 1 and its iface has more than one combined channel (as the
+// driver counts them: ETHTOOL_GCHANNELS): min(lcores, channels from
+// start_queue on). `why` says what was added.
 std::string af_xdp_devargs(const std::string& device, unsigned lcores, std::string* why);
 
 // The IP MTU of the interface with this index, or 0 when unknown.

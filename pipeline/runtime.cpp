@@ -208,8 +208,8 @@ void Runtime::start_ports(uint32_t lcores) {
     if (driver == "net_af_xdp") {
       const unsigned mtu = iface_mtu(info.if_index);
       size_t max_frame = 0;
-      // Each queue's fill ring takes 2048 buffers at setup; as many again are in flight.
-      pi.rx_pool = make_page_pool(("prism_xdp_p" + std::to_string(p.id)).c_str(), 4096u * pi.rxq + 4095, &max_frame);
+      // Each queue's fill ring takes 2048 buffers at setup; 2048 more are for frames in flight.
+      pi.rx_pool = make_page_pool(("prism_xdp_p" + std::to_string(p.id)).c_str(), 2048u * pi.rxq + 2047, &max_frame);
       if (!pi.rx_pool)
         throw SetupError("port " + std::to_string(p.id) + ": cannot create its net_af_xdp buffer pool: " +
                          rte_strerror(rte_errno) + " (give the EAL more memory, e.g. -m 1024)");

@@ -8,7 +8,8 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-numpy python3-scapy python3-yaml
   tshark gnuplot-nox clang libclang-rt-14-dev valgrind
-  iproute2 iputils-ping nftables
+  iproute2 iputils-ping nftables ethtool
+  librte-net-af-xdp23 libxdp1 libbpf1
   openmpi-bin libopenmpi-dev
 )
 missing=()

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PRISM network-namespace testbed: R ranks, each in its own network namespace,
-joined by veth pairs to prism-switch (DPDK, net_af_packet) in a namespace of its
-own; optionally one Linux bridge in front of one switch port, or a tree of two
+joined by veth pairs to prism-switch (DPDK, net_af_xdp or net_af_packet) in a
+namespace of its own; optionally one Linux bridge in front of one switch port, or a tree of two
 switches; optionally impaired links (loss, duplication, reordering: nftables
 and htb).
 
@@ -17,7 +17,7 @@ tests/py/testbed.py) is the Testbed class:
     # everything it made is gone here, even after an exception
 
 Needs root (namespaces, veths, nftables, tc). Only Debian packages: iproute2,
-nftables; Python 3.11 standard library.
+nftables, ethtool, librte-net-af-xdp23 (scripts/setup.sh); Python 3.11 standard library.
 """
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ DUP_MARK = 0x50524953   # "PRIS": a copy nft's `dup` made, passed through untouc
 SLOW_CLASS = '1:20'     # the htb class of the delayed path (reordering)
 NS_IF = 'prism0'        # the rank's end of its veth, inside its namespace
 PRISM_UDP = 20562
+DRIVERS = ('af_xdp', 'af_packet')
+DEFAULT_DRIVER = 'af_xdp'   # measured faster here: docs/REAL_INTERFACES.md, "net_af_xdp"
+# net_af_xdp's buffers are a page each (no hugepages): the switch refuses an interface MTU above this.
+AF_XDP_MAX_MTU = 3290
 
 PLACEHOLDERS = ('{rank}', '{ranks}', '{config}', '{ns}', '{ip}', '{switch_ip}', '{dir}')
 
@@ -58,7 +62,8 @@ A PRISM testbed on one machine, in network namespaces. R ranks: rank k lives in
 namespace prism-tb<ID>-r<k> with one interface, {NS_IF}, a veth whose other end
 (r<k>) is in the switch's namespace, prism-tb<ID>-switch, where prism-switch
 (build/app/prism-switch: DPDK, --no-huge -m 512 --no-pci -l 0, a --file-prefix
-of its own) drives it with net_af_packet. Nothing is added to the root
+of its own) drives it with net_af_xdp (--driver af_packet: net_af_packet).
+Nothing is added to the root
 namespace. The switch configuration is written to DIR/<switch>.yaml: a job
 (--job) with members {{rank, port, mac, ip, udp_port}}, a rank's MAC being its
 {NS_IF}'s and its udp_port {PRISM_UDP}; with --jobs N, N jobs over the same
@@ -68,7 +73,7 @@ pings its switch port: no static neighbour entry anywhere, the kernel resolves
 the switch by ARP and the switch answers.
 
 Layouts:
-  (default)     one switch port per rank: port k = net_af_packet<k>,iface=r<k>;
+  (default)     one switch port per rank: port k = net_af_xdp<k>,iface=r<k>;
                 rank k is 10.88.k.1/24, its switch port 10.88.k.254
   --bridge      every rank on one Linux bridge (br0, in the switch's namespace)
                 behind one switch port (a veth sw0 <-> br0sw);
@@ -114,7 +119,21 @@ Options:
   --reorder-rate R    rate of the slow class (tc units; default 20mbit)
   --mtu BYTES         IP MTU of every link (default 1500; 576..9000). Above 1500 the
                       switch's net_af_packet ports get blocksz=36864,framesz=9216
-                      (the driver's default 2048-byte frames hold no more than 1500)
+                      (the driver's default 2048-byte frames hold no more than 1500);
+                      net_af_xdp takes up to {AF_XDP_MAX_MTU} (a buffer is a page): above
+                      that the default driver is af_packet
+  --driver KIND       the switch's ports: af_xdp (net_af_xdp: XDP in the veth's driver,
+                      copy mode, an AF_XDP socket per queue; the default, measured
+                      faster) or af_packet (net_af_packet: a TPACKET_V2 ring; the default
+                      above MTU {AF_XDP_MAX_MTU}, and for --dup or --reorder without --bridge,
+                      whose egress hook net_af_xdp's frames do not pass)
+  --no-offloads       leave the interfaces' offloads as the kernel made them. By
+                      default, with af_packet, every rank's {NS_IF} gets
+                      `ethtool -K {NS_IF} tx-udp-segmentation off` and the switch's
+                      interfaces `gro off`, so that a UDP GSO send is segmented before
+                      it reaches the switch (net_af_packet would get the unsegmented
+                      super-packet, dropped as oversize); af_xdp needs nothing: a veth
+                      whose peer runs XDP does not pass GSO packets on
   --job ID            the job id (default 7)
   --jobs N            N jobs over the same ranks (default 1; 1..16): job ID+i has every
                       rank as a member at UDP port {PRISM_UDP}+i, with the same MAC and IP
@@ -327,7 +346,8 @@ class Testbed:
                  mtu: int = 1500, job: int = 7, jobs: int = 1, settings: dict | None = None,
                  tb_id: str | None = None,
                  dir: Path | str | None = None, build: Path | str | None = None, lcore: int = 0,
-                 ping: bool = True, lcores: str | None = None, tap: bool = False):
+                 ping: bool = True, lcores: str | None = None, tap: bool = False,
+                 driver: str | None = None, offloads: bool = True):
         if layout not in LAYOUTS:
             raise TestbedError(f'layout {layout!r}: one of {", ".join(LAYOUTS)}')
         self.layout = layout
@@ -343,6 +363,21 @@ class Testbed:
         if not 576 <= mtu <= 9000:
             raise TestbedError(f'--mtu {mtu}: 576..9000')
         self.mtu = mtu
+        if driver is not None and driver not in DRIVERS:
+            raise TestbedError(f'--driver {driver!r}: one of {", ".join(DRIVERS)}')
+        if driver == 'af_xdp' and mtu > AF_XDP_MAX_MTU:
+            raise TestbedError(f'--driver af_xdp --mtu {mtu}: net_af_xdp takes an MTU up to {AF_XDP_MAX_MTU} '
+                               '(a buffer is a page): lower --mtu or use --driver af_packet')
+        # net_af_xdp sends straight to the driver (copy mode: no qdisc, no egress hook), so the
+        # duplication and reordering of the switch's frames on the egress of its own interface (the
+        # direct layout's) need net_af_packet with qdisc_bypass=0.
+        egress_impaired = self.imp.dup or self.imp.reorder
+        if driver == 'af_xdp' and egress_impaired and not self.bridge:
+            raise TestbedError('--driver af_xdp with --dup or --reorder needs --bridge (net_af_xdp\'s frames pass '
+                               'no qdisc or egress hook of its interface): add --bridge or use --driver af_packet')
+        self.driver = driver or (DEFAULT_DRIVER if mtu <= AF_XDP_MAX_MTU and (self.bridge or not egress_impaired)
+                                 else 'af_packet')
+        self.offloads = offloads
         if not 1 <= jobs <= 16:
             raise TestbedError(f'--jobs {jobs}: 1..16')
         if not 0 <= job <= 0xFFFFFFFF - (jobs - 1):
@@ -398,6 +433,7 @@ class Testbed:
         if not self.dir.is_dir():
             return
         state = {'id': self.id, 'dir': str(self.dir), 'layout': self.layout, 'bridge': self.bridge,
+                 'driver': self.driver,
                  'jobs': [{'id': j, 'udp_port': u} for j, u in self.jobs], 'made': self.made,
                  'switches': [{'name': s.name, 'pid': s.pid, 'prefix': s.prefix, 'config': str(s.config),
                                'ns': s.ns} for s in self.switches],
@@ -486,6 +522,8 @@ class Testbed:
         sh('ip', 'link', 'set', 'lo', 'up', ns=name)
 
     def _veth(self, ns_a: str, a: str, ns_b: str, b: str):
+        # One queue: DPDK 22.11's net_af_xdp counts a device's combined channels, of which a veth
+        # reports none, and binds queue 0 only; a frame on another queue would pass XDP to the stack.
         sh('ip', '-n', ns_a, 'link', 'add', a, 'mtu', self.mtu, 'type', 'veth', 'peer', 'name', b,
            'netns', ns_b, 'mtu', self.mtu)
 
@@ -519,7 +557,25 @@ class Testbed:
             for p in sw.ports:
                 if not p.get('tap'):
                     sh('ip', '-n', sw.ns, 'link', 'set', p['iface'], 'up')
+        self._set_offloads()
         self._save()
+
+    def _set_offloads(self):
+        """net_af_packet takes what the kernel hands it, a GSO super-packet whole (cut to its ring
+        frame): every rank's interface segments UDP GSO sends itself, and the switch's interfaces do
+        no GRO. net_af_xdp needs nothing: a veth whose peer runs XDP drops GSO from its features,
+        so the kernel segments before the frame crosses."""
+        if not self.offloads or self.driver != 'af_packet':
+            return
+        if not shutil.which('ethtool'):
+            raise TestbedError('ethtool not found: install Debian\'s ethtool (scripts/setup.sh does), '
+                               'or pass --no-offloads')
+        for r in self.ranks:
+            sh('ethtool', '-K', NS_IF, 'tx-udp-segmentation', 'off', ns=r.ns)
+        for sw in self.switches:
+            for p in sw.ports:
+                if not p.get('tap'):
+                    sh('ethtool', '-K', p['iface'], 'gro', 'off', ns=sw.ns, check=False)
 
     def _impair(self):
         """Towards the switch, everything on the egress hook (and qdisc) of the rank's own
@@ -551,6 +607,8 @@ class Testbed:
     def _device(self, p: dict, index: int) -> str:
         if p.get('tap'):
             return f'net_tap{index},iface={p["iface"]}'
+        if self.driver == 'af_xdp':
+            return f'net_af_xdp{index},iface={p["iface"]}'
         dev = f'net_af_packet{index},iface={p["iface"]}'
         if self.mtu > 1500:   # net_af_packet's default 2048-byte frames hold a 1500-byte MTU, no more
             dev += ',blocksz=36864,framesz=9216'
@@ -595,6 +653,7 @@ class Testbed:
         return [str(self.switch_bin), '--no-huge', '-m', '512', '--no-pci', '--file-prefix', sw.prefix,
                 '-l', ','.join(str(c) for c in self.lcores) if self.lcores else str(self.lcore),
                 '--log-level=lib.eal:error', '--log-level=pmd.net.af_packet:error', '--log-level=pmd.net.tap:error',
+                '--log-level=pmd.net.af_xdp:error',
                 '--', '--config', str(sw.config)]
 
     def telemetry_socket(self, sw: Switch) -> Path:
@@ -991,6 +1050,8 @@ def parse_args(argv: list[str]):
     p.add_argument('--lcore', type=int, default=0)
     p.add_argument('--lcores')
     p.add_argument('--tap', action='store_true')
+    p.add_argument('--driver', choices=DRIVERS)
+    p.add_argument('--no-offloads', action='store_true')
     p.add_argument('--timeout', type=float, default=300)
     p.add_argument('--no-ping', action='store_true')
     p.add_argument('--keep-dir', action='store_true')
@@ -1063,14 +1124,14 @@ def main(argv: list[str]) -> int:
         tb = Testbed(args.ranks, layout, bridge=args.bridge, loss=args.loss, dup=args.dup, reorder=args.reorder,
                      reorder_rate=args.reorder_rate, mtu=args.mtu, job=args.job, jobs=args.jobs, settings=settings, tb_id=args.id,
                      dir=args.dir, build=args.build, lcore=args.lcore, ping=not args.no_ping,
-                     lcores=args.lcores, tap=args.tap)
+                     lcores=args.lcores, tap=args.tap, driver=args.driver, offloads=not args.no_offloads)
         t0 = time.monotonic()
         tb.up()
         if not args.quiet:
             log(f'up in {time.monotonic() - t0:.1f} s: id {tb.id}, {tb.R} ranks, '
                 f'job{"s" if len(tb.jobs) > 1 else ""} {", ".join(str(j) for j, _ in tb.jobs)}, layout {layout}'
                 f'{" with bridges" if tb.tree and tb.bridge else ""}, impairments {tb.imp.describe()}, '
-                f'MTU {tb.mtu}, dir {tb.dir}')
+                f'MTU {tb.mtu}, driver {tb.driver}, dir {tb.dir}')
         if args.action == 'up':
             for r in tb.ranks:
                 print(f'rank {r.rank}: ns {r.ns}, {r.ip} ({r.mac}), switch {r.switch} {r.switch_ip}, '

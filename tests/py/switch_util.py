@@ -232,6 +232,8 @@ class Summary:
     abandoned: dict = field(default_factory=dict)  # job -> op chunks abandoned after op_timeout_ms
     pools: dict = field(default_factory=dict)      # pool id -> {first, count, max_group, free, allocated, ...}
     pooled_jobs: dict = field(default_factory=dict)  # job -> {state, group, bound, idle_ms} (jobs not free)
+    polling: dict = field(default_factory=dict)    # lcore -> {sleeps, slept_us} (polling: adaptive)
+    oversize: dict = field(default_factory=dict)   # port -> frames above its MTU (the operator's hint line)
     header: str = ''
 
     def shard_total(self, key: str) -> int:
@@ -262,6 +264,8 @@ _INCOMPLETE = re.compile(r'^  INCOMPLETE job (\d+) op (\d+) chunk (\d+): (\d+) o
 _ABANDONED = re.compile(r'^  INCOMPLETE job (\d+): (\d+) op chunks abandoned after op_timeout_ms$')
 _POOL = re.compile(r'^  pool (\d+): ' + _PAIRS + '$')
 _POOLED = re.compile(r'^    pooled job (\d+) ([a-z]+): ' + _PAIRS + '$')
+_POLLING = re.compile(r'^  lcore (\d+) polling adaptive: ' + _PAIRS + '$')
+_OVERSIZE = re.compile(r"^  port (\d+): (\d+) frames larger than the port's MTU \(a GSO super-packet .*\)$")
 
 
 def _pairs(text: str) -> dict:
@@ -306,6 +310,11 @@ def parse_summary(stdout: str) -> Summary:
             s.incomplete.append(tuple(map(int, m.groups())))
         elif m := _ABANDONED.match(ln):
             s.abandoned[int(m[1])] = int(m[2])
+        elif m := _POLLING.match(ln):
+            s.polling[int(m[1])] = _pairs(m[2])
+        elif m := _OVERSIZE.match(ln):
+            assert section == 'rx', f'oversize line outside a port section: {ln!r}'
+            s.oversize[int(m[1])] = int(m[2])
         elif m := _POOL.match(ln):
             section = 'pool'
             s.pools[int(m[1])] = _pairs(m[2])
