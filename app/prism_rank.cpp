@@ -6,6 +6,8 @@
 // (reproducible from the seed).
 //
 //   prism-rank --config switch.yaml --rank 3 --size 1MiB --repeat 10 --check
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -103,6 +105,7 @@ std::string usage() {
          "  --window W            chunks in flight (default 64; capped by the job's slot_quota)\n"
          "  --chunk-elems C       elements per packet (default: the most the path MTU fits)\n"
          "  --timeout-ms T        an op fails when none of its chunks completed for T ms (default 10000)\n"
+         "  --no-gso              send every chunk as its own datagram (sendmmsg), not runs of them as UDP GSO\n"
          "  --first-op N          the first op number (default 0): a job restarted under a new one\n"
          "  --linger-ms T         keep the group (and a pooled job) T ms after the last collective, then leave\n"
          "\n"
@@ -193,7 +196,7 @@ Run parse(int argc, char** argv) {
        "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
        "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
        "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards",      "--linger-ms"},
-      {"--check", "--json", "--in-place", "--list-algos"});
+      {"--check", "--json", "--in-place", "--list-algos", "--no-gso"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
   r.json = a.has("--json");
@@ -286,6 +289,7 @@ Run parse(int argc, char** argv) {
   r.tune.chunk_elems = uint32_t(a.num("--chunk-elems", 0, 65535, 0));
   r.tune.timeout_ms = uint32_t(a.num("--timeout-ms", 1, 3600000, r.tune.timeout_ms));
   r.tune.first_op = uint32_t(a.num("--first-op", 0, UINT32_MAX, 0));
+  r.tune.gso = !a.has("--no-gso");
   const uint64_t esz = info(d.dtype).bytes;
   if (a.has("--count") && a.has("--size")) fail("give --size or --count, not both");
   if (!r.input.empty() && (a.has("--count") || a.has("--size"))) fail("--input sets the size: drop --size/--count");
@@ -400,12 +404,20 @@ struct Outcome {
   std::string calibration;
   double calibration_seconds = 0;
   std::vector<double> times;
+  double cpu_seconds = 0;  // this process's CPU time (user + system) in the timed collectives
   uint64_t overflow = 0, invalid = 0, nan_input = 0;
   app::CheckResult cr;
   uint64_t checked = 0;
   std::vector<uint8_t> result;
   bool keep = false;
 };
+
+// This process's CPU time so far, user and system.
+double cpu_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 // One timed collective: the switch's --split as non-blocking ops, else Group::run.
 CollReport one(Group& g, const Run& run, const Outcome& oc, const uint8_t* in, uint8_t* out) {
@@ -473,6 +485,10 @@ void report_text(const Run& run, Group& g, const Outcome& oc) {
                 ", nacks %" PRIu64 " (no_free_slot retries %" PRIu64 "), rtt min/srtt/max %.0f/%.0f/%.0f us\n",
                 st.chunks, comm->chunk_elems(d.dtype, o), comm->window(), st.retransmits, st.duplicate_results,
                 st.nacks, st.no_slot_retries, st.rtt_min_us, st.rtt_srtt_us, st.rtt_max_us);
+    std::printf("socket: %" PRIu64 " datagrams in %" PRIu64 " send calls (%s%" PRIu64 " UDP GSO messages of %" PRIu64
+                " datagrams), %" PRIu64 " received in %" PRIu64 " calls (%" PRIu64 " coalesced by UDP GRO)\n",
+                st.packets_sent, st.send_calls, st.gso_refused ? "GSO refused by the kernel, " : "", st.gso_sends,
+                st.gso_datagrams, st.packets_received, st.receive_calls, st.gro_datagrams);
   }
   if (oc.overflow || oc.invalid || oc.nan_input)
     std::printf("flags: overflow=%" PRIu64 " invalid=%" PRIu64 " nan_input=%" PRIu64 "\n", oc.overflow, oc.invalid,
@@ -503,6 +519,7 @@ void report_json(const Run& run, Group& g, const Outcome& oc) {
   j.str("collective", name(d.coll)).str("dtype", info(d.dtype).name).str("out_dtype", info(d.out).name);
   j.str("policy", name(d.policy)).num("count", d.count).num("bytes", uint64_t(bytes)).num("repeat", run.repeat);
   j.num("seconds_min", tmin).num("seconds_median", tmed).num("gbit_s", tmin > 0 ? bytes * 8 / tmin / 1e9 : 0);
+  j.num("cpu_seconds", oc.cpu_seconds);
   j.str("algo", name(algo)).str("algo_requested", algorithm_name(run.algo));
   j.num("segments", oc.ran.segments);
   j.num("chunk_elems", via_switch ? comm->chunk_elems(d.dtype, o) : 0).num("window", via_switch ? comm->window() : 0);
@@ -586,9 +603,10 @@ int run_rank(Run run) {
       b.algorithm = Algorithm::BINOMIAL;
       g.barrier(b);  // untimed
     }
+    const double cpu0 = cpu_now();
     const CollReport rep = one(g, run, oc, in, out);
     oc.ran = rep;
-    if (it >= run.warmup) oc.times.push_back(rep.seconds);
+    if (it >= run.warmup) oc.times.push_back(rep.seconds), oc.cpu_seconds += cpu_now() - cpu0;
     if (it + 1 == run.warmup + run.repeat)
       oc.overflow = rep.overflow, oc.invalid = rep.invalid, oc.nan_input = rep.nan_input;
     if (run.check && oc.keep) {

@@ -81,6 +81,7 @@ struct Tuning {
                                      // gives the first op number, so a restarted job never reuses one it remembers
   uint32_t join_timeout_ms = 60000;  // how long to wait for every rank of the job to join
   uint32_t first_op = 0;             // the first op number when join is false (ops advance by one per collective)
+  bool gso = true;                   // send runs of chunks as UDP GSO messages where the kernel takes them
 };
 
 struct ConfigSelect {
@@ -120,6 +121,10 @@ struct Stats {
   double join_seconds = 0;
   double rtt_min_us = 0, rtt_srtt_us = 0, rtt_max_us = 0;
   double rto_us = 0;
+  uint64_t gso_sends = 0, gso_datagrams = 0, gso_refused = 0;
+  uint64_t gro_buffers = 0, gro_datagrams = 0;
+  uint64_t send_calls = 0, receive_calls = 0;
+  uint64_t queries = 0, status_held = 0, status_missing = 0;
 };
 
 // Stats' fields as one table (as the switch's counters are): each field's

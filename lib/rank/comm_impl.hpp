@@ -20,9 +20,35 @@ namespace prism::rank {
 struct Chunk {
   static constexpr uint32_t kNotInFlight = UINT32_MAX;
   uint64_t sent_ns = 0;        // the last send
+  uint64_t seq = 0;            // the last send's place in this rank's order of sends (Impl::send_seq)
   uint32_t tries = 0;          // sends so far
   uint32_t at = kNotInFlight;  // its place in the window (Impl::inflight)
+  uint64_t query_ns = 0;       // the last QUERY about it (0: none since its last send)
+  uint64_t wait_ns = 0;        // its timer counts from here when later than its send (a HELD about an older chunk)
+  uint32_t unanswered = 0;     // QUERYs about it with no STATUS since
   bool done = false;           // its RESULT is in
+  bool resend = false;         // lost for sure (a STATUS said MISSING): the next round re-sends it
+};
+
+// Loss detection per switch shard (one UDP port, one FIFO at the switch: its
+// chunks complete in the order the ranks sent them, which is the same on
+// every rank). A rank asks before it re-sends, so that it re-sends only what
+// the switch lacks (a chunk late because another rank lost its copy, or
+// started late, is not re-sent by every rank):
+// - RACK (RFC 8985): a chunk still open when a chunk sent after it (in
+//   this rank's order of sends) was answered, and its round trip (and a reordering allowance) has passed, is
+//   suspect: a QUERY asks about it.
+// - A timer with no such evidence (nothing answered: every rank's chunks may
+//   wait for a late rank): a QUERY asks about the shard's oldest chunk due.
+// The switch's STATUS says HELD (it has this rank's contribution and waits
+// for the ranks it names: the timers of the chunks sent with it or after it
+// restart, and the shard's timeout doubles while it waits), MISSING (re-send it, and what went with it), or
+// the RESULT comes again (it was lost). Two QUERYs about a chunk unanswered
+// (loss, or a switch without queries) re-send it.
+struct ShardTimer {
+  uint64_t rack_seq = 0;  // the latest send (Chunk::seq) of a chunk answered on this shard
+  uint64_t rack_rtt = 0;  // that chunk's round trip
+  uint32_t level = 0;     // doublings of the timeout while the switch says HELD (0 again at a RESULT)
 };
 
 struct Op {
@@ -56,16 +82,21 @@ struct Communicator::Impl {
   uint32_t chunk_elems_for(size_t in_bytes, size_t out_bytes) const;
 
   static constexpr size_t kMaxBatch = 256;
+  static constexpr uint32_t kQueryTries = 2;
+  // Doublings of a shard's timeout while the switch says HELD: a late rank
+  // costs a QUERY every 8 RTOs at most, and a loss behind it waits no longer.
+  static constexpr uint32_t kMaxLevel = 3;    // QUERYs unanswered in a row before a timer re-sends instead
   static constexpr uint8_t kOpAbandoned = 8;  // NACK reason: the switch abandoned the op (docs/PROTOCOL.md)
 
   struct InFlight {
     rank::Op* op;
     uint32_t chunk;
   };
+  enum class Send : uint8_t { NEW, RETRANSMIT, QUERY };
   struct Pending {
     rank::Op* op;
     uint32_t chunk;
-    bool retransmit;
+    Send what;
   };
 
   std::string who(const rank::Op& op) const;
@@ -74,7 +105,20 @@ struct Communicator::Impl {
     return wire::shard_port(ep.switch_port, wire::shard_of(ep.job, op, chunk, ep.switch_shards));
   }
   std::string switch_where() const;  // "ip:port", or "ip:first-last" with more than one shard
-  void queue(rank::Op& op, uint32_t c, bool retransmit);
+  rank::ShardTimer& timer_of(uint32_t op, uint32_t chunk) {
+    return timers[wire::shard_of(ep.job, op, chunk, ep.switch_shards)];
+  }
+  // How long a QUERY's answer may take before it counts as lost: a round trip
+  // to the switch that waits for no rank (twice the least seen, or the
+  // smoothed one when that is larger; at least 100 µs; the RTO before any).
+  uint64_t query_timeout() const {
+    if (!rtt.samples()) return rtt.rto();
+    return std::max<uint64_t>({2 * rtt.min(), uint64_t(rtt.srtt()), 100000});
+  }
+  void queue(rank::Op& op, uint32_t c, Send what);
+  void due_chunks(uint64_t t);
+  void on_status(rank::Op& op, const wire::Parsed& p, uint64_t t);
+  void wait_from(const rank::Op& op, uint32_t c, uint64_t t);
   void send_due(uint64_t t);
   void receive(int wait_ms, uint64_t t);
   void on_result(rank::Op& op, const wire::Parsed& p, uint64_t t);
@@ -89,13 +133,17 @@ struct Communicator::Impl {
   rank::UdpLink link;
   rank::RttEstimator rtt;
   uint32_t next_op;
-  uint32_t nonce = 0;  // this communicator's JOIN nonce (0: did not join)
+  uint64_t send_seq = 0;  // sends of chunks so far (Chunk::seq)
+  uint32_t nonce = 0;     // this communicator's JOIN nonce (0: did not join)
   uint32_t window = 64;
   size_t mtu = 1500;
   std::unordered_map<uint32_t, std::unique_ptr<rank::Op>> ops;  // by op number, until waited for
   std::deque<rank::Op*> sendq;                                  // ops with chunks never sent, in call order
   std::vector<InFlight> inflight;                               // the window: chunks sent and not complete
-  std::vector<std::array<uint8_t, wire::kHeaderSize>> heads;    // headers of the batch being sent
+  std::vector<rank::ShardTimer> timers;                         // by switch shard
+  std::vector<InFlight> oldest_due;                             // by switch shard: the chunk a QUERY asks about
+  std::string waiting_for;  // the last HELD's news: which ranks the switch still lacks (for a timeout's message)
+  std::vector<std::array<uint8_t, wire::kHeaderSize>> heads;  // headers of the batch being sent
   std::array<rank::UdpLink::Datagram, kMaxBatch> dgrams{};
   std::vector<Pending> batch;
   Stats stats;

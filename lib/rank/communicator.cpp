@@ -49,7 +49,7 @@ std::string list_chunks(const Op& op, size_t limit) {
 Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
     : ep(e),
       tune(t),
-      link(e.local_ip, e.local_port, e.switch_ip, e.switch_port),
+      link(e.local_ip, e.local_port, e.switch_ip, e.switch_port, t.gso),
       rtt(uint64_t(t.rto_initial_ms) * 1000000, uint64_t(t.rto_min_ms) * 1000000, uint64_t(t.rto_max_ms) * 1000000),
       next_op(t.first_op) {
   if (e.group == 0) throw Error(Errc::INVALID_ARGUMENT, "the job's group (R) must be 1 or more");
@@ -70,6 +70,8 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
   mtu = link.path_mtu();
   heads.resize(kMaxBatch);
   batch.reserve(kMaxBatch);
+  timers.assign(e.switch_shards, {});
+  oldest_due.assign(e.switch_shards, {nullptr, 0});
   if (t.join) join();
 }
 
@@ -200,32 +202,72 @@ void Communicator::Impl::fail(Op& op, Error e) {
   op.queued = false;
 }
 
-void Communicator::Impl::queue(Op& op, uint32_t c, bool retransmit) {
+void Communicator::Impl::queue(Op& op, uint32_t c, Send what) {
   wire::Header h = op.desc;
   h.chunk = c;
   const size_t first = size_t(c) * op.C;
   h.count = uint16_t(std::min<size_t>(op.C, op.count - first));
-  h.flags = uint8_t((c + 1 == op.nchunks ? wire::hflag::LAST_CHUNK : 0) | (retransmit ? wire::hflag::RETRANSMIT : 0));
+  h.flags = uint8_t((c + 1 == op.nchunks ? wire::hflag::LAST_CHUNK : 0) |
+                    (what == Send::RETRANSMIT ? wire::hflag::RETRANSMIT : 0));
   const size_t k = batch.size();
+  batch.push_back({&op, c, what});
+  if (what == Send::QUERY) {
+    wire::put_header(wire::query_header(h), heads[k].data());
+    dgrams[k] = {heads[k].data(), wire::kHeaderSize, nullptr, 0, port_of(op.op, c)};
+    return;
+  }
   wire::put_header(h, heads[k].data());
-  batch.push_back({&op, c, retransmit});
   dgrams[k] = {heads[k].data(), wire::kHeaderSize, op.in + first * op.in_bytes, size_t(h.count) * op.in_bytes,
                port_of(op.op, c)};
 }
 
-// Sends what is due: retransmissions of chunks whose timer ran out, then new
-// chunks while the window has room, in the one global chunk order.
+// What the window's timers and the RESULTs so far say (rank::ShardTimer):
+// chunks the switch lacks are re-sent; suspects are asked about.
+void Communicator::Impl::due_chunks(uint64_t t) {
+  const uint64_t reorder = uint64_t(rtt.srtt() / 4), qto = query_timeout();
+  for (auto& d : oldest_due) d.op = nullptr;
+  for (const auto& f : inflight) {
+    if (batch.size() + oldest_due.size() >= kMaxBatch) break;
+    rank::Chunk& ch = f.op->chunks[f.chunk];
+    const rank::ShardTimer& st = timer_of(f.op->op, f.chunk);
+    if (ch.resend) {
+      queue(*f.op, f.chunk, Send::RETRANSMIT);
+      continue;
+    }
+    const uint64_t rto = rtt.timeout(ch.tries + st.level);
+    if (ch.query_ns && t < ch.query_ns + qto) continue;  // a QUERY about it is on its way
+    const bool suspect = st.rack_seq > ch.seq && t >= ch.sent_ns + st.rack_rtt + reorder;
+    const bool late = t >= std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rto;
+    if (!suspect && !late) continue;
+    if (ch.unanswered >= kQueryTries) {  // no STATUS came back (loss, or a switch without queries): re-send
+      queue(*f.op, f.chunk, Send::RETRANSMIT);
+    } else if (suspect) {
+      queue(*f.op, f.chunk, Send::QUERY);
+    } else {
+      InFlight& o = oldest_due[wire::shard_of(ep.job, f.op->op, f.chunk, ep.switch_shards)];
+      // The oldest not yet asked about since its last send, else the oldest: a
+      // HELD for one chunk must not keep another, lost, from being asked about.
+      const rank::Chunk* oc = o.op ? &o.op->chunks[o.chunk] : nullptr;
+      if (!oc || std::pair(ch.query_ns != 0, ch.seq) < std::pair(oc->query_ns != 0, oc->seq)) o = f;
+    }
+  }
+  for (uint32_t s = 0; s < oldest_due.size(); ++s) {
+    const InFlight& o = oldest_due[s];
+    if (!o.op) continue;
+    queue(*o.op, o.chunk, Send::QUERY);
+    wait_from(*o.op, o.chunk, t);  // the shard's chunks sent after it wait for this answer
+  }
+}
+
+// Sends what is due: chunks lost, QUERYs for chunks late, then new chunks
+// while the window has room, in the one global chunk order.
 void Communicator::Impl::send_due(uint64_t t) {
   batch.clear();
-  for (const auto& f : inflight) {
-    if (batch.size() == kMaxBatch) break;
-    const rank::Chunk& ch = f.op->chunks[f.chunk];
-    if (t >= ch.sent_ns + rtt.timeout(ch.tries)) queue(*f.op, f.chunk, true);
-  }
+  due_chunks(t);
   size_t room = window > inflight.size() ? window - inflight.size() : 0;
   while (room && batch.size() < kMaxBatch && !sendq.empty()) {
     Op& op = *sendq.front();
-    queue(op, op.next_new, false);
+    queue(op, op.next_new, Send::NEW);
     --room;
     if (++op.next_new == op.nchunks) {
       sendq.pop_front();
@@ -237,11 +279,21 @@ void Communicator::Impl::send_due(uint64_t t) {
   for (size_t i = 0; i < sent; ++i) {
     const Pending& b = batch[i];
     rank::Chunk& ch = b.op->chunks[b.chunk];
-    ch.sent_ns = t;
-    ++ch.tries;
     ++stats.packets_sent;
     stats.bytes_sent += dgrams[i].head_len + dgrams[i].body_len;
-    if (b.retransmit) {
+    if (b.what == Send::QUERY) {
+      ch.query_ns = t;
+      ++ch.unanswered;
+      ++stats.queries;
+      continue;
+    }
+    ch.sent_ns = t;
+    ch.seq = ++send_seq;
+    ch.query_ns = 0;
+    ch.unanswered = 0;
+    ch.resend = false;
+    ++ch.tries;
+    if (b.what == Send::RETRANSMIT) {
       ++stats.retransmits;
       ++b.op->report.retransmits;
     } else {
@@ -253,10 +305,15 @@ void Communicator::Impl::send_due(uint64_t t) {
     }
   }
   // The kernel's queue was full: new chunks it did not take go back to the
-  // front of the order (last first, so the earliest op ends up in front).
+  // front of the order (last first, so the earliest op ends up in front); a
+  // loss it did not take is re-sent next round.
   for (size_t i = batch.size(); i-- > sent;) {
     const Pending& b = batch[i];
-    if (b.retransmit) continue;  // its timer has run out already: the next round sends it
+    if (b.what == Send::QUERY) continue;  // its timer asks again
+    if (b.what == Send::RETRANSMIT) {
+      b.op->chunks[b.chunk].resend = true;
+      continue;
+    }
     if (!b.op->queued) {
       sendq.push_front(b.op);
       b.op->queued = true;
@@ -283,7 +340,14 @@ void Communicator::Impl::on_result(Op& op, const wire::Parsed& p, uint64_t t) {
       op.report.nan_input += (p.sideband[i] & flag::NAN_INPUT) != 0;
     }
   ch.done = true;
+  ch.resend = false;
   if (ch.tries == 1) rtt.sample(t - ch.sent_ns);  // Karn: a retransmitted chunk's round trip is ambiguous
+  rank::ShardTimer& st = timer_of(op.op, c);
+  if (ch.seq > st.rack_seq) {
+    st.rack_seq = ch.seq;
+    st.rack_rtt = t - ch.sent_ns;
+  }
+  st.level = 0;  // the shard moves: no rank is holding it up
   leave_window(op, c);
   ++stats.results;
   op.t_progress = t;
@@ -323,6 +387,53 @@ void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* b
                  op.op, reason));
 }
 
+// A QUERY answered (rank::ShardTimer). HELD: the switch has this rank's
+// contribution and waits for others: every timer of the shard restarts, a
+// little longer each time. MISSING: the contribution was lost: re-send it,
+// and every chunk of the shard sent with it or before.
+void Communicator::Impl::on_status(Op& op, const wire::Parsed& p, uint64_t t) {
+  const uint32_t c = p.h.chunk;
+  if (c >= op.nchunks) return void(++stats.stray);
+  rank::Chunk& q = op.chunks[c];
+  q.unanswered = 0;
+  rank::ShardTimer& st = timer_of(op.op, c);
+  if (p.h.status == wire::qstatus::HELD) {
+    ++stats.status_held;
+    wait_from(op, c, t);
+    st.level = std::min<uint32_t>(st.level + 1, kMaxLevel);
+    std::string missing;
+    size_t named = 0;
+    for (uint32_t rk = 0; rk < ep.group && size_t(rk / 8) < p.payload_len; ++rk)
+      if (p.payload[rk / 8] & (1u << (rk % 8))) missing.append(named++ ? ", " : "").append(std::to_string(rk));
+    waiting_for = "the switch holds this rank's contribution to chunk " + std::to_string(c) + " and has " +
+                  std::to_string(p.h.terms) + " of " + std::to_string(ep.group);
+    if (named) waiting_for += "; it waits for rank" + std::string(named > 1 ? "s " : " ") + missing;
+    return;
+  }
+  ++stats.status_missing;
+  if (q.done) return;
+  // Lost: it, and what this rank sent to the shard with it or before that is late too.
+  const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
+  for (const auto& f : inflight) {
+    rank::Chunk& ch = f.op->chunks[f.chunk];
+    if (&ch == &q ||
+        (ch.seq <= q.seq && !ch.query_ns && wire::shard_of(ep.job, f.op->op, f.chunk, ep.switch_shards) == shard &&
+         t >= ch.sent_ns + rtt.timeout(ch.tries)))
+      ch.resend = true;
+  }
+}
+
+// Restarts the timers of the chunks sent to (op, c)'s shard with it or after
+// it: while the switch waits for others on c, it waits on them too.
+void Communicator::Impl::wait_from(const Op& op, uint32_t c, uint64_t t) {
+  const uint64_t from = op.chunks[c].seq;
+  const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
+  for (const auto& f : inflight) {
+    rank::Chunk& ch = f.op->chunks[f.chunk];
+    if (ch.seq >= from && wire::shard_of(ep.job, f.op->op, f.chunk, ep.switch_shards) == shard) ch.wait_ns = t;
+  }
+}
+
 void Communicator::Impl::receive(int wait_ms, uint64_t t) {
   const size_t n = link.receive(wait_ms);
   if (n) t = now_ns();
@@ -346,6 +457,13 @@ void Communicator::Impl::receive(int wait_ms, uint64_t t) {
       ++stats.nack_by_reason[p.h.status & 15];
       if (it != ops.end() && !it->second->finished)
         on_nack(*it->second, p, link.data(i) + wire::kHeaderSize, len - wire::kHeaderSize);
+      continue;
+    }
+    if (p.h.kind == wire::Kind::STATUS) {
+      if (it != ops.end() && !it->second->finished)
+        on_status(*it->second, p, t);
+      else
+        ++stats.stray;
       continue;
     }
     if (p.h.kind != wire::Kind::RESULT) {
@@ -376,7 +494,11 @@ void Communicator::Impl::check_deadlines(uint64_t t) {
     std::string msg = who(o) + ": no RESULT for " + std::to_string(missing) + " of " + std::to_string(o.nchunks) +
                       " chunks (" + list_chunks(o, 8) + ") in " + std::to_string(tune.timeout_ms) +
                       " ms, each sent up to " + std::to_string(tries) + " times to the switch at " + switch_where();
-    if (stats.results == 0 && stats.nacks == 0)
+    if (!waiting_for.empty())
+      msg += ". Last news from the switch: " + waiting_for +
+             ". A rank of the job never sent these chunks (it died, "
+             "or called a different collective)";
+    else if (stats.results == 0 && stats.nacks == 0)
       msg += ". The switch never answered this rank: is it running, does its config register this rank at " +
              (ep.local_ip.empty() ? std::string("this host") : ep.local_ip) + ":" + std::to_string(ep.local_port) +
              " with this host's MAC, and is the rank on the switch port's network?";
@@ -397,9 +519,18 @@ void Communicator::Impl::progress(int max_wait_ms) {
   int wait = 0;
   if (max_wait_ms > 0) {
     uint64_t next = t + uint64_t(max_wait_ms) * 1000000;
+    const uint64_t reorder = uint64_t(rtt.srtt() / 4), qto = query_timeout();
     for (const auto& f : inflight) {
       const rank::Chunk& ch = f.op->chunks[f.chunk];
-      next = std::min(next, ch.sent_ns + rtt.timeout(ch.tries));
+      const rank::ShardTimer& st = timer_of(f.op->op, f.chunk);
+      const uint64_t rto = rtt.timeout(ch.tries + st.level);
+      if (ch.resend) next = t;
+      if (ch.query_ns && t < ch.query_ns + qto) {
+        next = std::min(next, ch.query_ns + qto);
+        continue;
+      }
+      next = std::min(next, std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rto);
+      if (st.rack_seq > ch.seq) next = std::min(next, ch.sent_ns + st.rack_rtt + reorder);
     }
     if (!sendq.empty() && inflight.size() < window) next = t;  // the kernel's queue was full: try again soon
     wait = next > t ? int(std::max<uint64_t>(1, (next - t + 999999) / 1000000)) : 0;
@@ -482,6 +613,14 @@ const Stats& Communicator::stats() const {
   s.rtt_max_us = double(impl_->rtt.max()) / 1e3;
   s.rtt_srtt_us = impl_->rtt.srtt() / 1e3;
   s.rto_us = double(impl_->rtt.rto()) / 1e3;
+  const rank::UdpLink::Counters& c = impl_->link.counters();
+  s.gso_sends = c.gso_sends;
+  s.gso_datagrams = c.gso_datagrams;
+  s.gso_refused = impl_->link.gso_refused();
+  s.gro_buffers = c.gro_buffers;
+  s.gro_datagrams = c.gro_datagrams;
+  s.send_calls = c.syscalls_send;
+  s.receive_calls = c.syscalls_receive;
   return s;
 }
 const Endpoints& Communicator::endpoints() const { return impl_->ep; }

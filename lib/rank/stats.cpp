@@ -29,6 +29,20 @@ constexpr StatField kStatFields[] = {
     value("rtt_srtt_us", "the smoothed round trip of chunks sent once", &Stats::rtt_srtt_us),
     value("rtt_max_us", "the largest round trip of a chunk sent once", &Stats::rtt_max_us),
     value("rto_us", "the retransmission timeout now", &Stats::rto_us),
+    count("gso_sends", "UDP GSO messages sent (each a run of 2 or more chunks to one switch port)", &Stats::gso_sends),
+    count("gso_datagrams", "datagrams sent inside UDP GSO messages", &Stats::gso_datagrams),
+    count("gso_refused",
+          "1 when the kernel refused UDP GSO (EINVAL/EIO: no checksum offload on the path) and "
+          "sends fell back to plain sendmmsg",
+          &Stats::gso_refused),
+    count("gro_buffers", "received buffers the kernel had coalesced (UDP_GRO)", &Stats::gro_buffers),
+    count("gro_datagrams", "datagrams inside coalesced buffers", &Stats::gro_datagrams),
+    count("queries", "QUERYs sent: a chunk late with no sign of loss, asked about instead of re-sent", &Stats::queries),
+    count("status_held", "STATUS HELD received: the switch had this rank's contribution and waited for others",
+          &Stats::status_held),
+    count("status_missing", "STATUS MISSING received: the switch lacked it (lost): re-sent", &Stats::status_missing),
+    count("send_calls", "system calls that sent (sendmmsg)", &Stats::send_calls),
+    count("receive_calls", "system calls that received (recvmmsg)", &Stats::receive_calls),
 };
 // Every field but the array: a field added to Stats without a row changes its size.
 static_assert(sizeof(Stats) == std::size(kStatFields) * 8 + sizeof(Stats::nack_by_reason),

@@ -1,14 +1,24 @@
 // The rank's kernel UDP socket: bound to the rank's registered address,
 // connected to the switch's (its base udp_port, where every reply comes
 // from: the kernel then drops datagrams from anyone else), DF set (the
-// switch refuses IP fragments), and batched I/O (sendmmsg / recvmmsg) so a
-// window of chunks costs a few system calls, not one per packet. A datagram
-// may name another UDP port of the switch (a shard port, proto/steer.hpp):
-// Linux takes a per-message destination on a connected UDP socket and keeps
-// the connection's receive filter.
+// switch refuses IP fragments), and batched I/O so a window of chunks costs a
+// few system calls, not one per packet:
+// - sends: a run of equal-size datagrams to one of the switch's ports goes as
+//   one UDP GSO message (UDP_SEGMENT: the kernel cuts it into the datagrams,
+//   headers and bodies gathered from where they are, no copy), several runs
+//   in one sendmmsg. GSO is probed on the first send: a kernel or interface
+//   that refuses it (EINVAL, EIO: no checksum offload) turns it off for the
+//   link's life, and every run goes as plain datagrams; gso_refused() says so.
+// - receives: recvmmsg, with UDP_GRO set where the kernel has it, so the
+//   datagrams the kernel coalesced arrive as one buffer and are cut back
+//   into datagrams here (the UDP_GRO control message gives their size).
+// A datagram may name another UDP port of the switch (a shard port,
+// proto/steer.hpp): Linux takes a per-message destination on a connected UDP
+// socket and keeps the connection's receive filter.
 #pragma once
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -21,7 +31,9 @@ namespace prism::rank {
 class UdpLink {
  public:
   // Throws prism::Error (SYSTEM, INVALID_ARGUMENT) with what failed and what to check.
-  UdpLink(const std::string& local_ip, uint16_t local_port, const std::string& switch_ip, uint16_t switch_port);
+  // `gso` false: never try UDP GSO (plain sendmmsg), e.g. to compare the two.
+  UdpLink(const std::string& local_ip, uint16_t local_port, const std::string& switch_ip, uint16_t switch_port,
+          bool gso = true);
   ~UdpLink();
   UdpLink(const UdpLink&) = delete;
   UdpLink& operator=(const UdpLink&) = delete;
@@ -38,24 +50,59 @@ class UdpLink {
     size_t body_len;
     uint16_t port = 0;
   };
-  // Sends them all, in batches; returns how many the kernel took (the rest
+  // Sends them all, in order; returns how many the kernel took (the rest
   // when its buffer is full: ENOBUFS/EAGAIN, to be sent again later).
   size_t send(const Datagram* d, size_t n);
 
-  // Waits up to `timeout_ms` (0: not at all) for datagrams and receives up
-  // to kBatch of them into the link's buffers; returns how many.
+  // Waits up to `timeout_ms` (0: not at all) for datagrams and receives what
+  // is there, up to a batch; returns how many datagrams (coalesced ones cut
+  // apart). data(i)/length(i) stay valid until the next receive; length 0
+  // marks a datagram that did not fit the buffer (truncated: not data).
   size_t receive(int timeout_ms);
-  const uint8_t* data(size_t i) const { return bufs_.data() + i * kBufSize; }
-  size_t length(size_t i) const { return lens_[i]; }
+  const uint8_t* data(size_t i) const { return views_[i].data; }
+  size_t length(size_t i) const { return views_[i].len; }
 
-  static constexpr size_t kBatch = 64, kBufSize = 9216;
+  // What the batching did, for the rank's statistics.
+  struct Counters {
+    uint64_t gso_sends = 0;      // UDP GSO messages sent (each a run of 2 or more datagrams)
+    uint64_t gso_datagrams = 0;  // datagrams inside them
+    uint64_t gro_buffers = 0;    // received buffers the kernel had coalesced (2 or more datagrams)
+    uint64_t gro_datagrams = 0;  // datagrams inside them
+    uint64_t syscalls_send = 0, syscalls_receive = 0;
+  };
+  const Counters& counters() const { return counters_; }
+  bool gso() const { return gso_ == Gso::ON || gso_ == Gso::UNTRIED; }
+  bool gso_refused() const { return gso_ == Gso::REFUSED; }
+  bool gro() const { return gro_; }
+  int send_buffer() const { return sndbuf_; }
+  int receive_buffer() const { return rcvbuf_; }
+
+  static constexpr size_t kBatch = 64, kBufSize = 9216;         // receive without GRO: datagrams up to jumbo
+  static constexpr size_t kGroBatch = 16, kGroBufSize = 65536;  // with GRO: a coalesced buffer each
+  static constexpr size_t kMaxSegments = 64;                    // UDP_MAX_SEGMENTS of every kernel with UDP GSO
+  static constexpr size_t kMaxGsoBytes = 65507 - 8;             // a GSO message's UDP payload, room to spare
 
  private:
+  enum class Gso { UNTRIED, ON, OFF, REFUSED };
+  struct View {
+    const uint8_t* data;
+    size_t len;
+  };
+  size_t send_plain(const Datagram* d, size_t n);
+
   int fd_ = -1;
   sockaddr_in remote_{};  // the switch's address and base port (connected)
+  Gso gso_ = Gso::UNTRIED;
+  bool gro_ = false;
+  int sndbuf_ = 0, rcvbuf_ = 0;
+  size_t batch_ = 0, buf_size_ = 0;  // receive: buffers of buf_size_ bytes, batch_ of them
   std::vector<uint8_t> bufs_;
-  std::vector<size_t> lens_;
-  std::vector<iovec> iov_;
+  std::vector<View> views_;
+  std::vector<iovec> iov_, send_iov_;
+  std::vector<uint8_t> control_;
+  std::vector<struct mmsghdr> msgs_;
+  static constexpr size_t kControl = 64;  // a received message's control buffer (UDP_GRO's int)
+  Counters counters_;
 };
 
 }  // namespace prism::rank

@@ -145,8 +145,27 @@ class FakeSwitch {
     raw_send(rank, d);
   }
 
+  // QUERY (kind 11, docs/PROTOCOL.md, Queries): the RESULT again when the
+  // chunk is complete; else STATUS (kind 12), status 1 HELD when the
+  // asker's contribution is in, 0 MISSING when not, terms = contributions in,
+  // body = the bitmap of ranks still lacking.
+  void on_query(const uint8_t* p) {
+    ++queries_;
+    const uint16_t sender = be16(p + 16);
+    const auto it = chunks_.find({be32(p + 8), be32(p + 12)});
+    if (it != chunks_.end() && !it->second.result.empty()) return send_to(sender, it->second.result);
+    const bool held = it != chunks_.end() && it->second.seen.count(sender);
+    std::vector<uint8_t> d = answer(p, 12, held ? 1 : 0, it == chunks_.end() ? 0 : (group_ + 7) / 8);
+    put16(&d[20], uint16_t(it == chunks_.end() ? 0 : it->second.seen.size()));
+    if (it != chunks_.end())
+      for (uint16_t r = 0; r < group_; ++r)
+        if (!it->second.seen.count(r)) d[32 + r / 8] |= uint8_t(1u << (r % 8));
+    send_to(sender, d);
+  }
+
   void on_contrib(const uint8_t* p, size_t n) {
     if (n >= 32 && be16(p) == 0x5052 && p[3] == 5) return on_join(p);
+    if (n == 32 && be16(p) == 0x5052 && p[3] == 11) return on_query(p);
     if (n < 32 || be16(p) != 0x5052 || p[3] != 1) return;
     const uint32_t op = be32(p + 8), chunk = be32(p + 12);
     const uint16_t sender = be16(p + 16), count = be16(p + 22);
@@ -204,7 +223,7 @@ class FakeSwitch {
   // (job + op + chunk) mod S, summed without wrapping; a JOIN's is job mod S.
   void check_port(const uint8_t* p, size_t n, uint32_t at) {
     ++per_shard_[at];
-    if (n < 32 || be16(p) != 0x5052 || (p[3] != 1 && p[3] != 5)) return;
+    if (n < 32 || be16(p) != 0x5052 || (p[3] != 1 && p[3] != 5 && p[3] != 11)) return;
     const uint64_t sum = p[3] == 5 ? uint64_t(be32(p + 4)) : uint64_t(be32(p + 4)) + be32(p + 8) + be32(p + 12);
     if (sum % fds_.size() != at) ++missteered_;
   }
@@ -250,13 +269,14 @@ class FakeSwitch {
   std::map<std::pair<uint32_t, uint32_t>, Chunk> chunks_;
   std::set<std::pair<std::pair<uint32_t, uint32_t>, uint16_t>> nacked_;
   std::vector<std::pair<uint16_t, std::vector<uint8_t>>> held_;
-  std::atomic<uint64_t> dups_{0}, contribs_{0}, joins_{0};
+  std::atomic<uint64_t> dups_{0}, contribs_{0}, joins_{0}, queries_{0};
   std::map<uint16_t, uint32_t> nonces_;
   uint32_t sessions_ = 0;
 
  public:
   static constexpr uint32_t kFirstOp = 1000;  // the first op number of session k is 1000 * (k + 1)
   uint64_t joins() const { return joins_; }
+  uint64_t queries() const { return queries_; }
 
  public:
   uint32_t job = kJob;  // the job the ranks of endpoints() belong to (the switch echoes any)
@@ -292,7 +312,7 @@ prism::Tuning fast() {
 // R ranks each run `ops` allreduces of `count` int32 (non-blocking, `split`
 // ops in flight); every rank checks every element against the sum computed here.
 void run_ranks(FakeSwitch& sw, uint16_t R, size_t count, uint32_t ops, uint32_t split, prism::Tuning t,
-               std::vector<prism::Stats>* stats = nullptr) {
+               std::vector<prism::Stats>* stats = nullptr, int late_rank = -1, int late_ms = 0) {
   std::vector<std::thread> th;
   std::vector<std::string> errors(R);
   std::vector<prism::Stats> st(R);
@@ -301,6 +321,7 @@ void run_ranks(FakeSwitch& sw, uint16_t R, size_t count, uint32_t ops, uint32_t 
       try {
         prism::Communicator c(sw.endpoints(r), t);
         for (uint32_t op = 0; op < ops; op += split) {
+          if (r == late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));  // before each op
           std::vector<std::vector<int32_t>> in(split), out(split);
           std::vector<prism::Request> req;
           for (uint32_t s = 0; s < split; ++s) {
@@ -346,6 +367,22 @@ TEST(Rank, ExactSumsWithoutImpairment) {
   }
 }
 
+TEST(Rank, ALateRankCostsNoRetransmissionTheOthersAskAndWait) {
+  // Rank 2 starts every op 60 ms after the others (RTO 5 ms): the others'
+  // timers run out many times over, but a QUERY finds the switch holding
+  // their contributions (STATUS HELD): nothing is sent twice.
+  FakeSwitch sw(3, {});
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 3, 2000, 3, 1, fast(), &st, 2, 60);
+  for (uint16_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(st[r].retransmits, 0u) << "rank " << r;
+    EXPECT_EQ(st[r].results, 60u) << "rank " << r;
+    EXPECT_EQ(st[r].status_missing, 0u) << "rank " << r;
+    if (r != 2) EXPECT_GT(st[r].status_held, 0u) << "rank " << r << " asked instead of re-sending";
+  }
+  EXPECT_EQ(sw.duplicates_dropped(), 0u);
+}
+
 TEST(Rank, LossBothWaysDuplicationAndReordering) {
   Impair im;
   im.loss_in = 10;
@@ -362,6 +399,7 @@ TEST(Rank, LossBothWaysDuplicationAndReordering) {
   }
   EXPECT_GT(retx, 0u);
   EXPECT_GT(sw.duplicates_dropped(), 0u);
+  EXPECT_GT(sw.queries(), 0u);
 }
 
 // Every CONTRIB (retransmissions included) and every JOIN goes to the port
