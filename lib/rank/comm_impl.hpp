@@ -28,6 +28,7 @@ struct Chunk {
   uint32_t unanswered = 0;     // QUERYs about it with no STATUS since
   bool done = false;           // its RESULT is in
   bool resend = false;         // lost for sure (a STATUS said MISSING): the next round re-sends it
+  bool waited = false;         // a QUERY or a HELD touched it: its round trip measures a wait, not the path
 };
 
 // Loss detection per switch shard (one UDP port, one FIFO at the switch: its
@@ -108,12 +109,12 @@ struct Communicator::Impl {
   rank::ShardTimer& timer_of(uint32_t op, uint32_t chunk) {
     return timers[wire::shard_of(ep.job, op, chunk, ep.switch_shards)];
   }
-  // How long a QUERY's answer may take before it counts as lost: a round trip
-  // to the switch that waits for no rank (twice the least seen, or the
-  // smoothed one when that is larger; at least 100 µs; the RTO before any).
+  // How long a QUERY's answer may take before it counts as lost: the path's
+  // own RTO (from chunks that waited for no rank), without the floor that
+  // a data retransmission needs, at least 1 ms; the RTO before any sample.
   uint64_t query_timeout() const {
     if (!rtt.samples()) return rtt.rto();
-    return std::max<uint64_t>({2 * rtt.min(), uint64_t(rtt.srtt()), 100000});
+    return std::max<uint64_t>(rtt.rto_unclamped(), 1000000);
   }
   void queue(rank::Op& op, uint32_t c, Send what);
   void due_chunks(uint64_t t);

@@ -283,6 +283,7 @@ void Communicator::Impl::send_due(uint64_t t) {
     stats.bytes_sent += dgrams[i].head_len + dgrams[i].body_len;
     if (b.what == Send::QUERY) {
       ch.query_ns = t;
+      ch.waited = true;
       ++ch.unanswered;
       ++stats.queries;
       continue;
@@ -341,7 +342,9 @@ void Communicator::Impl::on_result(Op& op, const wire::Parsed& p, uint64_t t) {
     }
   ch.done = true;
   ch.resend = false;
-  if (ch.tries == 1) rtt.sample(t - ch.sent_ns);  // Karn: a retransmitted chunk's round trip is ambiguous
+  // Karn: a retransmitted chunk's round trip is ambiguous; one that was asked
+  // about or held up measures another rank's delay, not the path's.
+  if (ch.tries == 1 && !ch.waited) rtt.sample(t - ch.sent_ns);
   rank::ShardTimer& st = timer_of(op.op, c);
   if (ch.seq > st.rack_seq) {
     st.rack_seq = ch.seq;
@@ -430,7 +433,10 @@ void Communicator::Impl::wait_from(const Op& op, uint32_t c, uint64_t t) {
   const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
   for (const auto& f : inflight) {
     rank::Chunk& ch = f.op->chunks[f.chunk];
-    if (ch.seq >= from && wire::shard_of(ep.job, f.op->op, f.chunk, ep.switch_shards) == shard) ch.wait_ns = t;
+    if (ch.seq >= from && wire::shard_of(ep.job, f.op->op, f.chunk, ep.switch_shards) == shard) {
+      ch.wait_ns = t;
+      ch.waited = true;
+    }
   }
 }
 

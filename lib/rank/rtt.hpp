@@ -38,6 +38,8 @@ class RttEstimator {
     return std::min(rto_ << shift, std::max(max_, rto_));
   }
   uint64_t rto() const { return rto_; }
+  // SRTT + 4·RTTVAR without the floor and the ceiling (0 before a sample).
+  uint64_t rto_unclamped() const { return uint64_t(srtt_ + 4 * rttvar_); }
   double srtt() const { return srtt_; }
   uint64_t min() const { return lo_; }
   uint64_t max() const { return hi_; }
