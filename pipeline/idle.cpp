@@ -13,6 +13,8 @@ void IdleWait::start() const {
   if (adaptive()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // 1 us, for this thread only
 }
 
+uint64_t IdleWait::now_us() const { return uint64_t(double(rte_rdtsc()) * us_per_tsc_); }
+
 void IdleWait::sleep(uint32_t us) {
   const uint64_t t0 = rte_rdtsc();
   const timespec ts{0, long(us) * 1000};

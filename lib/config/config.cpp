@@ -589,7 +589,7 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   }
   c.polling = std::any_of(c.ports.begin(), c.ports.end(), kernel_interface) ? Polling::ADAPTIVE : Polling::BUSY;
   if (const YAML::Node p = root["polling"]) c.polling = rd.word<Polling>(p, "polling", "a polling mode");
-  c.polling_sleep_max_us = uint32_t(rd.uint_or(root, "polling_sleep_max_us", "", 1, 100000, 250));
+  c.polling_sleep_max_us = uint32_t(rd.uint_or(root, "polling_sleep_max_us", "", 1, 100000, 1000));
   // Shards: one per listed lcore unless given. Clients read the same key (the steering rule's S).
   c.reducer_shards = uint32_t(std::max<size_t>(1, c.lcores.size()));
   if (const YAML::Node r = root["reducers"]) {

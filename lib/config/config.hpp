@@ -150,7 +150,8 @@ inline constexpr size_t kPollingCount = 2;
 inline constexpr Entry<Polling> kPollings[] = {
     {Polling::BUSY, "busy", "poll without pause: the lowest latency, and a whole CPU per lcore even when idle"},
     {Polling::ADAPTIVE, "adaptive",
-     "after a run of empty polls, sleep a bounded, growing time (up to polling_sleep_max_us); busy again at the "
+     "when the queues are empty, sleep an eighth of the time idle so far, up to polling_sleep_max_us; busy again at "
+     "the "
      "first packet"},
 };
 static_assert(std::size(kPollings) == kPollingCount, "every Polling has a row in kPollings");
@@ -190,7 +191,7 @@ struct SwitchConfig {
   Layout layout = Layout::SHARED_NOTHING;
   // Default: adaptive when any port is on a Linux interface (kernel_interface), else busy.
   Polling polling = Polling::BUSY;
-  uint32_t polling_sleep_max_us = 250;  // adaptive: the longest sleep (OVS-DPDK's pmd-sleep-max)
+  uint32_t polling_sleep_max_us = 1000;  // adaptive: the longest sleep (OVS-DPDK's pmd-sleep-max)
 
   const JobConfig* job(uint32_t id) const;
   const PortConfig* port(uint16_t id) const;

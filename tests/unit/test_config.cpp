@@ -860,7 +860,7 @@ TEST(ConfigPools, ErrorsSayWhereAndWhat) {
 namespace {
 TEST(ConfigPolling, DefaultFollowsThePortsAndTheKeyOverrides) {
   EXPECT_EQ(parse_config(kBase, "t.yaml").polling, prism::Polling::BUSY);  // ports without a device
-  EXPECT_EQ(parse_config(kBase, "t.yaml").polling_sleep_max_us, 250u);
+  EXPECT_EQ(parse_config(kBase, "t.yaml").polling_sleep_max_us, 1000u);
   for (const char* dev : {"net_af_packet0,iface=r0", "net_af_xdp0,iface=r0", "net_tap0,iface=t0"}) {
     const std::string y = with(kBase, "{id: 1, mac", std::string("{id: 1, device: \"") + dev + "\", mac");
     EXPECT_EQ(parse_config(y, "t.yaml").polling, prism::Polling::ADAPTIVE) << dev;
@@ -868,9 +868,9 @@ TEST(ConfigPolling, DefaultFollowsThePortsAndTheKeyOverrides) {
   }
   const std::string pcap = with(kBase, "{id: 1, mac", "{id: 1, device: \"net_pcap1,rx_pcap=a.pcap\", mac");
   EXPECT_EQ(parse_config(pcap, "t.yaml").polling, prism::Polling::BUSY);
-  const SwitchConfig c = parse_config(kBase + "polling: adaptive\npolling_sleep_max_us: 1000\n", "t.yaml");
+  const SwitchConfig c = parse_config(kBase + "polling: adaptive\npolling_sleep_max_us: 300\n", "t.yaml");
   EXPECT_EQ(c.polling, prism::Polling::ADAPTIVE);
-  EXPECT_EQ(c.polling_sleep_max_us, 1000u);
+  EXPECT_EQ(c.polling_sleep_max_us, 300u);
 }
 
 TEST(ConfigPolling, BadValuesNameTheKeyAndTheChoices) {

@@ -1,10 +1,9 @@
-// The adaptive polling policy (pipeline/idle.hpp) without a clock: busy never
-// sleeps; adaptive sleeps only after IdleBackoff::kEmptyPasses empty passes,
-// 1 us first, doubling to the configured bound and never above it, and the
-// first pass that moves a packet makes it busy again.
+// The adaptive polling policy (pipeline/idle.hpp) on a clock given by the
+// test: busy never sleeps; adaptive sleeps an eighth (IdleBackoff::kShare) of
+// the time idle so far, never more than the configured bound, and the first
+// pass that moves a packet makes it busy again (the next idle period starts
+// from nothing).
 #include <gtest/gtest.h>
-
-#include <vector>
 
 #include "idle.hpp"
 
@@ -12,33 +11,39 @@ namespace {
 
 using prism::Polling;
 using prism::pipe::IdleBackoff;
+constexpr uint64_t k = IdleBackoff::kShare;
 
 TEST(IdleBackoff, BusyNeverSleeps) {
   IdleBackoff b(Polling::BUSY, 250);
-  for (int i = 0; i < 10000; ++i) ASSERT_EQ(b.after_pass(0), 0u);
+  for (uint64_t t = 0; t < 10000000; t += 997) ASSERT_EQ(b.after_pass(0, t), 0u);
 }
 
-TEST(IdleBackoff, AdaptiveGrowsToTheBoundAfterARunOfEmptyPasses) {
-  IdleBackoff b(Polling::ADAPTIVE, 250);
-  for (uint32_t i = 0; i < IdleBackoff::kEmptyPasses; ++i) ASSERT_EQ(b.after_pass(0), 0u) << i;
-  std::vector<uint32_t> got;
-  for (int i = 0; i < 12; ++i) got.push_back(b.after_pass(0));
-  EXPECT_EQ(got, (std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 250, 250, 250, 250}));
+TEST(IdleBackoff, AdaptiveSleepsAShareOfTheIdleTimeUpToTheBound) {
+  static_assert(k == 8, "docs/CONFIG.md says an eighth");
+  IdleBackoff b(Polling::ADAPTIVE, 1000);
+  EXPECT_EQ(b.after_pass(5, 100), 0u);          // traffic
+  EXPECT_EQ(b.after_pass(0, 200), 0u);          // the first empty pass starts the idle period
+  EXPECT_EQ(b.after_pass(0, 200 + k - 1), 0u);  // under a microsecond's sleep
+  EXPECT_EQ(b.after_pass(0, 200 + k), 1u);
+  EXPECT_EQ(b.after_pass(0, 200 + 100 * k), 100u);
+  EXPECT_EQ(b.after_pass(0, 200 + 1000 * k - 1), 999u);
+  EXPECT_EQ(b.after_pass(0, 200 + 1000 * k), 1000u);
+  EXPECT_EQ(b.after_pass(0, 60000000), 1000u);  // a minute idle: still the bound
 }
 
 TEST(IdleBackoff, APacketMakesItBusyAgain) {
-  IdleBackoff b(Polling::ADAPTIVE, 1000);
-  for (int i = 0; i < 200; ++i) b.after_pass(0);
-  EXPECT_EQ(b.after_pass(0), 1000u);
-  EXPECT_EQ(b.after_pass(3), 0u);
-  for (uint32_t i = 0; i < IdleBackoff::kEmptyPasses; ++i) ASSERT_EQ(b.after_pass(0), 0u) << i;
-  EXPECT_EQ(b.after_pass(0), 1u);
+  IdleBackoff b(Polling::ADAPTIVE, 250);
+  b.after_pass(0, 0);
+  EXPECT_EQ(b.after_pass(0, 1000000), 250u);
+  EXPECT_EQ(b.after_pass(3, 1000001), 0u);
+  EXPECT_EQ(b.after_pass(0, 1000010), 0u);  // a new idle period
+  EXPECT_EQ(b.after_pass(0, 1000010 + 10 * k), 10u);
 }
 
 TEST(IdleBackoff, ABoundOfOneMicrosecond) {
   IdleBackoff b(Polling::ADAPTIVE, 1);
-  for (uint32_t i = 0; i < IdleBackoff::kEmptyPasses; ++i) b.after_pass(0);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(b.after_pass(0), 1u);
+  b.after_pass(0, 0);
+  for (uint64_t t = k; t < 100000; t += 1000) EXPECT_EQ(b.after_pass(0, t), 1u);
 }
 
 }  // namespace
