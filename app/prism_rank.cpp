@@ -102,7 +102,8 @@ std::string usage() {
          "  --split K             each collective as K ops in flight at once (non-blocking; --algo switch),\n"
          "                        waited last first\n"
          "  --in-place            the input buffer receives the result (allreduce and reduce; same widths only)\n"
-         "  --window W            chunks in flight (default 64; capped by the job's slot_quota)\n"
+         "  --window W            chunks in flight, capped by the job's slot_quota (default: adaptive, from 64,\n"
+         "                        growing while no chunk is lost, halved by a loss)\n"
          "  --chunk-elems C       elements per packet (default: the most the path MTU fits)\n"
          "  --timeout-ms T        an op fails when none of its chunks completed for T ms (default 10000)\n"
          "  --no-gso              send every chunk as its own datagram (sendmmsg), not runs of them as UDP GSO\n"
@@ -285,7 +286,7 @@ Run parse(int argc, char** argv) {
     fail("--split needs --algo switch (the host algorithms run one op at a time)");
   r.in_place = a.has("--in-place");
   r.check = a.has("--check");
-  r.tune.window = uint32_t(a.num("--window", 1, 1 << 20, r.tune.window));
+  r.tune.window = uint32_t(a.num("--window", 1, 1 << 20, 0));
   r.tune.chunk_elems = uint32_t(a.num("--chunk-elems", 0, 65535, 0));
   r.tune.timeout_ms = uint32_t(a.num("--timeout-ms", 1, 3600000, r.tune.timeout_ms));
   r.tune.first_op = uint32_t(a.num("--first-op", 0, UINT32_MAX, 0));

@@ -1,36 +1,42 @@
 #!/usr/bin/env python3
-"""prism-rank's allreduce through the switch against Open MPI's MPI_Allreduce, in one run.
+"""prism-rank's allreduce through the switch against Open MPI's MPI_Allreduce, on the same CPUs, in one run.
 
-    tools/bench_rank.py [--ranks 2,4,8] [--sizes 4KiB,64KiB,1MiB,16MiB,64MiB] [--repeat N]
-                        [--policies kulisch,fp32_arrival] [--json FILE] [--plot FILE.png]
-                        [--window W] [--mtu BYTES] [--set KEY=VALUE] [--no-mpi]
-                        [--markdown] [--from-json FILE]
-                        [--quick] [--build DIR] [--id ID] [--keep]
+    tools/bench_rank.py [--ranks 2,4,8] [--sizes 1MiB,4MiB,16MiB,64MiB] [--mtu 1500,9000] [--repeat N]
+                        [--policies kulisch,fp32_arrival] [--baseline BUILD] [--no-echo] [--no-mpi]
+                        [--switch-cpu N] [--rank-cpus LIST] [--json FILE] [--plot FILE.png]
+                        [--window W] [--set KEY=VALUE] [--driver af_xdp|af_packet]
+                        [--markdown] [--from-json FILE] [--quick] [--build DIR] [--id ID] [--keep]
 
-For each R, a network-namespace testbed in the `bridge` layout (scripts/testbed.py): every rank
-in a namespace of its own, all on one Linux bridge behind one port of prism-switch
-(net_af_packet), so the ranks also reach each other over TCP.
+For each R and MTU, a network-namespace testbed in the `bridge` layout (scripts/testbed.py): every
+rank in a namespace of its own, all on one Linux bridge behind one port of prism-switch (the
+testbed's default port kind, net_af_xdp where the MTU allows, else net_af_packet), so the ranks
+also reach each other over TCP.
+
+Fair CPUs: the switch's lcore is pinned to --switch-cpu (default 0) and every rank process, PRISM's
+and Open MPI's alike, is confined to --rank-cpus (default: every other CPU) with taskset; Open MPI
+is measured a second time on every CPU (the switch stopped), as a user without a switch would run it.
 
 - PRISM: for each size (and policy), `prism-rank --config {config} --rank {rank} --size S
-  --repeat N --warmup 1 --json` on every rank at once; each invocation joins a new session of the
-  job, so its op numbers start past every one the switch remembers (PROTOCOL.md, Sessions). The
-  collective's time is the slowest rank's: max over ranks of each rank's min (and of each rank's
-  median). Algorithm bandwidth: input bytes per rank / time. The switch's /prism/reducers,
-  /prism/ports and /prism/drops counters are read before and after each invocation: the
-  element-contributions it reduced (must be R x elements x (warmup + repeat): each once) and the
-  Gbit/s of contributions it sustained over the ranks' timed interval, i.e. the contributions of
-  the timed collectives (R x bytes x repeat, as counted by the switch) divided by repeat x the
-  slowest rank's median time.
-- MPI: then the switch is stopped (its busy-polling lcore would take a whole vCPU from MPI) and
-  `mpirun` runs build/tools/mpi-allreduce (fp32 sum, TCP between the same namespaces, over the
-  same veths and bridge), started inside rank 0's namespace, one launch per size; the other
-  ranks are launched through an agent script that maps a rank's IP to `ip netns exec NS`.
+  --repeat N --warmup 1 --json` on every rank at once. The collective's time is the slowest rank's
+  (max over ranks of each rank's min, and of each rank's median). Algorithm bandwidth: input bytes
+  per rank / time. The switch's counters before and after: the element-contributions it reduced
+  (must be R x elements x (warmup + repeat): each once) and its Gbit/s over the timed interval.
+- baseline (--baseline BUILD): the same with BUILD's prism-rank (e.g. a build of the commit before a
+  change), against the same switch: an A/B of the rank side in one run.
+- echo (the path's own ceiling): the same ranks, sizes and switch, each rank alone in a job of one
+  taken from a pool (`--store file://... --ranks 1 --pool`): every CONTRIB is its own RESULT, the
+  least work a switch can do for a packet. PRISM / echo is how close the reduction comes to it.
+- MPI: then the switch is stopped and `mpirun` runs build/tools/mpi-allreduce (fp32 sum, TCP between
+  the same namespaces, over the same veths and bridge), confined to --rank-cpus, then on every CPU.
+- CPU: each rank reports its own CPU time (user + system) in the timed collectives; the table shows
+  their sum per GiB reduced (GiB = R x input bytes x repeat / 2^30), for PRISM and for MPI.
 
 Prints a table; --json writes every measurement (and the CPU model), --plot a log-log gnuplot PNG
-of algorithm bandwidth against size, one line per implementation and R. --quick: R = 2, 4 KiB
-and 64 KiB, repeat 2, KULISCH_FIXED only (a smoke test: tests/py/test_bench_rank.py).
-Needs root (namespaces), prism-switch, prism-rank, Open MPI's mpirun and build/tools/mpi-allreduce.
-Timings on a shared 2-vCPU VM are what the machine gives; compare within one run.
+of algorithm bandwidth against size, one line per implementation, R and MTU. --quick: R = 2,
+64 KiB and 1 MiB, repeat 2, KULISCH_FIXED only, MTU 1500 (a smoke test: tests/py/test_bench_rank.py).
+Needs root (namespaces), prism-switch, prism-rank, taskset, Open MPI's mpirun and
+build/tools/mpi-allreduce. Timings on a shared 2-vCPU VM are what the machine gives; compare
+within one run.
 Exit status: 0 done, 1 a measurement failed (the rest is still reported), 2 a usage or setup
 error, 130 interrupted. Whatever the way out, every testbed is torn down.
 """
@@ -52,8 +58,9 @@ import bench_util  # noqa: E402
 from bench_util import fmt_time, size_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SIZES = '4KiB,64KiB,1MiB,16MiB,64MiB'
+DEFAULT_SIZES = '1MiB,4MiB,16MiB,64MiB'
 ELEM = 4   # fp32
+PRISM_UDP = 20562
 
 
 def load_testbed():
@@ -117,16 +124,38 @@ def delta(before: dict, after: dict) -> dict:
 
 
 # ---------------------------------------------------------------- PRISM
-def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str,
-               window: int | None) -> dict:
-    R = tb.R
-    cmd = [str(rank_bin), '--config', '{config}', '--rank', '{rank}', '--size', str(nbytes), '--repeat',
-           str(repeat), '--warmup', str(warmup), '--json', '--policy', policy]
+POOL = 1000   # the echo's pool: a job of one per rank
+
+
+def pool_setting(R: int) -> str:
+    """The switch YAML's pools: R jobs of one rank each for the echo, from the testbed's bridge network."""
+    return (f'[{{jobs: {{first: {POOL}, count: {R}}}, max_group: 1, ranges: [10.88.0.0/16], slot_quota: 256, '
+            'idle_timeout_ms: 600000}]')
+
+
+def gib_reduced(R: int, nbytes: int, repeat: int) -> float:
+    return R * nbytes * repeat / 2 ** 30
+
+
+def rank_cmd(rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str, window: int | None,
+             pin: list[str], echo: bool = False) -> list[str]:
+    if echo:   # alone in a pooled job of one: the switch echoes every CONTRIB as its RESULT
+        where = ['--store', 'file://{dir}/echo-store-{rank}-%d' % nbytes, '--ranks', '1', '--rank', '0',
+                 '--switch', f'{{switch_ip}}:{PRISM_UDP}', '--pool', str(POOL), '--algo', 'switch']
+    else:
+        where = ['--config', '{config}', '--rank', '{rank}']
+    cmd = pin + [str(rank_bin)] + where + ['--size', str(nbytes), '--repeat', str(repeat), '--warmup', str(warmup),
+                                           '--json', '--policy', policy]
     if window:
         cmd += ['--window', str(window)]
+    return cmd
+
+
+def prism_case(tb, cmd: list[str], nbytes: int, repeat: int, warmup: int, policy: str, impl: str = 'prism') -> dict:
+    R = tb.R
     # Generous: 60 s plus 2 MB/s of contributions (the 2-vCPU VM reduces several times that).
     timeout = 60 + R * nbytes * (repeat + warmup) / 2e6
-    res = {'impl': 'prism', 'policy': policy, 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
+    res = {'impl': impl, 'policy': policy, 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
            'command': ' '.join(cmd)}
     try:
         before = read_counters(tb)
@@ -149,6 +178,9 @@ def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy
     res['gbit_s'] = nbytes * 8 / res['seconds_min'] / 1e9
     res['gbit_s_median'] = nbytes * 8 / res['seconds_median'] / 1e9
     res['retransmits'] = sum(p['retransmits'] for p in per_rank)
+    if all('cpu_seconds' in p for p in per_rank):   # (a baseline build may not report it)
+        res['cpu_seconds'] = sum(p['cpu_seconds'] for p in per_rank)
+        res['cpu_s_per_gib'] = res['cpu_seconds'] / gib_reduced(R, nbytes, repeat)
     res['chunks'] = per_rank[0]['chunks']
     res['chunk_elems'] = per_rank[0]['chunk_elems']
     res['window'] = per_rank[0]['window']
@@ -177,21 +209,22 @@ def prism_case(tb, rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy
     sw['gbit_s'] = timed * ELEM * 8 / interval / 1e9 if interval > 0 else None
     sw['element_contributions_per_s'] = timed / interval if interval > 0 else None
     res['switch'] = sw
-    if not res['digests_agree']:
+    if not res['digests_agree'] and impl != 'echo':   # the echo's ranks each get their own input back
         res['error'] = f'ranks disagree on the result: digests {res["digests"]}'
     return res
 
 
 # ---------------------------------------------------------------- MPI
-def write_agent(tb) -> Path:
-    """mpirun's rsh agent: `agent HOST CMD...` runs CMD in the namespace whose rank has address HOST."""
-    agent = tb.dir / 'mpi-agent.sh'
+def write_agent(tb, pin: list[str], name: str) -> Path:
+    """mpirun's rsh agent: `agent HOST CMD...` runs CMD in the namespace whose rank has address HOST
+    (under `pin`, a taskset prefix, when given)."""
+    agent = tb.dir / name
     cases = '\n'.join(f'  {r.ip}) ns={r.ns} ;;' for r in tb.ranks)
     agent.write_text('#!/bin/sh\n# written by tools/bench_rank.py: mpirun launch agent, rank IP -> namespace\n'
                      'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done\n'
                      f'host=$1; shift\ncase "$host" in\n{cases}\n'
                      '  *) echo "mpi-agent: unknown host $host" >&2; exit 1 ;;\nesac\n'
-                     'exec ip netns exec "$ns" sh -c "$*"\n')
+                     f'exec ip netns exec "$ns" {" ".join(pin)} sh -c "$*"\n')
     agent.chmod(0o755)
     return agent
 
@@ -216,15 +249,17 @@ class Interrupted(Exception):
 _current: list = []   # the running mpirun, killed on SIGINT/SIGTERM
 
 
-def mpi_case(tb, agent: Path, mpi_bin: Path, nbytes: int, repeat: int, warmup: int) -> dict:
+def mpi_case(tb, agent: Path, mpi_bin: Path, nbytes: int, repeat: int, warmup: int, pin: list[str],
+             impl: str) -> dict:
     R = tb.R
-    cmd = ['ip', 'netns', 'exec', tb.ranks[0].ns, 'mpirun', '--allow-run-as-root', '-np', str(R), '--host',
+    cmd = ['ip', 'netns', 'exec', tb.ranks[0].ns] + pin + [
+           'mpirun', '--allow-run-as-root', '--bind-to', 'none', '-np', str(R), '--host',
            ','.join(r.ip for r in tb.ranks), '--mca', 'plm_rsh_agent', str(agent), '--mca', 'btl', 'tcp,self',
            '--mca', 'btl_tcp_if_include', 'prism0', '--mca', 'oob_tcp_if_include', 'prism0',
            '--mca', 'mpi_yield_when_idle', '1', str(mpi_bin), '--sizes', str(nbytes), '--repeat', str(repeat),
            '--warmup', str(warmup)]
     timeout = 60 + R * nbytes * (repeat + warmup) / 2e6
-    res = {'impl': 'mpi', 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
+    res = {'impl': impl, 'ranks': R, 'bytes': nbytes, 'repeat': repeat, 'warmup': warmup,
            'command': ' '.join(cmd[4:])}
     errors = []
     for attempt in (1, 2):   # mpirun occasionally fails its first launch
@@ -252,6 +287,8 @@ def mpi_case(tb, agent: Path, mpi_bin: Path, nbytes: int, repeat: int, warmup: i
             after = link_bytes(tb)
             res.update({k: v for k, v in lines[-1].items() if k not in ('impl', 'ranks', 'bytes', 'repeat')})
             res['gbit_s_median'] = nbytes * 8 / res['seconds_median'] / 1e9
+            if 'cpu_seconds' in res:
+                res['cpu_s_per_gib'] = res['cpu_seconds'] / gib_reduced(R, nbytes, repeat)
             res['link_bytes'] = {k: after[k] - before.get(k, 0) for k in after}
             res['attempts'] = attempt
             if errors:
@@ -280,32 +317,38 @@ def kill_group(p: subprocess.Popen):
 
 
 # ---------------------------------------------------------------- output
+def ratio(a: dict | None, b: dict | None) -> str:
+    if a and b and a.get('gbit_s') and b.get('gbit_s'):
+        return f'{a["gbit_s"] / b["gbit_s"]:.3g}'
+    return '-'
+
+
+def gbit(e: dict | None) -> str:
+    if not e:
+        return '-'
+    return fmt_num(e['gbit_s']) if e.get('gbit_s') else 'failed'
+
+
 def table(rows: list[dict], policies: list[str]) -> str:
-    head = ['R', 'size', 'PRISM min', 'PRISM median', 'PRISM Gbit/s', 'MPI min', 'MPI median', 'MPI Gbit/s',
-            'PRISM / MPI', 'switch Gbit/s', 'retransmits']
-    extra = [p for p in policies if p != 'kulisch']
-    for p in extra:
-        head += [f'{p} min', f'{p} Gbit/s']
-    if 'kulisch' not in policies:
-        head[2:5] = [f'{policies[0]} min', f'{policies[0]} median', f'{policies[0]} Gbit/s']
     main = 'kulisch' if 'kulisch' in policies else policies[0]
+    extra = [p for p in policies if p != main]
+    head = ['R', 'MTU', 'size', f'PRISM Gbit/s', 'x baseline', 'echo Gbit/s', 'PRISM / echo', 'MPI Gbit/s',
+            'PRISM / MPI', 'MPI all-CPU Gbit/s', 'PRISM / MPI all', 'CPU s/GiB PRISM', 'CPU s/GiB MPI',
+            'switch Gbit/s', 'retransmits']
+    if main != 'kulisch':
+        head[3] = f'PRISM {main} Gbit/s'
+    head += [f'{p} Gbit/s' for p in extra]
     body = []
     for row in rows:
-        pr = row['prism'].get(main, {})
-        mp = row.get('mpi') or {}
-        ok_p, ok_m = 'seconds_min' in pr, 'seconds_min' in mp
-        cells = [str(row['ranks']), size_name(row['bytes']),
-                 fmt_time(pr.get('seconds_min')) if ok_p else 'failed',
-                 fmt_time(pr.get('seconds_median')), fmt_num(pr.get('gbit_s')),
-                 fmt_time(mp.get('seconds_min')) if ok_m or not mp else 'failed',
-                 fmt_time(mp.get('seconds_median')), fmt_num(mp.get('gbit_s')),
-                 f'{pr["gbit_s"] / mp["gbit_s"]:.3g}' if ok_p and ok_m else '-',
+        pr = row['prism'].get(main) or {}
+        mp, ma = row.get('mpi'), row.get('mpi_all')
+        cells = [str(row['ranks']), str(row.get('mtu', 1500)), size_name(row['bytes']), gbit(pr),
+                 ratio(pr, row.get('baseline')), gbit(row.get('echo')), ratio(pr, row.get('echo')), gbit(mp),
+                 ratio(pr, mp), gbit(ma), ratio(pr, ma),
+                 fmt_num(pr.get('cpu_s_per_gib')), fmt_num((mp or {}).get('cpu_s_per_gib')),
                  fmt_num((pr.get('switch') or {}).get('gbit_s')),
-                 str(pr['retransmits']) if ok_p else '-']
-        for p in extra:
-            e = row['prism'].get(p, {})
-            cells += [fmt_time(e.get('seconds_min')) if 'seconds_min' in e else 'failed' if e else '-',
-                      fmt_num(e.get('gbit_s'))]
+                 str(pr['retransmits']) if 'retransmits' in pr else '-']
+        cells += [gbit(row['prism'].get(p)) for p in extra]
         body.append(cells)
     widths = [max(len(h), *(len(c[i]) for c in body)) if body else len(h) for i, h in enumerate(head)]
     lines = ['  '.join(h.rjust(w) for h, w in zip(head, widths)),
@@ -324,26 +367,23 @@ def markdown_table(rows: list[dict], policies: list[str]) -> str:
     return '\n'.join(out)
 
 
-def plot(rows: list[dict], png: Path, policies: list[str], machine: dict, mtu: int = 1500) -> str | None:
+def plot(rows: list[dict], png: Path, policies: list[str], machine: dict) -> str | None:
     if not shutil.which('gnuplot'):
         return 'gnuplot not found (apt-get install gnuplot-nox)'
     series: dict[str, list[tuple[int, float]]] = {}
     style: dict[str, tuple[int, int]] = {}
     colours = {}
+    dashes = {'PRISM': 1, 'echo': 3, 'MPI': 2, 'MPI all-CPU': 4, 'baseline': 5}
+    main = 'kulisch' if 'kulisch' in policies else policies[0]
     for row in rows:
-        R = row['ranks']
-        colours.setdefault(R, len(colours) + 1)
-        for p in policies:
-            e = row['prism'].get(p, {})
-            if e.get('gbit_s'):
-                name = f'PRISM {p} R={R}'
+        R, m = row['ranks'], row.get('mtu', 1500)
+        colours.setdefault((R, m), len(colours) + 1)
+        for what, e in (('PRISM', row['prism'].get(main)), ('baseline', row.get('baseline')),
+                        ('echo', row.get('echo')), ('MPI', row.get('mpi')), ('MPI all-CPU', row.get('mpi_all'))):
+            if e and e.get('gbit_s'):
+                name = f'{what} R={R} MTU {m}'
                 series.setdefault(name, []).append((row['bytes'], e['gbit_s']))
-                style[name] = (colours[R], 1 if p == 'kulisch' else 3 if p == 'fp32_arrival' else 4)
-        m = row.get('mpi') or {}
-        if m.get('gbit_s'):
-            name = f'Open MPI R={R}'
-            series.setdefault(name, []).append((row['bytes'], m['gbit_s']))
-            style[name] = (colours[R], 2)
+                style[name] = (colours[(R, m)], dashes[what])
     if not series:
         return 'nothing to plot'
     work = Path(tempfile.mkdtemp(prefix='bench-rank-plot-'))
@@ -353,19 +393,19 @@ def plot(rows: list[dict], png: Path, policies: list[str], machine: dict, mtu: i
         with open(dat, 'w') as f:
             for n in names:
                 f.write(f'# {n}\n' + ''.join(f'{x} {y}\n' for x, y in sorted(series[n])) + '\n\n')
-        palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b']
+        palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf']
         plots = []
         for i, n in enumerate(names):
             c, dt = style[n]
-            pt = 5 if n.startswith('Open MPI') else 7 if 'kulisch' in n else 6
+            pt = 5 if n.startswith('MPI') else 7 if n.startswith('PRISM') else 6
             plots.append(f"'{dat}' index {i} with linespoints lw 2 dt {dt} pt {pt} "
                          f"lc rgb '{palette[(c - 1) % len(palette)]}' title '{n}'")
         cpu = machine.get('cpu_model', '')
         sizes = sorted({row['bytes'] for row in rows})
         xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
-        gp = (f"set terminal TERM size 960,600 noenhanced\nset output '{png}'\n"
-              f"set title \"allreduce, fp32 sum: prism-rank through prism-switch against Open MPI (TCP)\\n"
-              f"bridge testbed, MTU {mtu}, {machine.get('cpus')} vCPUs, {cpu}\"\n"
+        gp = (f"set terminal TERM size 1280,720 noenhanced\nset output '{png}'\n"
+              f"set title \"allreduce, fp32 sum ({main}): prism-rank through prism-switch, its echo ceiling and Open MPI"
+              f" (TCP)\\nbridge testbed, ranks on the same CPUs, {machine.get('cpus')} vCPUs, {cpu}\"\n"
               "set xlabel 'bytes per rank'\nset ylabel 'algorithm bandwidth, Gbit/s (bytes per rank / time)'\n"
               f"set logscale xy\nset xtics ({xtics})\nset xrange [{sizes[0] / 1.5}:{sizes[-1] * 1.5}]\n"
               "set key outside right top\nset grid\n"
@@ -381,24 +421,39 @@ def plot(rows: list[dict], png: Path, policies: list[str], machine: dict, mtu: i
 
 
 # ---------------------------------------------------------------- main
+def parse_cpus(text: str) -> list[int]:
+    out = []
+    for part in text.split(','):
+        lo, _, hi = part.partition('-')
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog='tools/bench_rank.py', description=__doc__.split('\n\n', 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
                                     'Method and today\'s figures: docs/PERFORMANCE.md, '
-                                    '"Ranks through the switch against Open MPI".'))
+                                    '"End to end: ranks through the switch against Open MPI".'))
     p.add_argument('--ranks', default='2,4,8', help='R values, comma-separated (default 2,4,8)')
     p.add_argument('--sizes', default=DEFAULT_SIZES, help=f'bytes per rank, comma-separated (default {DEFAULT_SIZES})')
+    p.add_argument('--mtu', default='1500,9000', help="the testbed links' MTUs, comma-separated (default 1500,9000)")
     p.add_argument('--repeat', type=int, help='timed collectives per size (default: 20 up to 64 KiB, 10 up to '
                    '1 MiB, 5 up to 16 MiB, 3 above)')
     p.add_argument('--warmup', type=int, default=1, help='untimed collectives first (default 1)')
     p.add_argument('--policies', default='kulisch,fp32_arrival',
                    help='PRISM policies, comma-separated: kulisch, fp32_arrival, fp32_binomial (default kulisch,fp32_arrival)')
+    p.add_argument('--baseline', type=Path, metavar='BUILD',
+                   help="also run BUILD's prism-rank (kulisch), e.g. a build of an older commit: an A/B in one run")
+    p.add_argument('--no-echo', action='store_true', help="skip the path's echo ceiling")
     p.add_argument('--window', type=int, help="prism-rank's --window (default: prism-rank's)")
     p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                    help="a top-level key of the switch's YAML (repeatable), as scripts/testbed.sh --set")
-    p.add_argument('--mtu', type=int, default=1500, help="the testbed's links' MTU (default 1500; 576..9000)")
+    p.add_argument('--driver', choices=('af_xdp', 'af_packet'), help="the switch port's kind (default: the testbed's)")
+    p.add_argument('--switch-cpu', type=int, default=0, help="the CPU of the switch's lcore (default 0)")
+    p.add_argument('--rank-cpus', help='the CPUs every rank process runs on, PRISM and MPI alike, e.g. 1 or 1-3 '
+                   '(default: every CPU but the switch\'s)')
     p.add_argument('--no-mpi', action='store_true', help='PRISM only')
-    p.add_argument('--quick', action='store_true', help='smoke test: R = 2, 4 KiB and 64 KiB, repeat 2, kulisch')
+    p.add_argument('--quick', action='store_true', help='smoke test: R = 2, 64 KiB and 1 MiB, repeat 2, kulisch, MTU 1500')
     p.add_argument('--json', type=Path, help='write every measurement here')
     p.add_argument('--plot', type=Path, help='write a gnuplot PNG here')
     p.add_argument('--markdown', action='store_true', help='also print the table in Markdown')
@@ -410,10 +465,11 @@ def parse_args(argv):
     p.add_argument('--keep', action='store_true', help="keep the testbeds' folders (configs, outputs)")
     a = p.parse_args(argv)
     if a.quick:
-        a.ranks, a.sizes, a.repeat, a.policies = '2', '4KiB,64KiB', a.repeat or 2, 'kulisch'
+        a.ranks, a.sizes, a.repeat, a.policies, a.mtu = '2', '64KiB,1MiB', a.repeat or 2, 'kulisch', '1500'
     try:
         a.ranks = [int(x) for x in a.ranks.split(',') if x]
         a.sizes = [bench_util.parse_size(x, ELEM) for x in a.sizes.split(',') if x]
+        a.mtu = [int(x) for x in a.mtu.split(',') if x]
     except ValueError as e:
         p.error(str(e))
     a.policies = [x.strip() for x in a.policies.split(',') if x.strip()]
@@ -423,16 +479,63 @@ def parse_args(argv):
         if not sep or not re.fullmatch(r'[a-z_]+', k):
             p.error(f'--set {kv!r}: write KEY=VALUE (a top-level key of the switch YAML)')
         a.settings[k] = v
+    if 'pools' in a.settings and not a.no_echo:
+        p.error('--set pools=...: the echo takes the pools key; add --no-echo to set your own')
     if not a.ranks or any(not 2 <= r <= 64 for r in a.ranks):
         p.error('--ranks: values 2..64')
-    if not a.sizes or not a.policies:
-        p.error('give at least one size and one policy')
+    if not a.sizes or not a.policies or not a.mtu:
+        p.error('give at least one size, one policy and one MTU')
+    if any(not 576 <= m <= 9000 for m in a.mtu):
+        p.error('--mtu: values 576..9000')
     for x in a.policies:
         if x not in ('kulisch', 'fp32_arrival', 'fp32_binomial'):
             p.error(f'--policies: {x!r} is not kulisch, fp32_arrival or fp32_binomial')
     if a.repeat is not None and a.repeat < 1:
         p.error('--repeat: 1 or more')
+    ncpu = os.cpu_count() or 1
+    try:
+        a.rank_cpus = parse_cpus(a.rank_cpus) if a.rank_cpus else [c for c in range(ncpu) if c != a.switch_cpu]
+    except ValueError:
+        p.error(f'--rank-cpus {a.rank_cpus!r}: write a list such as 1 or 1-3 or 1,3')
+    if not 0 <= a.switch_cpu < ncpu or not a.rank_cpus or any(not 0 <= c < ncpu for c in a.rank_cpus):
+        p.error(f'--switch-cpu / --rank-cpus: CPUs 0..{ncpu - 1}, at least one for the ranks')
     return a
+
+
+def cpu_list(cpus: list[int]) -> str:
+    return ','.join(map(str, cpus))
+
+
+def run_size(tb, a, R: int, mtu: int, n: int, rank_bin: Path, pin: list[str], row: dict) -> bool:
+    """PRISM (each policy), the baseline and the echo for one size; False when one failed."""
+    ok = True
+    rep = a.repeat or default_repeat(n)
+    cases = [(f'PRISM {pol}', 'prism', pol, rank_cmd(rank_bin, n, rep, a.warmup, pol, a.window, pin))
+             for pol in a.policies]
+    if a.baseline:
+        cases.append(('baseline', 'baseline', 'kulisch',
+                      rank_cmd(a.baseline / 'app' / 'prism-rank', n, rep, a.warmup, 'kulisch', a.window, pin)))
+    if not a.no_echo:
+        cases.append(('echo', 'echo', 'kulisch', rank_cmd(rank_bin, n, rep, a.warmup, 'kulisch', a.window, pin, True)))
+    for label, impl, pol, cmd in cases:
+        res = prism_case(tb, cmd, n, rep, a.warmup, pol, impl)
+        if impl == 'prism':
+            row['prism'][pol] = res
+        else:
+            row[impl] = res
+        where = f'R = {R}, MTU {mtu}, {size_name(n)}, {label}'
+        if 'error' in res:
+            ok = False
+            log(f'{where}: {res["error"]}')
+            continue
+        sw = res['switch']
+        log(f'{where}: min {fmt_time(res["seconds_min"])}, {res["gbit_s"]:.3g} Gbit/s, {res["retransmits"]} '
+            f'retransmits; switch: {sw["element_contributions"]} element-contributions'
+            f'{"" if sw["each_once"] else " (expected %d)" % sw["expected_element_contributions"]}, '
+            f'{sw["gbit_s"]:.3g} Gbit/s')
+        if not sw['each_once']:
+            ok = False
+    return ok
 
 
 def main(argv: list[str]) -> int:
@@ -445,19 +548,24 @@ def main(argv: list[str]) -> int:
             print()
             print(markdown_table(d['results'], policies))
         if a.plot:
-            why = plot(d['results'], a.plot, policies, d['machine'], d['args'].get('mtu', 1500))
+            why = plot(d['results'], a.plot, policies, d['machine'])
             print(f'plot: {a.plot}' if why is None else f'plot: not written: {why}')
         return 0
     tbm = load_testbed()
     rank_bin = a.build / 'app' / 'prism-rank'
     mpi_bin = a.build / 'tools' / 'mpi-allreduce'
     need = [rank_bin, a.build / 'app' / 'prism-switch'] + ([] if a.no_mpi else [mpi_bin])
+    if a.baseline:
+        need.append(a.baseline / 'app' / 'prism-rank')
     for b in need:
         if not os.access(b, os.X_OK):
-            log(f'{b} not found: build it first (ninja -C {a.build}); mpi-allreduce needs libopenmpi-dev')
+            log(f'{b} not found: build it first (ninja -C {b.parents[1]}); mpi-allreduce needs libopenmpi-dev')
             return 2
     if not a.no_mpi and not shutil.which('mpirun'):
         log('mpirun not found: install Debian\'s openmpi-bin')
+        return 2
+    if not shutil.which('taskset'):
+        log('taskset not found: install Debian\'s util-linux')
         return 2
     if os.geteuid() != 0:
         log('needs root (network namespaces): run it as root')
@@ -475,63 +583,61 @@ def main(argv: list[str]) -> int:
 
     machine = machine_info()
     machine['loadavg_start'] = list(os.getloadavg())
+    machine['switch_cpu'] = a.switch_cpu
+    machine['rank_cpus'] = a.rank_cpus
     log(f'{machine.get("cpus")} CPUs, {machine.get("cpu_model")}; {machine.get("mpi")}; '
-        f'load average {machine["loadavg_start"][0]:.2f}')
+        f'load average {machine["loadavg_start"][0]:.2f}; switch on CPU {a.switch_cpu}, ranks on CPUs '
+        f'{cpu_list(a.rank_cpus)}')
     if machine['loadavg_start'][0] > 0.5 * (machine.get('cpus') or 1):
         log('the machine is busy (load average above half its CPUs): the times will show it')
+    pin = ['taskset', '-c', cpu_list(a.rank_cpus)]
     rows: list[dict] = []
     failed = False
     started = time.monotonic()
     status = 0
     tb = None
     try:
-        for R in a.ranks:
-            tb_dir = Path(tempfile.mkdtemp(prefix=f'bench-rank-R{R}-'))
-            tb = tbm.Testbed(ranks=R, layout='bridge', tb_id=a.id, dir=tb_dir, build=a.build,
-                             settings=a.settings, mtu=a.mtu)
-            t0 = time.monotonic()
-            tb.up()
-            log(f'R = {R}: testbed {tb.id} up in {time.monotonic() - t0:.1f} s ({tb_dir})')
-            by_size = {n: {'ranks': R, 'bytes': n, 'prism': {}, 'mpi': None} for n in a.sizes}
-            for n in a.sizes:
-                rep = a.repeat or default_repeat(n)
-                for pol in a.policies:
-                    res = prism_case(tb, rank_bin, n, rep, a.warmup, pol, a.window)
-                    by_size[n]['prism'][pol] = res
-                    if 'error' in res:
-                        failed = True
-                        log(f'R = {R}, {size_name(n)}, PRISM {pol}: {res["error"]}')
-                    else:
-                        sw = res['switch']
-                        log(f'R = {R}, {size_name(n)}, PRISM {pol}: min {fmt_time(res["seconds_min"])}, '
-                            f'{res["gbit_s"]:.3g} Gbit/s, {res["retransmits"]} retransmits; switch: '
-                            f'{sw["element_contributions"]} element-contributions'
-                            f'{"" if sw["each_once"] else " (expected %d)" % sw["expected_element_contributions"]}, '
-                            f'{sw["gbit_s"]:.3g} Gbit/s')
-                        if not sw['each_once']:
-                            failed = True
-            exits = tb.stop_switches()
-            sw_exit = exits.get('switch')
-            if sw_exit and sw_exit.rc != 0:
-                failed = True
-                log(f'R = {R}: the switch exited {sw_exit.rc}: {sw_exit.stderr[-800:]}')
-            if not a.no_mpi:
-                agent = write_agent(tb)
+        for mtu in a.mtu:
+            for R in a.ranks:
+                tb_dir = Path(tempfile.mkdtemp(prefix=f'bench-rank-R{R}-'))
+                settings = dict(a.settings)
+                if not a.no_echo:
+                    settings['pools'] = pool_setting(R)
+                tb = tbm.Testbed(ranks=R, layout='bridge', tb_id=a.id, dir=tb_dir, build=a.build,
+                                 settings=settings, mtu=mtu, lcore=a.switch_cpu, driver=a.driver)
+                t0 = time.monotonic()
+                tb.up()
+                log(f'R = {R}, MTU {mtu}: testbed {tb.id} up in {time.monotonic() - t0:.1f} s ({tb_dir}), '
+                    f'port {tb.driver}')
+                by_size = {n: {'ranks': R, 'mtu': mtu, 'driver': tb.driver, 'bytes': n, 'prism': {}, 'baseline': None,
+                               'echo': None, 'mpi': None, 'mpi_all': None} for n in a.sizes}
                 for n in a.sizes:
-                    rep = a.repeat or default_repeat(n)
-                    res = mpi_case(tb, agent, mpi_bin, n, rep, a.warmup)
-                    by_size[n]['mpi'] = res
-                    if 'error' in res:
+                    if not run_size(tb, a, R, mtu, n, rank_bin, pin, by_size[n]):
                         failed = True
-                        log(f'R = {R}, {size_name(n)}, MPI: {res["error"]}')
-                    else:
-                        log(f'R = {R}, {size_name(n)}, MPI: min {fmt_time(res["seconds_min"])}, '
-                            f'{res["gbit_s"]:.3g} Gbit/s')
-            tb.down()
-            tb = None
-            if not a.keep:
-                shutil.rmtree(tb_dir, ignore_errors=True)
-            rows.extend(by_size.values())
+                exits = tb.stop_switches()
+                sw_exit = exits.get('switch')
+                if sw_exit and sw_exit.rc != 0:
+                    failed = True
+                    log(f'R = {R}: the switch exited {sw_exit.rc}: {sw_exit.stderr[-800:]}')
+                if not a.no_mpi:
+                    for impl, mpin in (('mpi', pin), ('mpi_all', [])):
+                        agent = write_agent(tb, mpin, f'mpi-agent-{impl}.sh')
+                        for n in a.sizes:
+                            rep = a.repeat or default_repeat(n)
+                            res = mpi_case(tb, agent, mpi_bin, n, rep, a.warmup, mpin, impl)
+                            by_size[n][impl] = res
+                            what = 'MPI' if impl == 'mpi' else 'MPI on every CPU'
+                            if 'error' in res:
+                                failed = True
+                                log(f'R = {R}, MTU {mtu}, {size_name(n)}, {what}: {res["error"]}')
+                            else:
+                                log(f'R = {R}, MTU {mtu}, {size_name(n)}, {what}: min {fmt_time(res["seconds_min"])}, '
+                                    f'{res["gbit_s"]:.3g} Gbit/s')
+                tb.down()
+                tb = None
+                if not a.keep:
+                    shutil.rmtree(tb_dir, ignore_errors=True)
+                rows.extend(by_size.values())
     except Interrupted as e:
         log(f'interrupted ({e}): tearing down')
         status = 130
@@ -557,20 +663,24 @@ def main(argv: list[str]) -> int:
         if a.markdown:
             print()
             print(markdown_table(rows, a.policies))
-        print(f'\n{machine.get("cpus")} vCPUs, {machine.get("cpu_model")}; {elapsed:.0f} s in all. Latency: the '
-              'slowest rank\'s time per allreduce (min, median over the repeats); Gbit/s: bytes per rank / min '
-              'time; PRISM / MPI: the ratio of their Gbit/s; switch Gbit/s: the contributions the switch reduced '
-              'in the timed collectives / (repeat x the median time).')
+        print(f'\n{machine.get("cpus")} vCPUs, {machine.get("cpu_model")}; switch on CPU {a.switch_cpu}, every rank '
+              f'(PRISM and MPI) on CPUs {cpu_list(a.rank_cpus)}, "MPI all-CPU" on every CPU; {elapsed:.0f} s in all. '
+              'Gbit/s: bytes per rank / the slowest rank\'s min time; x baseline, / echo, / MPI: ratios of Gbit/s; '
+              'CPU s/GiB: the ranks\' CPU time (user + system, summed) in the timed collectives per GiB reduced '
+              '(R x bytes x repeat); switch Gbit/s: the contributions the switch reduced in the timed collectives / '
+              '(repeat x the median time).')
     if a.json:
         a.json.write_text(json.dumps({
             'benchmark': 'bench_rank', 'machine': machine, 'seconds': elapsed,
             'args': {'ranks': a.ranks, 'sizes': a.sizes, 'repeat': a.repeat, 'warmup': a.warmup,
-                     'policies': a.policies, 'window': a.window, 'switch_settings': a.settings, 'mtu': a.mtu, 'quick': a.quick, 'no_mpi': a.no_mpi},
+                     'policies': a.policies, 'window': a.window, 'switch_settings': a.settings, 'mtu': a.mtu,
+                     'quick': a.quick, 'no_mpi': a.no_mpi, 'baseline': str(a.baseline) if a.baseline else None,
+                     'switch_cpu': a.switch_cpu, 'rank_cpus': a.rank_cpus, 'driver': a.driver},
             'complete': status == 0,
             'results': rows}, indent=1) + '\n')
         print(f'json: {a.json}')
     if a.plot and rows:
-        why = plot(rows, a.plot, a.policies, machine, a.mtu)
+        why = plot(rows, a.plot, a.policies, machine)
         print(f'plot: {a.plot}' if why is None else f'plot: not written: {why}')
     if status:
         return status

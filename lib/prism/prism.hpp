@@ -71,7 +71,10 @@ struct Endpoints {
 };
 
 struct Tuning {
-  uint32_t window = 64;              // chunks in flight (capped by the job's slot_quota)
+  uint32_t window = 0;               // chunks in flight, capped by the job's slot_quota; 0: adaptive, as TCP's
+                                     // congestion window (from 64, doubling per window of RESULTs until a loss,
+                                     // then a quarter; halved by a loss; at most 512 / R, since the job's ranks
+                                     // share the switch port's ring: 256 for 2 ranks, 64 for 8)
   uint32_t chunk_elems = 0;          // elements per packet; 0: the most a packet fits in the path MTU
   uint32_t timeout_ms = 10000;       // an op fails when none of its chunks completed for this long
   uint32_t rto_initial_ms = 20;      // first retransmission timeout, before any round trip is measured

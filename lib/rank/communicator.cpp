@@ -56,7 +56,6 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
   if (e.rank >= e.group)
     throw Error(Errc::INVALID_ARGUMENT,
                 "rank " + std::to_string(e.rank) + " is not below the group size " + std::to_string(e.group));
-  if (t.window == 0) throw Error(Errc::INVALID_ARGUMENT, "the window must be 1 chunk or more");
   if (t.timeout_ms == 0) throw Error(Errc::INVALID_ARGUMENT, "timeout_ms must be above 0");
   if (e.switch_shards < 1 || e.switch_shards > 64)
     throw Error(Errc::INVALID_ARGUMENT,
@@ -65,8 +64,12 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
     throw Error(Errc::INVALID_ARGUMENT, "the switch's shard ports " + std::to_string(e.switch_port) + " + 0.." +
                                             std::to_string(e.switch_shards - 1) +
                                             " run past 65535: check switch_port and switch_shards");
-  window = t.window;
-  if (e.slot_quota && e.slot_quota < window) window = e.slot_quota;  // the quota can always complete a window
+  // The quota can always complete a window (docs/PROTOCOL.md, Windows and pacing).
+  // Adaptive: the job's ranks share the switch port's receive ring (and the
+  // kernel queues before it), so R windows together stay within kPortBudget.
+  window_cap = t.window ? t.window : std::clamp<uint32_t>(kPortBudget / e.group, kMinWindow, kAutoWindowMax);
+  if (e.slot_quota && e.slot_quota < window_cap) window_cap = e.slot_quota;
+  window = t.window ? window_cap : std::min(kAutoWindowStart, window_cap);
   mtu = link.path_mtu();
   heads.resize(kMaxBatch);
   batch.reserve(kMaxBatch);
@@ -192,6 +195,25 @@ void Communicator::Impl::finish(Op& op, uint64_t t) {
   op.report.seconds = double(t - op.t_start) * 1e-9;
 }
 
+// The adaptive window (Tuning::window 0), as TCP's congestion window: it
+// doubles with each window of RESULTs taken without a loss until the first
+// loss, then grows by a quarter per such window; a loss (a chunk the switch
+// lacked: a queue overflowed on the way, the switch port's ring or a socket
+// buffer; or a NO_FREE_SLOT) halves it, at most once per round trip.
+void Communicator::Impl::window_grow() {
+  if (tune.window || ++clean_results < window) return;
+  clean_results = 0;
+  window = std::min(window_cap, window + (slow_start ? window : std::max<uint32_t>(1, window / 4)));
+}
+
+void Communicator::Impl::window_cut(uint64_t t) {
+  if (tune.window || t < last_cut + std::max<uint64_t>(rtt.rto_unclamped(), 1000000)) return;
+  last_cut = t;
+  slow_start = false;
+  clean_results = 0;
+  window = std::max(std::min(kMinWindow, window_cap), window / 2);
+}
+
 void Communicator::Impl::fail(Op& op, Error e) {
   if (op.finished) return;
   for (uint32_t c = 0; c < op.nchunks; ++c) leave_window(op, c);
@@ -240,6 +262,7 @@ void Communicator::Impl::due_chunks(uint64_t t) {
     const bool late = t >= std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rto;
     if (!suspect && !late) continue;
     if (ch.unanswered >= kQueryTries) {  // no STATUS came back (loss, or a switch without queries): re-send
+      window_cut(t);
       queue(*f.op, f.chunk, Send::RETRANSMIT);
     } else if (suspect) {
       queue(*f.op, f.chunk, Send::QUERY);
@@ -352,6 +375,7 @@ void Communicator::Impl::on_result(Op& op, const wire::Parsed& p, uint64_t t) {
   }
   st.level = 0;  // the shard moves: no rank is holding it up
   leave_window(op, c);
+  window_grow();
   ++stats.results;
   op.t_progress = t;
   if (++op.completed == op.nchunks) finish(op, t);
@@ -364,6 +388,7 @@ void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* b
   const auto r = wire::NackReason(reason);
   if (r == wire::NackReason::NO_FREE_SLOT) {
     ++stats.no_slot_retries;  // its timer sends it again after a back-off
+    window_cut(now_ns());
     return;
   }
   const std::string where = who(op) + ", chunk " + std::to_string(c) + " of " + std::to_string(op.nchunks);
@@ -415,6 +440,7 @@ void Communicator::Impl::on_status(Op& op, const wire::Parsed& p, uint64_t t) {
   }
   ++stats.status_missing;
   if (q.done) return;
+  window_cut(t);
   // Lost: it, and what this rank sent to the shard with it or before that is late too.
   const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
   for (const auto& f : inflight) {
