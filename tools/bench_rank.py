@@ -141,7 +141,7 @@ def rank_cmd(rank_bin: Path, nbytes: int, repeat: int, warmup: int, policy: str,
              pin: list[str], echo: bool = False) -> list[str]:
     if echo:   # alone in a pooled job of one: the switch echoes every CONTRIB as its RESULT
         where = ['--store', 'file://{dir}/echo-store-{rank}-%d' % nbytes, '--ranks', '1', '--rank', '0',
-                 '--switch', f'{{switch_ip}}:{PRISM_UDP}', '--pool', str(POOL), '--algo', 'switch']
+                 '--switch', f'{{switch_ip}}:{PRISM_UDP}', '--pool', str(POOL), '--algo', 'switch', '--check']
     else:
         where = ['--config', '{config}', '--rank', '{rank}']
     cmd = pin + [str(rank_bin)] + where + ['--size', str(nbytes), '--repeat', str(repeat), '--warmup', str(warmup),
@@ -209,7 +209,10 @@ def prism_case(tb, cmd: list[str], nbytes: int, repeat: int, warmup: int, policy
     sw['gbit_s'] = timed * ELEM * 8 / interval / 1e9 if interval > 0 else None
     sw['element_contributions_per_s'] = timed / interval if interval > 0 else None
     res['switch'] = sw
-    if not res['digests_agree'] and impl != 'echo':   # the echo's ranks each get their own input back
+    if impl == 'echo':   # each rank, rank 0 of a group of one, gets its own input back (--check)
+        if any(p.get('check_differ') for p in per_rank):
+            res['error'] = 'an echo differs from its input: ' + '; '.join(p.get('check_first', '') for p in per_rank)
+    elif not res['digests_agree']:
         res['error'] = f'ranks disagree on the result: digests {res["digests"]}'
     return res
 

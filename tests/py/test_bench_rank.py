@@ -1,8 +1,10 @@
-"""tools/bench_rank.py --quick, the rank benchmark's smoke test: prism-rank through the switch and
-Open MPI's MPI_Allreduce over TCP between the same namespaces (R = 2, 4 KiB and 64 KiB, repeat 2).
-Checks the JSON it writes, never its timings: both implementations measured with positive times,
-PRISM's ranks agreeing on the result's digest, the switch having reduced every element-contribution
-once, and nothing of the testbed left behind. Needs root and Open MPI; skips without them.
+"""tools/bench_rank.py --quick, the rank benchmark's smoke test: prism-rank through the switch, the
+path's echo (a pooled job of one per rank), and Open MPI's MPI_Allreduce over TCP between the same
+namespaces, on the ranks' CPUs and on every CPU (R = 2, 64 KiB and 1 MiB, repeat 2).
+Checks the JSON it writes, never its timings: every implementation measured with positive times and
+CPU seconds, PRISM's ranks agreeing on the result's digest and the echo's each getting its own input
+back (prism-rank --check), the switch having reduced every element-contribution once, and nothing of the testbed left
+behind. Needs root and Open MPI; skips without them.
 """
 from __future__ import annotations
 
@@ -42,13 +44,20 @@ def test_quick_run_measures_both_implementations(tmp_path):
     d = json.loads(out.read_text())
     assert d['complete'] and d['machine']['cpu_model'], d['machine']
     rows = d['results']
-    assert [(x['ranks'], x['bytes']) for x in rows] == [(2, 4096), (2, 65536)]
+    assert [(x['ranks'], x['mtu'], x['bytes']) for x in rows] == [(2, 1500, 65536), (2, 1500, 1 << 20)]
+    assert d['machine']['rank_cpus'] and d['machine']['switch_cpu'] not in d['machine']['rank_cpus']
     for row in rows:
-        p, m = row['prism']['kulisch'], row['mpi']
-        assert 'error' not in p and 'error' not in m, (p.get('error'), m.get('error'))
-        assert p['impl'] == 'prism' and m['impl'] == 'mpi'
-        for e in (p, m):
-            assert e['seconds_min'] > 0 and e['seconds_median'] >= e['seconds_min'] and e['gbit_s'] > 0, e
+        p, e, m, ma = row['prism']['kulisch'], row['echo'], row['mpi'], row['mpi_all']
+        for x in (p, e, m, ma):
+            assert 'error' not in x, x.get('error')
+        assert (p['impl'], e['impl'], m['impl'], ma['impl']) == ('prism', 'echo', 'mpi', 'mpi_all')
+        for x in (p, e, m, ma):
+            assert x['seconds_min'] > 0 and x['seconds_median'] >= x['seconds_min'] and x['gbit_s'] > 0, x
+            assert x['cpu_seconds'] > 0 and x['cpu_s_per_gib'] > 0, x
+        # The echo: each rank, rank 0 of a job of one, gets its own input back (checked by prism-rank
+        # against the reference model).
+        assert all(x['check_differ'] == 0 for x in e['per_rank']) and e['switch']['each_once'], e
+        assert 'taskset' in p['command'] and 'taskset' in m['command'] and 'taskset' not in ma['command']
         assert len(p['per_rank']) == 2 and p['digests_agree'] and len(p['digests']) == 1, p['digests']
         assert all(x['digest'] == p['digests'][0] for x in p['per_rank'])
         sw = p['switch']
@@ -58,6 +67,6 @@ def test_quick_run_measures_both_implementations(tmp_path):
         # MPI's traffic crossed the ranks' veths (TCP between the namespaces).
         assert all(v > 0 for v in m['link_bytes'].values()), m['link_bytes']
     # The table's header, and the plot when gnuplot is there.
-    assert 'PRISM / MPI' in r.stdout
+    assert 'PRISM / MPI' in r.stdout and 'PRISM / echo' in r.stdout
     if shutil.which('gnuplot'):
         assert png.exists() and png.read_bytes()[:4] == b'\x89PNG'
