@@ -391,6 +391,15 @@ void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* b
     window_cut(now_ns());
     return;
   }
+  if (r == wire::NackReason::MALFORMED && link.gso()) {
+    // This library sends nothing malformed: the switch saw a GSO message cut
+    // short (a path that passed it unsegmented to a port that truncates,
+    // PROTOCOL.md, Reaching the switch). Plain datagrams from now on; the
+    // chunks lost with it are asked about and re-sent as usual.
+    link.give_up_gso();
+    op.chunks[c].resend = true;
+    return;
+  }
   const std::string where = who(op) + ", chunk " + std::to_string(c) + " of " + std::to_string(op.nchunks);
   if (reason == kOpAbandoned) {
     std::string missing;
@@ -441,6 +450,10 @@ void Communicator::Impl::on_status(Op& op, const wire::Parsed& p, uint64_t t) {
   ++stats.status_missing;
   if (q.done) return;
   window_cut(t);
+  // Nothing ever came back and the switch lacks what was sent: the path loses
+  // GSO messages whole (a veth passing them unsegmented to a switch port that
+  // drops them as OVERSIZE). Plain datagrams from now on.
+  if (stats.results == 0 && stats.status_missing >= 2 && link.gso()) link.give_up_gso();
   // Lost: it, and what this rank sent to the shard with it or before that is late too.
   const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
   for (const auto& f : inflight) {

@@ -32,8 +32,8 @@ constexpr StatField kStatFields[] = {
     count("gso_sends", "UDP GSO messages sent (each a run of 2 or more chunks to one switch port)", &Stats::gso_sends),
     count("gso_datagrams", "datagrams sent inside UDP GSO messages", &Stats::gso_datagrams),
     count("gso_refused",
-          "1 when the kernel refused UDP GSO (EINVAL/EIO: no checksum offload on the path) and "
-          "sends fell back to plain sendmmsg",
+          "1 when UDP GSO was given up and sends fell back to plain sendmmsg: the kernel refused it "
+          "(EINVAL/EIO: no checksum offload), or nothing sent by it ever arrived (the switch said MISSING)",
           &Stats::gso_refused),
     count("gro_buffers", "received buffers the kernel had coalesced (UDP_GRO)", &Stats::gro_buffers),
     count("gro_datagrams", "datagrams inside coalesced buffers", &Stats::gro_datagrams),

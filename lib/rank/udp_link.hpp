@@ -73,6 +73,11 @@ class UdpLink {
   const Counters& counters() const { return counters_; }
   bool gso() const { return gso_ == Gso::ON || gso_ == Gso::UNTRIED; }
   bool gso_refused() const { return gso_ == Gso::REFUSED; }
+  // GSO sends never arrived (a path that passes super-packets whole to a
+  // receiver that cannot take them): plain datagrams from now on.
+  void give_up_gso() {
+    if (gso_ != Gso::OFF) gso_ = Gso::REFUSED;
+  }
   bool gro() const { return gro_; }
   int send_buffer() const { return sndbuf_; }
   int receive_buffer() const { return rcvbuf_; }

@@ -219,6 +219,34 @@ def test_ranks_on_one_bridge(make_testbed):
     check_once(stop(tb)['switch'], 4, 64 * 288 * 2 + 5, lines[0]['chunks'])
 
 
+def test_gso_sends_on_a_clean_path_cost_no_retransmission(make_testbed):
+    """Ranks send runs of chunks as UDP GSO messages (the testbed's port kind takes them segmented):
+    the result is the reference's, nothing is sent twice, and the statistics show the batching."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='bridge')
+    n = 64 * 288 * 3 + 7
+    lines = allreduce_case(tb, n, 'fp32', 'kulisch', 'fp32', seed=11)
+    for ln in lines:
+        assert ln['retransmits'] == 0 and ln['status_missing'] == 0, ln
+        if not ln['gso_refused']:
+            assert ln['gso_sends'] > 0 and ln['gso_datagrams'] > ln['gso_sends'], ln
+            assert ln['send_calls'] < ln['chunks'] / 4, ln
+    check_once(stop(tb)['switch'], 4, n, lines[0]['chunks'])
+
+
+def test_a_path_that_passes_gso_whole_to_af_packet_falls_back_to_plain_datagrams(make_testbed):
+    """net_af_packet's 2 KiB ring frames cut a GSO super-packet that no interface segmented (the
+    testbed's offloads left as they are): the switch counts it OVERSIZE (or refuses its head as
+    malformed), and the ranks give GSO up and still get the exact result."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=2, layout='bridge', driver='af_packet', offloads=False)
+    n = 64 * 288 * 2 + 3
+    lines = allreduce_case(tb, n, 'fp32', 'kulisch', 'fp32', seed=12)
+    assert all(ln['gso_refused'] == 1 for ln in lines), lines
+    summary = stop(tb)['switch']
+    assert summary.dropped('oversize') > 0, summary.rx_dropped
+
+
 @pytest.mark.parametrize('transport', ['kulisch', 'auto', 'rounded'])
 def test_leaf_and_root_give_one_switchs_bits(make_testbed, transport):
     """Ranks behind a leaf and behind the root: under KULISCH and AUTO transport every rank's
