@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 # docs/PROTOCOL.md
-CONTRIB, RESULT, JOIN, JOINED = 1, 3, 5, 6
+CONTRIB, RESULT, JOIN, JOINED, QUERY, STATUS = 1, 3, 5, 6, 11, 12
 RETRANSMIT = 1
 
 
@@ -26,8 +26,8 @@ class Steering:
 
 
 def check_steering(frames, switch_ips, udp_port: int, shards: int) -> Steering:
-    """Every PRISM packet towards the switch (to one of `switch_ips`): a CONTRIB to udp_port +
-    (job + op + chunk) mod S, a JOIN to udp_port + job mod S (Python's integers do not wrap); every
+    """Every PRISM packet towards the switch (to one of `switch_ips`): a CONTRIB or a QUERY (about
+    a chunk: PROTOCOL.md, Queries) to udp_port + (job + op + chunk) mod S, a JOIN to udp_port + job mod S (Python's integers do not wrap); every
     packet from the switch sent from udp_port itself. Frames are Ethernet/IPv4/UDP, parsed here."""
     st = Steering()
     for i, f in enumerate(frames):
@@ -46,6 +46,8 @@ def check_steering(frames, switch_ips, udp_port: int, shards: int) -> Steering:
                 want = udp_port + (job + op + chunk) % shards
                 st.keys.add((op, chunk))
                 st.retransmits += bool(p[30] & RETRANSMIT)
+            elif kind == QUERY:
+                want = udp_port + (job + op + chunk) % shards
             elif kind == JOIN:
                 want = udp_port + (job + 0 + 0) % shards
             else:
