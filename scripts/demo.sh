@@ -8,7 +8,7 @@
 # results and be identical in every order; FP32_ARRIVAL changes with the order.
 # Then, as root where network namespaces work: 4 ranks, each a prism-rank
 # process in its own namespace, allreduce 1 MiB of fp32 five times through
-# prism-switch on net_af_packet (scripts/testbed.sh), each result checked
+# prism-switch on the testbed's default port kind (scripts/testbed.sh: net_af_xdp), each result checked
 # against the reference model.
 # Usage: scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
@@ -63,7 +63,7 @@ if [ "$(id -u)" -ne 0 ] || ! ip netns add "prism-demo-probe-$$" 2>/dev/null; the
 fi
 ip netns del "prism-demo-probe-$$"
 echo "4 ranks, each a process in its own network namespace, allreduce 1 MiB of fp32 (KULISCH_FIXED) five times"
-echo "through prism-switch on net_af_packet (scripts/testbed.sh; every result checked against the reference model):"
+echo "through prism-switch on the testbed's default port (net_af_xdp; every result checked against the reference model):"
 printf '%-5s %-12s %-12s %-11s %-17s %s\n' rank "time (min)" "Gbit/s" retransmits digest check
 if scripts/testbed.sh --ranks 4 --build "$BUILD" --dir "$TMP/testbed" --keep-dir -- \
     "$BUILD/app/prism-rank" --config '{config}' --rank '{rank}' --size 1MiB --repeat 5 --check --json \
