@@ -24,8 +24,10 @@ is measured a second time on every CPU (the switch stopped), as a user without a
 - baseline (--baseline BUILD): the same with BUILD's prism-rank (e.g. a build of the commit before a
   change), against the same switch: an A/B of the rank side in one run.
 - echo (the path's own ceiling): the same ranks, sizes and switch, each rank alone in a job of one
-  taken from a pool (`--store file://... --ranks 1 --pool`): every CONTRIB is its own RESULT, the
-  least work a switch can do for a packet. PRISM / echo is how close the reduction comes to it.
+  taken from a pool (`--store file://... --ranks 1 --pool`, FP32_ARRIVAL, the cheapest accumulator):
+  every CONTRIB is its own RESULT. The packets each rank sends and receives are the reduction's, but
+  the switch opens and finalizes a slot per CONTRIB where a reduction opens one per R: PRISM / echo
+  above 1 means the switch's per-slot work, not the path, was the echo's limit.
 - MPI: then the switch is stopped and `mpirun` runs build/tools/mpi-allreduce (fp32 sum, TCP between
   the same namespaces, over the same veths and bridge), confined to --rank-cpus, then on every CPU.
 - CPU: each rank reports its own CPU time (user + system) in the timed collectives; the table shows
@@ -519,7 +521,9 @@ def run_size(tb, a, R: int, mtu: int, n: int, rank_bin: Path, pin: list[str], ro
         cases.append(('baseline', 'baseline', 'kulisch',
                       rank_cmd(a.baseline / 'app' / 'prism-rank', n, rep, a.warmup, 'kulisch', a.window, pin)))
     if not a.no_echo:
-        cases.append(('echo', 'echo', 'kulisch', rank_cmd(rank_bin, n, rep, a.warmup, 'kulisch', a.window, pin, True)))
+        # FP32_ARRIVAL: the cheapest accumulator; with one term its result is the input itself.
+        cases.append(('echo', 'echo', 'fp32_arrival',
+                      rank_cmd(rank_bin, n, rep, a.warmup, 'fp32_arrival', a.window, pin, True)))
     for label, impl, pol, cmd in cases:
         res = prism_case(tb, cmd, n, rep, a.warmup, pol, impl)
         if impl == 'prism':
