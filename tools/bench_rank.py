@@ -522,8 +522,11 @@ def run_size(tb, a, R: int, mtu: int, n: int, rank_bin: Path, pin: list[str], ro
                       rank_cmd(a.baseline / 'app' / 'prism-rank', n, rep, a.warmup, 'kulisch', a.window, pin)))
     if not a.no_echo:
         # FP32_ARRIVAL: the cheapest accumulator; with one term its result is the input itself.
+        # Each echo rank is alone in its job, so its window would not know that R share the port's
+        # ring: give it the window a rank of the R-rank job has at most (docs/RANK.md, Window).
         cases.append(('echo', 'echo', 'fp32_arrival',
-                      rank_cmd(rank_bin, n, rep, a.warmup, 'fp32_arrival', a.window, pin, True)))
+                      rank_cmd(rank_bin, n, rep, a.warmup, 'fp32_arrival', a.window or max(16, 512 // R), pin,
+                               True)))
     for label, impl, pol, cmd in cases:
         res = prism_case(tb, cmd, n, rep, a.warmup, pol, impl)
         if impl == 'prism':
