@@ -383,8 +383,8 @@ def plot(rows: list[dict], png: Path, policies: list[str], machine: dict) -> str
     for row in rows:
         R, m = row['ranks'], row.get('mtu', 1500)
         colours.setdefault((R, m), len(colours) + 1)
-        for what, e in (('PRISM', row['prism'].get(main)), ('baseline', row.get('baseline')),
-                        ('echo', row.get('echo')), ('MPI', row.get('mpi')), ('MPI all-CPU', row.get('mpi_all'))):
+        for what, e in (('PRISM', row['prism'].get(main)), ('echo', row.get('echo')), ('MPI', row.get('mpi')),
+                        ('MPI all-CPU', row.get('mpi_all'))):
             if e and e.get('gbit_s'):
                 name = f'{what} R={R} MTU {m}'
                 series.setdefault(name, []).append((row['bytes'], e['gbit_s']))
