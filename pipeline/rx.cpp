@@ -37,6 +37,21 @@ void RxStage::refuse(rte_mbuf* m, Meta* mt, sw::Drop why, uint64_t now_tsc) {
   refuse(m, mt->p, mt->v, now_tsc);
 }
 
+// Its head is whole, the rest cut or beyond the MTU: parsed as far as it
+// goes (a truncated frame's lengths clamped to what it holds), for the
+// sender it names. A registered one is told (NACK MALFORMED, echoing the
+// first PRISM header), and can stop sending GSO messages this path does not
+// segment; the drop is OVERSIZE whatever the parse said (not counted as a
+// refusal again).
+void RxStage::oversize(rte_mbuf* m, Meta* mt, uint64_t now_tsc) {
+  const std::span<uint8_t> f{rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m)};
+  wire::clamp_to_frame(f);
+  const wire::Refusal r = wire::parse(f, ports_, &mt->p, false, true, kernel_link_);
+  mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);
+  mt->v.drop = sw::Drop::OVERSIZE;
+  refuse(m, mt->p, mt->v, now_tsc);
+}
+
 bool RxStage::answer_local(rte_mbuf* m) {
   const wire::Endpoint self = dir_.self(cfg_port_);
   switch (wire::answer_local(rte_pktmbuf_mtod(m, uint8_t*), rte_pktmbuf_data_len(m), self.mac, self.ip)) {
@@ -95,7 +110,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     }
     // Larger than the port's MTU: a GSO super-packet the sender's interface did not segment.
     if (rte_pktmbuf_pkt_len(m) > max_frame_) {
-      refuse(m, mt, sw::Drop::OVERSIZE, now_tsc);
+      oversize(m, mt, now_tsc);
       continue;
     }
     // A device with RX checksum offload that found both sums good says so: they are not summed again.
@@ -112,7 +127,7 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     // frame kept only its start (net_af_packet's ring frames do so without a flag).
     if (r == wire::Refusal::IP_BAD_LENGTH &&
         wire::truncated({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)})) {
-      refuse(m, mt, sw::Drop::OVERSIZE, now_tsc);
+      oversize(m, mt, now_tsc);
       continue;
     }
     mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);

@@ -79,6 +79,7 @@ class RxStage final : public Stage {
  private:
   void refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc);
   void refuse(rte_mbuf* m, Meta* mt, sw::Drop why, uint64_t now_tsc);  // before parsing: no NACK
+  void oversize(rte_mbuf* m, Meta* mt, uint64_t now_tsc);              // OVERSIZE, NACKed to a registered sender
   // ARP or ICMP echo for this port's address: answered (true), or not for us.
   bool answer_local(rte_mbuf* m);
   bool hand_on(uint64_t now_tsc);  // false while some of the burst is still here

@@ -456,6 +456,19 @@ bool truncated(std::span<const uint8_t> frame) {
   return at + be16(f + at + 2) > n;
 }
 
+bool clamp_to_frame(std::span<uint8_t> frame) {
+  if (!truncated(frame)) return false;
+  uint8_t* f = frame.data();
+  const size_t n = frame.size();
+  const size_t at = be16(f + 12) == 0x8100 ? 12 + kVlanSize + 2 : 14;
+  const size_t ihl = size_t(f[at] & 0x0F) * 4;
+  if (ihl < kIpv4MinSize || n < at + ihl + kUdpSize || f[at + 9] != 17) return false;
+  const size_t total = n - at;
+  f[at + 2] = uint8_t(total >> 8), f[at + 3] = uint8_t(total);
+  f[at + ihl + 4] = uint8_t((total - ihl) >> 8), f[at + ihl + 5] = uint8_t(total - ihl);
+  return true;
+}
+
 Header session_header(Kind kind, uint32_t job, uint16_t group) {
   Header h;
   h.kind = kind;

@@ -161,6 +161,12 @@ Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool 
 //   IP_BAD_LENGTH; this says which of that reason's two cases it is.
 inline constexpr size_t max_frame(unsigned mtu) { return size_t(mtu) + kEthSize + kVlanSize; }
 bool truncated(std::span<const uint8_t> frame);
+// Rewrites a truncated() IPv4/UDP frame's IP total length and UDP length to
+// what the frame holds, so that parse() reads its headers and its first PRISM
+// header (give it sums_verified: its checksums no longer hold); the switch
+// tells a registered sender whose frame it was. False, and nothing written,
+// when the frame is not truncated or its IPv4 and UDP headers are not whole.
+bool clamp_to_frame(std::span<uint8_t> frame);
 
 // The same checks from the PRISM header on, for a UDP payload a socket
 // received (the kernel has checked IPv4 and UDP): src, dst and vlan are left

@@ -70,7 +70,7 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::OVERSIZE, "oversize",
      "a frame larger than the port's MTU, or cut short on the way in (its IP total length is more than the frame "
      "holds): a GSO super-packet that was not segmented (turn off tx-udp-segmentation on the sender's interface, "
-     "docs/REAL_INTERFACES.md)"},
+     "docs/REAL_INTERFACES.md); a registered sender is told NACK MALFORMED"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -83,6 +83,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
   using R = wire::NackReason;
   switch (d) {
     case Drop::MALFORMED:
+    case Drop::OVERSIZE:  // to a registered sender, named by the frame's head: it sends GSO this path cannot carry
     case Drop::NO_CHECKSUM:
     case Drop::BAD_PARTIAL: return R::MALFORMED;
     case Drop::UNKNOWN_JOB: return R::UNKNOWN_JOB;
@@ -104,7 +105,6 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::DUPLICATE:
     case Drop::LATE:
     case Drop::STALE_RESULT:
-    case Drop::OVERSIZE:  // nothing in it can be trusted, its source least
     case Drop::kCount: return std::nullopt;
   }
   return std::nullopt;

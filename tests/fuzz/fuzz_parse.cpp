@@ -12,7 +12,9 @@
 //    bytes exactly (records are canonical);
 //  - wire::truncated (the switch's OVERSIZE drop) never reads outside the
 //    frame, and a frame it calls truncated never parses OK: parse() refuses
-//    it as IP_BAD_LENGTH, or earlier;
+//    it as IP_BAD_LENGTH, or earlier; wire::clamp_to_frame makes it no
+//    longer truncated, and its head parses to a known refusal (ASan: no read
+//    outside it);
 //  - the parsed header and body, rebuilt with wire::build (no VLAN, no IP
 //    options, a fresh UDP checksum), parse OK again with identical header
 //    fields, endpoints, fragment header, payload and sideband.
@@ -194,8 +196,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ra != rb)
     FUZZ_CHECK(rb == Refusal::OK && b.h.encoding == wire::Encoding::KULISCH &&
                (ra == Refusal::PAYLOAD_LENGTH || ra == Refusal::BAD_PARTIAL));
-  if (wire::truncated({data, size}))
+  if (wire::truncated({data, size})) {
     FUZZ_CHECK(ra == Refusal::IP_BAD_LENGTH || ra == Refusal::SHORT_FRAME || ra == Refusal::IP_BAD_HEADER);
+    // The switch's reading of an oversize frame's head: clamped, it is no longer truncated, and parses
+    // (sums unchecked) to a known refusal without reading outside the frame.
+    std::vector<uint8_t> c(data, data + size);
+    if (wire::clamp_to_frame(c)) {
+      FUZZ_CHECK(!wire::truncated(c));
+      Parsed pc;
+      FUZZ_CHECK(size_t(wire::parse(c, kPort, &pc, false, true, true)) < size_t(Refusal::kCount));
+    }
+  }
   if (ra == Refusal::OK) {
     FUZZ_CHECK(same_header(a.h, b.h) && a.payload == b.payload && a.payload_len == b.payload_len &&
                a.sideband == b.sideband && a.first_lane == b.first_lane && a.chunk_lanes == b.chunk_lanes &&

@@ -10,7 +10,8 @@
   namespace. Not PRISM messages: the switch refuses every segment (bad_magic). Through
   net_af_packet with the testbed's offloads (the rank's interface segments), the switch sees the
   segments; without them the super-packet reaches net_af_packet whole, cut to its ring frame, and
-  is dropped as `oversize` with the operator's hint in the summary; net_af_xdp sees segments
+  is dropped as `oversize` with the operator's hint in the summary (and a member that sent it is
+  told NACK MALFORMED, naming the chunk its head holds); net_af_xdp sees segments
   without any offload set (a veth whose peer runs XDP does not pass GSO packets on).
 - polling: adaptive (the default for kernel-interface ports) sleeps when idle (its counters say
   so) and still answers ping and reduces exactly after idling; polling: busy never sleeps.
@@ -36,6 +37,29 @@ s.sendto(b'x' * 20480, (sys.argv[1], 20562))
 print('sent')
 '''
 SEGMENTS = math.ceil(20480 / 1400)
+
+# A registered rank's GSO message of 10 CONTRIBs (job 7, op 900, chunks 0-9, 288 fp32 each: 1184-byte
+# segments), from its member address; then what the switch answers within 2 s, as "kind status job chunk".
+GSO_CONTRIBS = r'''
+import socket, struct, sys
+ip, sw = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((ip, 20562))
+seg = []
+for c in range(10):   # magic ver kind job op chunk sender group terms count dtype out policy enc transport exc flags status
+    h = struct.pack('>HBBIIIHHHHBBBBBBBB', 0x5052, 1, 1, 7, 900, c, 0, 2, 1, 288, 1, 1, 2, 1, 2, 1, 0, 0)
+    seg.append(h + bytes(288 * 4))
+s.setsockopt(socket.IPPROTO_UDP, 103, len(seg[0]))
+s.sendto(b''.join(seg), (sw, 20562))
+s.settimeout(2)
+try:
+    while True:
+        d = s.recv(2048)
+        f = struct.unpack('>HBBIIIHHHHBBBBBBBB', d[:32])
+        print(f[2], f[17], f[3], f[5])
+except socket.timeout:
+    print('done')
+'''
 
 
 def gso_send(tb) -> su.Summary:
@@ -78,6 +102,21 @@ def test_gso_super_packets_are_segmented_or_refused_as_oversize(make_testbed, dr
         assert s.rx_dropped['oversize'] == 0 and not s.oversize, text
         assert s.refused['bad_magic'] == SEGMENTS, text
     assert s.shard_total('contribs') == 0, text
+
+
+def test_an_oversize_message_from_a_member_is_nacked_malformed(make_testbed):
+    """Through net_af_packet with the offloads left alone, a member's GSO message of 10 CONTRIBs
+    arrives whole, cut to the ring frame: one `oversize` drop, and the member is told NACK
+    MALFORMED for the chunk its head names (libprism then sends plain datagrams)."""
+    tb = make_testbed(ranks=2, layout='bridge', driver='af_packet', offloads=False)
+    r = tb.ranks[0]
+    runs = tb.run([PY, '-c', GSO_CONTRIBS, r.ip, r.switch_ip], ranks=[0], timeout=30)
+    assert runs[0].rc == 0, runs[0].stderr
+    answers = runs[0].stdout.split('\n')
+    s = stop(tb)['switch']
+    assert s.rx_dropped['oversize'] == 1 and s.oversize == {0: 1}, (s.rx_dropped, runs[0].stdout)
+    assert answers[0] == '4 1 7 0', runs[0].stdout   # NACK, MALFORMED, job 7, chunk 0
+    assert s.shard_total('contribs') == 0
 
 
 def test_adaptive_switch_sleeps_then_answers_and_reduces(make_testbed):

@@ -464,6 +464,7 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::RESULT_EXPIRED, R::RESULT_EXPIRED},
       {Drop::ABANDONED, R::OP_ABANDONED},
       {Drop::NO_CHECKSUM, R::MALFORMED},
+      {Drop::OVERSIZE, R::MALFORMED},
       {Drop::POOL_FULL, R::POOL_FULL},
       {Drop::GROUP_TOO_LARGE, R::GROUP_TOO_LARGE},
       {Drop::OUT_OF_POOL, R::OUT_OF_POOL},
