@@ -25,10 +25,20 @@ def shard_of(job: int, op: int, chunk: int, shards: int) -> int:
     return (job + op + chunk) % shards
 
 
+def segments(payload: bytes) -> list[bytes]:
+    """The PRISM datagrams in a UDP payload: one, or several when the capture saw a UDP GSO message
+    before the kernel cut it (equal-size segments, the last maybe shorter; each starts with the
+    header's magic and version, and the same job)."""
+    for k in range(32, len(payload) - 8):
+        if payload[k:k + 3] == b'PR\x01' and payload[k + 4:k + 8] == payload[4:8]:
+            return [payload[i:i + k] for i in range(0, len(payload), k)]
+    return [payload]
+
+
 def sent_by_port(pcap: Path) -> tuple[Counter, int]:
-    """UDP destination port -> IPv4/UDP PRISM frames a rank sent towards the switch ('other': every
+    """UDP destination port -> IPv4/UDP PRISM datagrams a rank sent towards the switch ('other': every
     other frame, ARP and ping among them); and how many of the CONTRIBs were sent to a port other
-    than the rule's."""
+    than the rule's. A GSO message captured whole counts as the datagrams it holds."""
     by_port, off_rule = Counter(), 0
     for f in read_pcap(pcap):
         if len(f) < 14 + 20 + 8 + 32 or f[12:14] != b'\x08\x00' or f[23] != 17:
@@ -36,16 +46,17 @@ def sent_by_port(pcap: Path) -> tuple[Counter, int]:
             continue
         ihl = (f[14] & 0x0f) * 4
         udp = 14 + ihl
-        dport = struct.unpack('>H', f[udp + 2:udp + 4])[0]
+        dport, ulen = struct.unpack('>HH', f[udp + 2:udp + 6])
         h = udp + 8
         if f[h:h + 2] != b'PR' or not BASE <= dport < BASE + 64:
             by_port['other'] += 1
             continue
-        by_port[dport] += 1
-        kind = f[h + 3]
-        job, op, chunk = struct.unpack('>III', f[h + 4:h + 16])
-        if kind == CONTRIB and dport != BASE + shard_of(job, op, chunk, SHARDS):
-            off_rule += 1
+        for d in segments(f[h:udp + ulen]):
+            by_port[dport] += 1
+            kind = d[3]
+            job, op, chunk = struct.unpack('>III', d[4:16])
+            if kind == CONTRIB and dport != BASE + shard_of(job, op, chunk, SHARDS):
+                off_rule += 1
     return by_port, off_rule
 
 

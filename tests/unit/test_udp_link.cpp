@@ -173,5 +173,7 @@ TEST(UdpLink, CoalescedReceivesAreCutIntoTheDatagramsSent) {
     const size_t at = i * 1000, n = std::min<size_t>(1000, payload.size() - at);
     EXPECT_EQ(got[i], std::vector<uint8_t>(payload.begin() + long(at), payload.begin() + long(at + n))) << i;
   }
-  if (gso && link.gro()) EXPECT_EQ(link.counters().gro_datagrams, 21u) << "loopback keeps a GSO message whole";
+  if (gso && link.gro()) {
+    EXPECT_EQ(link.counters().gro_datagrams, 21u) << "loopback keeps a GSO message whole";
+  }
 }
