@@ -31,6 +31,14 @@ std::string devarg(const std::string& device, const std::string& key) {
 
 std::string af_packet_devargs(const std::string& device, std::string* why) {
   if (device.rfind("net_af_packet", 0) != 0) return device;
+  // The ring as deep as the other port kinds' 1024 descriptors (the driver's
+  // default is 512 frames): the ranks behind a port size their windows for it.
+  if (devarg(device, "framecnt").empty()) {
+    std::string more;
+    const std::string d = af_packet_devargs(device + ",framecnt=1024", &more);
+    if (why) *why = "framecnt=1024 added to its net_af_packet device" + (more.empty() ? "" : "; " + more);
+    return d;
+  }
   if (!devarg(device, "framesz").empty() || !devarg(device, "blocksz").empty()) return device;
   const std::string iface = devarg(device, "iface");
   std::ifstream f("/sys/class/net/" + iface + "/mtu");

@@ -4,6 +4,9 @@
 //   2048 bytes unless its devargs say otherwise, and a larger frame is lost
 //   in the kernel without a trace. af_packet_devargs() adds framesz and
 //   blocksz sized from the interface's MTU when the config leaves them out;
+// - a ring as deep as the other port kinds' 1024 descriptors: the driver's
+//   holds 512 frames, which the windows of 8 ranks fill; af_packet_devargs()
+//   adds framecnt=1024 when the config leaves it out;
 // - the frames the kernel dropped because the ring was full (an unpaced
 //   sender): the driver does not read PACKET_STATISTICS, so imissed stays 0.
 //   RingDrops reads them from the driver's own packet sockets;
