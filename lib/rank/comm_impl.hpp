@@ -83,7 +83,8 @@ struct Communicator::Impl {
   uint32_t chunk_elems_for(size_t in_bytes, size_t out_bytes) const;
 
   static constexpr size_t kMaxBatch = 256;
-  static constexpr uint32_t kAutoWindowMax = 512, kAutoWindowStart = 64, kMinWindow = 16, kPortBudget = 512;
+  static constexpr uint32_t kAutoWindowMax = 512, kAutoWindowStart = 64, kMinWindow = 64, kMinCap = 16,
+                            kPortBudget = 512;
   static constexpr uint32_t kQueryTries = 2;
   // Doublings of a shard's timeout while the switch says HELD: a late rank
   // costs a QUERY every 8 RTOs at most, and a loss behind it waits no longer.
@@ -137,13 +138,14 @@ struct Communicator::Impl {
   rank::UdpLink link;
   rank::RttEstimator rtt;
   uint32_t next_op;
-  uint64_t send_seq = 0;       // sends of chunks so far (Chunk::seq)
-  uint32_t nonce = 0;          // this communicator's JOIN nonce (0: did not join)
-  uint32_t window = 64;        // chunks in flight now (adaptive unless Tuning::window fixes it)
-  uint32_t window_cap = 64;    // Tuning::window, or kAutoWindowMax; within the job's slot quota
-  uint32_t clean_results = 0;  // RESULTs since the window last changed
-  uint64_t last_cut = 0;       // when a loss last halved it
-  bool slow_start = true;      // no loss yet: it doubles
+  uint64_t send_seq = 0;         // sends of chunks so far (Chunk::seq)
+  uint64_t gso_given_up_at = 0;  // send_seq when a MALFORMED NACK turned GSO off
+  uint32_t nonce = 0;            // this communicator's JOIN nonce (0: did not join)
+  uint32_t window = 64;          // chunks in flight now (adaptive unless Tuning::window fixes it)
+  uint32_t window_cap = 64;      // Tuning::window, or kAutoWindowMax; within the job's slot quota
+  uint32_t clean_results = 0;    // RESULTs since the window last changed
+  uint64_t last_cut = 0;         // when a loss last halved it
+  bool slow_start = true;        // no loss yet: it doubles
   size_t mtu = 1500;
   std::unordered_map<uint32_t, std::unique_ptr<rank::Op>> ops;  // by op number, until waited for
   std::deque<rank::Op*> sendq;                                  // ops with chunks never sent, in call order

@@ -67,10 +67,11 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
   // The quota can always complete a window (docs/PROTOCOL.md, Windows and pacing).
   // Adaptive: the job's ranks share the switch port's receive ring (and the
   // kernel queues before it), so R windows together stay within kPortBudget.
-  window_cap = t.window ? t.window : std::clamp<uint32_t>(kPortBudget / e.group, kMinWindow, kAutoWindowMax);
+  window_cap = t.window ? t.window : std::clamp<uint32_t>(kPortBudget / e.group, kMinCap, kAutoWindowMax);
   if (e.slot_quota && e.slot_quota < window_cap) window_cap = e.slot_quota;
   window = t.window ? window_cap : std::min(kAutoWindowStart, window_cap);
   mtu = link.path_mtu();
+  link.size_buffers(window_cap, mtu);
   heads.resize(kMaxBatch);
   batch.reserve(kMaxBatch);
   timers.assign(e.switch_shards, {});
@@ -391,12 +392,16 @@ void Communicator::Impl::on_nack(Op& op, const wire::Parsed& p, const uint8_t* b
     window_cut(now_ns());
     return;
   }
-  if (r == wire::NackReason::MALFORMED && link.gso()) {
+  if (r == wire::NackReason::MALFORMED && (link.gso() || op.chunks[c].seq <= gso_given_up_at)) {
     // This library sends nothing malformed: the switch saw a GSO message cut
     // short (a path that passed it unsegmented to a port that truncates,
-    // PROTOCOL.md, Reaching the switch). Plain datagrams from now on; the
-    // chunks lost with it are asked about and re-sent as usual.
-    link.give_up_gso();
+    // PROTOCOL.md, Reaching the switch). Plain datagrams from now on (a NACK
+    // for another message sent before that is the same news); the chunks
+    // lost with it are asked about and re-sent as usual.
+    if (link.gso()) {
+      link.give_up_gso();
+      gso_given_up_at = send_seq;
+    }
     op.chunks[c].resend = true;
     return;
   }
@@ -450,10 +455,6 @@ void Communicator::Impl::on_status(Op& op, const wire::Parsed& p, uint64_t t) {
   ++stats.status_missing;
   if (q.done) return;
   window_cut(t);
-  // Nothing ever came back and the switch lacks what was sent: the path loses
-  // GSO messages whole (a veth passing them unsegmented to a switch port that
-  // drops them as OVERSIZE). Plain datagrams from now on.
-  if (stats.results == 0 && stats.status_missing >= 2 && link.gso()) link.give_up_gso();
   // Lost: it, and what this rank sent to the shard with it or before that is late too.
   const uint32_t shard = wire::shard_of(ep.job, op.op, c, ep.switch_shards);
   for (const auto& f : inflight) {

@@ -33,7 +33,8 @@ constexpr StatField kStatFields[] = {
     count("gso_datagrams", "datagrams sent inside UDP GSO messages", &Stats::gso_datagrams),
     count("gso_refused",
           "1 when UDP GSO was given up and sends fell back to plain sendmmsg: the kernel refused it "
-          "(EINVAL/EIO: no checksum offload), or nothing sent by it ever arrived (the switch said MISSING)",
+          "(EINVAL/EIO: no checksum offload), or the switch NACKed one cut short as MALFORMED (a path that "
+          "passed it unsegmented to a port that truncates it)",
           &Stats::gso_refused),
     count("gro_buffers", "received buffers the kernel had coalesced (UDP_GRO)", &Stats::gro_buffers),
     count("gro_datagrams", "datagrams inside coalesced buffers", &Stats::gro_datagrams),

@@ -58,8 +58,7 @@ UdpLink::UdpLink(const std::string& local_ip, uint16_t local_port, const std::st
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   const int pmtu = IP_PMTUDISC_DO;  // DF: a packet that does not fit fails here, not at the switch
   setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-  sndbuf_ = grow_buffer(fd_, SO_SNDBUF, SO_SNDBUFFORCE, 4 << 20);
-  rcvbuf_ = grow_buffer(fd_, SO_RCVBUF, SO_RCVBUFFORCE, 8 << 20);
+  size_buffers(256, 1500);  // until the communicator knows its window and the path's MTU
   // Coalesced receives where the kernel has them (Linux 5.0); a buffer must
   // then hold a whole coalesced datagram (64 KiB).
   gro_ = setsockopt(fd_, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
@@ -84,6 +83,16 @@ UdpLink::UdpLink(const std::string& local_ip, uint16_t local_port, const std::st
     fail_errno("connect to the switch at " + switch_ip + ":" + std::to_string(switch_port),
                "is there a route to the switch port's address from this host?");
   }
+}
+
+// A kernel datagram costs its payload and about 800 bytes of bookkeeping
+// (skb truesize). The receive side holds a whole window of RESULTs twice
+// over (a rank descheduled for a while, RESULTs of two windows in a row);
+// the send side one window, which one GSO burst queues at once.
+void UdpLink::size_buffers(size_t window, size_t mtu) {
+  const size_t per = mtu + 800;
+  sndbuf_ = grow_buffer(fd_, SO_SNDBUF, SO_SNDBUFFORCE, int(std::max<size_t>(1 << 20, window * per)));
+  rcvbuf_ = grow_buffer(fd_, SO_RCVBUF, SO_RCVBUFFORCE, int(std::max<size_t>(1 << 20, 2 * window * per)));
 }
 
 UdpLink::~UdpLink() {

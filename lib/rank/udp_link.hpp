@@ -40,6 +40,9 @@ class UdpLink {
 
   // The path MTU towards the switch (IP_MTU; 1500 when the kernel cannot say).
   size_t path_mtu() const;
+  // Socket buffers for `window` datagrams of up to `mtu` bytes in flight
+  // (SO_*BUFFORCE as root, else as much as net.core.[rw]mem_max allows).
+  void size_buffers(size_t window, size_t mtu);
 
   // One datagram of up to two parts: a header and a body that stays where it
   // is, to the switch's UDP port `port` (0: the connected one).
