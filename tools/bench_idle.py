@@ -21,7 +21,6 @@ Needs root (the testbed's namespaces).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -33,15 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tools'))
-from bench_util import machine_info  # noqa: E402
-
-
-def load_testbed():
-    spec = importlib.util.spec_from_file_location('prism_testbed_impl', REPO / 'scripts' / 'testbed.py')
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules['prism_testbed_impl'] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench_util import machine_info, load_testbed  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:

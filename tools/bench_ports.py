@@ -18,7 +18,6 @@ wherever the kernel puts them: the same for both drivers.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -29,15 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tools'))
-from bench_util import machine_info, parse_size, size_name  # noqa: E402
-
-
-def load_testbed():
-    spec = importlib.util.spec_from_file_location('prism_testbed_impl', REPO / 'scripts' / 'testbed.py')
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules['prism_testbed_impl'] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench_util import machine_info, parse_size, size_name, load_testbed  # noqa: E402
 
 
 def port_rx_bytes(summary: str) -> int:

@@ -337,7 +337,7 @@ def gbit(e: dict | None) -> str:
 def table(rows: list[dict], policies: list[str]) -> str:
     main = 'kulisch' if 'kulisch' in policies else policies[0]
     extra = [p for p in policies if p != main]
-    head = ['R', 'MTU', 'size', f'PRISM Gbit/s', 'x baseline', 'echo Gbit/s', 'PRISM / echo', 'MPI Gbit/s',
+    head = ['R', 'MTU', 'size', 'PRISM Gbit/s', 'x baseline', 'echo Gbit/s', 'PRISM / echo', 'MPI Gbit/s',
             'PRISM / MPI', 'MPI all-CPU Gbit/s', 'PRISM / MPI all', 'CPU s/GiB PRISM', 'CPU s/GiB MPI',
             'switch Gbit/s', 'retransmits']
     if main != 'kulisch':

@@ -6,6 +6,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 
 
 def parse_size(s: str, elem: int = 4) -> int:
@@ -51,3 +52,15 @@ def machine_info() -> dict:
     except (OSError, subprocess.SubprocessError):
         out['cpu_model'] = platform.processor()
     return out
+
+
+def load_testbed():
+    """scripts/testbed.py, the testbed's one implementation, as a module (the tools' benches)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        'prism_testbed_impl', Path(__file__).resolve().parents[1] / 'scripts' / 'testbed.py')
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules['prism_testbed_impl'] = mod
+    spec.loader.exec_module(mod)
+    return mod
