@@ -119,6 +119,12 @@ struct Communicator::Impl {
     return std::max<uint64_t>(rtt.rto_unclamped(), 1000000);
   }
   void queue(rank::Op& op, uint32_t c, Send what);
+  struct Timers {
+    uint64_t asked_until = 0;          // a QUERY's answer is awaited until then
+    uint64_t late_at = 0;              // its timeout runs out (ask the shard about its oldest)
+    uint64_t suspect_at = UINT64_MAX;  // RACK: a chunk sent after it was answered (ask about it)
+  };
+  Timers timers_of(const rank::Chunk& ch, const rank::ShardTimer& st) const;
   void due_chunks(uint64_t t);
   void on_status(rank::Op& op, const wire::Parsed& p, uint64_t t);
   void wait_from(const rank::Op& op, uint32_t c, uint64_t t);

@@ -246,21 +246,28 @@ void Communicator::Impl::queue(Op& op, uint32_t c, Send what) {
 
 // What the window's timers and the RESULTs so far say (rank::ShardTimer):
 // chunks the switch lacks are re-sent; suspects are asked about.
+// When each of a chunk's timers runs out (rank::ShardTimer): its QUERY's
+// answer is overdue, it is late with no evidence, it is a RACK suspect.
+Communicator::Impl::Timers Communicator::Impl::timers_of(const rank::Chunk& ch, const rank::ShardTimer& st) const {
+  Timers d;
+  if (ch.query_ns) d.asked_until = ch.query_ns + query_timeout();
+  d.late_at = std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rtt.timeout(ch.tries + st.level);
+  if (st.rack_seq > ch.seq) d.suspect_at = ch.sent_ns + st.rack_rtt + uint64_t(rtt.srtt() / 4);
+  return d;
+}
+
 void Communicator::Impl::due_chunks(uint64_t t) {
-  const uint64_t reorder = uint64_t(rtt.srtt() / 4), qto = query_timeout();
   for (auto& d : oldest_due) d.op = nullptr;
   for (const auto& f : inflight) {
     if (batch.size() + oldest_due.size() >= kMaxBatch) break;
     rank::Chunk& ch = f.op->chunks[f.chunk];
-    const rank::ShardTimer& st = timer_of(f.op->op, f.chunk);
     if (ch.resend) {
       queue(*f.op, f.chunk, Send::RETRANSMIT);
       continue;
     }
-    const uint64_t rto = rtt.timeout(ch.tries + st.level);
-    if (ch.query_ns && t < ch.query_ns + qto) continue;  // a QUERY about it is on its way
-    const bool suspect = st.rack_seq > ch.seq && t >= ch.sent_ns + st.rack_rtt + reorder;
-    const bool late = t >= std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rto;
+    const Timers d = timers_of(ch, timer_of(f.op->op, f.chunk));
+    if (t < d.asked_until) continue;  // a QUERY about it is on its way
+    const bool suspect = t >= d.suspect_at, late = t >= d.late_at;
     if (!suspect && !late) continue;
     if (ch.unanswered >= kQueryTries) {  // no STATUS came back (loss, or a switch without queries): re-send
       window_cut(t);
@@ -565,18 +572,11 @@ void Communicator::Impl::progress(int max_wait_ms) {
   int wait = 0;
   if (max_wait_ms > 0) {
     uint64_t next = t + uint64_t(max_wait_ms) * 1000000;
-    const uint64_t reorder = uint64_t(rtt.srtt() / 4), qto = query_timeout();
     for (const auto& f : inflight) {
       const rank::Chunk& ch = f.op->chunks[f.chunk];
-      const rank::ShardTimer& st = timer_of(f.op->op, f.chunk);
-      const uint64_t rto = rtt.timeout(ch.tries + st.level);
       if (ch.resend) next = t;
-      if (ch.query_ns && t < ch.query_ns + qto) {
-        next = std::min(next, ch.query_ns + qto);
-        continue;
-      }
-      next = std::min(next, std::max({ch.sent_ns, ch.wait_ns, ch.query_ns}) + rto);
-      if (st.rack_seq > ch.seq) next = std::min(next, ch.sent_ns + st.rack_rtt + reorder);
+      const Timers d = timers_of(ch, timer_of(f.op->op, f.chunk));
+      next = std::min(next, t < d.asked_until ? d.asked_until : std::min(d.late_at, d.suspect_at));
     }
     if (!sendq.empty() && inflight.size() < window) next = t;  // the kernel's queue was full: try again soon
     wait = next > t ? int(std::max<uint64_t>(1, (next - t + 999999) / 1000000)) : 0;
