@@ -63,6 +63,8 @@ std::string usage() {
          "  --count N             elements per rank\n"
          "  --input FILE          reduce FILE's raw little-endian elements instead of generated data\n"
          "  --seed S              generated data: element i of rank r is a function of (S, r, i) (default 1)\n"
+         "  --data D              generated floats: spread (uniform times 2^-8..2^8, the default), gradient\n"
+         "                        (normal, sigma 2^-10), wide (magnitudes over 60 binades, both signs)\n"
          "  --dtype D             input format (default fp32): " +
          choices<Format>() +
          "\n"
@@ -196,7 +198,7 @@ Run parse(int argc, char** argv) {
        "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
        "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
        "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
-       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards",      "--linger-ms"},
+       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards",      "--linger-ms",   "--data"},
       {"--check", "--json", "--in-place", "--list-algos", "--no-gso"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
@@ -245,6 +247,14 @@ Run parse(int argc, char** argv) {
   d.coll = cli::one_of<Collective>(a, "--collective", Collective::ALLREDUCE);
   d.root = uint16_t(a.num("--root", 0, 65534, 0));
   d.seed = a.num("--seed", 0, UINT64_MAX, 1);
+  if (a.has("--data")) {
+    const std::string v = a.str("--data");
+    const auto* it = std::find_if(std::begin(app::kDataNames), std::end(app::kDataNames),
+                                  [&](const char* n) { return v == n; });
+    if (it == std::end(app::kDataNames)) fail("--data '" + v + "': expected spread, gradient or wide");
+    d.data = app::Data(it - std::begin(app::kDataNames));
+    if (a.has("--input")) fail("--data shapes generated data: not with --input");
+  }
   r.transport = cli::one_of<PartialTransport>(a, "--transport", PartialTransport::KULISCH);
   r.algo = a.has("--algo") ? parse_algo("--algo", a.str("--algo")) : Algorithm::SWITCH;
   r.segments = a.num("--segments", 1, 1 << 20, 0);

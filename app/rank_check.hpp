@@ -21,6 +21,16 @@
 
 namespace prism::app {
 
+// The generated floats' distribution (--data):
+//  - SPREAD: uniform in (-1, 1) times 2^k, k uniform in -8..8 (17 binades,
+//    both signs: sums cancel and round);
+//  - GRADIENT: gradient-like, normal with standard deviation 2^-10 (Box-Muller
+//    from two uniforms): most of a lane's terms within a few binades;
+//  - WIDE: 60 binades, magnitude 2^u with u uniform in [-30, 30), both signs:
+//    a lane's terms of very different sizes (the worst case for exact sums).
+enum class Data : uint8_t { SPREAD, GRADIENT, WIDE };
+inline constexpr const char* kDataNames[] = {"spread", "gradient", "wide"};
+
 // What the data and the reference depend on.
 struct DataSpec {
   Format dtype = Format::FP32, out = Format::FP32;
@@ -29,6 +39,7 @@ struct DataSpec {
   Collective coll = Collective::ALLREDUCE;
   uint64_t seed = 1, count = 0;
   uint16_t root = 0;
+  Data data = Data::SPREAD;
 };
 
 inline uint64_t mix(uint64_t x) {  // splitmix64's finalizer
@@ -39,8 +50,7 @@ inline uint64_t mix(uint64_t x) {  // splitmix64's finalizer
 }
 
 // Rank r's generated input: element i is a function of (seed, r, i) only.
-// Floats spread over 2^-8..2^8 with both signs (sums cancel and round);
-// integers small enough that no sum overflows int32.
+// Floats as s.data says; integers small enough that no sum overflows int32.
 inline std::vector<uint8_t> generate(const DataSpec& s, uint16_t rank) {
   const Format f = s.dtype;
   const size_t esz = info(f).bytes;
@@ -53,8 +63,15 @@ inline std::vector<uint8_t> generate(const DataSpec& s, uint16_t rank) {
       v = double(int(h % 201) - 100);
     else if (f == Format::INT32)
       v = double(int64_t(h % (1u << 21)) - (1 << 20));
-    else
+    else if (s.data == Data::GRADIENT) {
+      const uint64_t h2 = mix(h);
+      const double u1 = (double(h >> 11) + 1) / double(1ull << 53), u2 = double(h2 >> 11) / double(1ull << 53);
+      v = std::ldexp(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2), -10);
+    } else if (s.data == Data::WIDE) {
+      v = std::exp2(double(h >> 11) / double(1ull << 53) * 60 - 30) * ((h & 1) ? -1 : 1);
+    } else {
       v = std::ldexp(double(h >> 11) / double(1ull << 53) * 2 - 1, int((h >> 3) % 17) - 8);
+    }
     store_bits(f, out.data() + i * esz, encode_value(f, v));
   }
   return out;
