@@ -11,6 +11,7 @@ PKGS=(
   iproute2 iputils-ping nftables ethtool
   librte-net-af-xdp23 libxdp1 libbpf1
   openmpi-bin libopenmpi-dev
+  python3-torch   # tools/bench_coll.py --compare: Gloo's allreduce (torch.distributed, gloo, CPU)
 )
 missing=()
 for p in "${PKGS[@]}"; do
