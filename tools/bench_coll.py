@@ -71,7 +71,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_util import fmt_time, machine_info, parse_size, size_name  # noqa: E402
+from bench_util import fmt_time, machine_info, mpi_version, mpirun_prefix, parse_size, size_name  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RANKS = '2,3,4,5,6,7,8'
@@ -517,20 +517,615 @@ def plot(rows: list[dict], png: Path, algos: list[str], ranks: list[int], machin
         shutil.rmtree(work, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- --compare: against Open MPI and Gloo
+POLICIES = ('fp32_arrival', 'kulisch')
+SHORT = {'fp32_arrival': 'A', 'kulisch': 'K'}
+BASELINES = {   # name -> (label, what runs it)
+    'mpi_tcp': ('MPI tcp', "Open MPI's MPI_Allreduce, --mca pml ob1 --mca btl self,tcp (loopback TCP only)"),
+    'mpi_sm': ('MPI sm', "Open MPI's MPI_Allreduce, --mca pml ob1 --mca btl self,vader (shared memory)"),
+    'gloo': ('Gloo', "torch.distributed's gloo backend, all_reduce of a CPU tensor (tools/gloo_allreduce.py)"),
+}
+SYS_PYTHON = '/usr/bin/python3'   # Debian's, with python3-torch (python3 on PATH may be another)
+GLOO = REPO / 'tools' / 'gloo_allreduce.py'
+COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB'
+
+
+def gbit(n: int, s: float | None) -> float | None:
+    return n * 8 / s / 1e9 if s else None
+
+
+def run_group(cmds: list[list[str]], work: Path, tag: str, timeout: float,
+              env: dict | None = None) -> tuple[list[tuple[int | None, str, str]], bool]:
+    """Processes started at once (each its own process group), waited for together; ([(exit, stdout,
+    stderr)], timed out). One that fails ends the wait (the others would wait for it)."""
+    procs, outs = [], []
+    try:
+        for i, cmd in enumerate(cmds):
+            o, e = open(work / f'{tag}.{i}.out', 'w+'), open(work / f'{tag}.{i}.err', 'w+')
+            outs.append((o, e))
+            proc = subprocess.Popen(cmd, stdout=o, stderr=e, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env=env)
+            LIVE.add(proc)
+            procs.append(proc)
+        deadline, timed_out = time.monotonic() + timeout, False
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.02)
+        if not timed_out and any(p.poll() is None for p in procs):
+            time.sleep(0.5)   # one failed: let the others say why, if they will
+        for p in procs:
+            kill_group(p)
+        res = []
+        for p, (o, e) in zip(procs, outs):
+            o.seek(0)
+            e.seek(0)
+            res.append((p.returncode, o.read(), e.read()))
+        return res, timed_out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_group(p)
+            LIVE.discard(p)
+        for o, e in outs:
+            o.close()
+            e.close()
+
+
+def json_lines(text: str) -> list[dict]:
+    out = []
+    for ln in text.splitlines():
+        if ln.strip().startswith('{'):
+            try:
+                out.append(json.loads(ln))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def run_baseline(kind: str, mpi_bin: Path, work: Path, p: int, dtype: str, sizes: list[int], target: float,
+                 fixed_repeat: int | None, timeout: float, counter: list[int]) -> dict[int, dict]:
+    """One launch of a baseline at p ranks for every size (the program sets each size's repeat from
+    its warmup, about `target` seconds, 3..20): {bytes: entry}; an entry has 'error' when it failed."""
+    common = ['--sizes', ','.join(map(str, sizes)), '--dtype', dtype, '--warmup', '1', '--check']
+    common += ['--repeat', str(fixed_repeat)] if fixed_repeat else [
+        '--target-seconds', str(target), '--min-repeat', str(MIN_REPEAT), '--max-repeat', str(MAX_REPEAT)]
+    why = ''
+    for attempt in (1, 2):   # mpirun occasionally fails a launch; a retry gets a fresh store/ports
+        counter[0] += 1
+        tag = f'{kind}{counter[0]}'
+        if kind == 'gloo':
+            store = work / f'{tag}.store'
+            cmds = [[SYS_PYTHON, str(GLOO), '--rank', str(r), '--ranks', str(p), '--init', f'file://{store}']
+                    + common for r in range(p)]
+            env = dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1')
+            command = f'GLOO_SOCKET_IFNAME=lo {SYS_PYTHON} tools/gloo_allreduce.py --rank R --ranks {p} ' \
+                      f'--init file://STORE ' + ' '.join(common)
+        else:
+            btl = 'self,tcp' if kind == 'mpi_tcp' else 'self,vader'
+            cmd = mpirun_prefix(p) + ['--mca', 'pml', 'ob1', '--mca', 'btl', btl]
+            if kind == 'mpi_tcp':
+                cmd += ['--mca', 'btl_tcp_if_include', 'lo']
+            cmd += ['--mca', 'oob_tcp_if_include', 'lo', str(mpi_bin), '--back-to-back'] + common
+            cmds, env = [cmd], None
+            command = ' '.join(cmd).replace(str(mpi_bin), 'build/tools/mpi-allreduce')
+        t0 = time.monotonic()
+        res, timed_out = run_group(cmds, work, tag, timeout, env)
+        wall = round(time.monotonic() - t0, 2)
+        lines = [x for _, out, _ in res for x in json_lines(out)]
+        by_size = {x['bytes']: x for x in lines if 'bytes' in x}
+        codes = [c for c, _, _ in res]
+        if timed_out:
+            why = f'timed out after {timeout:g} s (process groups killed)'
+        elif kind == 'gloo' and all(c in (0, 3) for c in codes) and by_size:
+            why = ''   # 3: a dtype torch's gloo refuses, said in the JSON line
+        elif any(c != 0 for c in codes) or not by_size:
+            errs = ' | '.join(f'exit {c}: {(err or out).strip()[-300:]}' for c, out, err in res if c != 0)
+            why = errs or 'no JSON line'
+        if not why or attempt == 2 or timed_out:
+            break
+        log(f'{BASELINES[kind][0]} p={p}: {why}; retrying')
+    out = {}
+    for n in sizes:
+        e = dict(by_size.get(n) or {'error': why or 'no result for this size'})
+        e.update({'command': command, 'launch_wall_seconds': wall})
+        if 'error' not in e:
+            if e.get('check_differ'):
+                e['error'] = f"result differs from the exact sum in {e['check_differ']} elements"
+            elif not e.get('checked'):
+                e['error'] = 'result not checked'
+            else:
+                e['gbit_s_median'] = gbit(n, e['seconds_median'])
+        out[n] = e
+    return out
+
+
+def analyse_cell(cell: dict, algos: list[str]) -> list[str]:
+    """Fills in a (p, n, dtype, data) cell's Gbit/s, ratios and auto's verdicts; returns the failures."""
+    where = f"p={cell['ranks']} n={size_name(cell['bytes'])} {cell['dtype']} {cell['data']}"
+    fails = []
+    g: dict = {}
+    for pol in POLICIES:
+        for a, e in cell['prism'][pol].items():
+            if 'error' in e:
+                fails.append(f'{where} {a} {pol}: {e["error"]}')
+            elif not e['digests_agree']:
+                fails.append(f"{where} {a} {pol}: ranks disagree on the digest {e['digests']}")
+            else:
+                g[f'{a}/{SHORT[pol]}'] = gbit(cell['bytes'], e['seconds_median'])
+    for b in BASELINES:
+        e = cell.get(b)
+        if e is None:
+            continue
+        if 'error' in e:
+            if not e.get('unsupported'):
+                fails.append(f'{where} {BASELINES[b][0]}: {e["error"]}')
+        else:
+            g[b] = e['gbit_s_median']
+    cell['gbit_s'] = g
+    # KULISCH_FIXED is exact: every algorithm, auto too, the same bits at every rank.
+    kul = {a: tuple(e['digest_by_rank']) for a, e in cell['prism']['kulisch'].items() if 'error' not in e}
+    cell['kulisch_digests'] = sorted({d for t in kul.values() for d in t})
+    cell['kulisch_digests_agree'] = len(set(kul.values())) <= 1 and len(cell['kulisch_digests']) <= 1
+    if not cell['kulisch_digests_agree']:
+        fails.append(f'{where}: algorithms disagree on the KULISCH digest: '
+                     + ', '.join(f'{a}={sorted(set(t))}' for a, t in kul.items()))
+    r: dict = {}
+    for a in algos:
+        k, ar = g.get(f'{a}/K'), g.get(f'{a}/A')
+        r[f'{a} K/A'] = k / ar if k and ar else None
+    best = {}
+    for pol in POLICIES:
+        cands = {a: g[f'{a}/{SHORT[pol]}'] for a in algos if g.get(f'{a}/{SHORT[pol]}')}
+        if cands:
+            fa = max(cands, key=cands.get)
+            best[pol] = {'algo': fa, 'gbit_s': cands[fa]}
+            for b in BASELINES:
+                r[f'best {SHORT[pol]}/{b}'] = cands[fa] / g[b] if g.get(b) else None
+        au = cell['prism'][pol].get('auto')
+        if au and 'error' not in au and cands:
+            ch = au['algo']
+            fastest = best[pol]['algo']
+            t_best = cell['prism'][pol][fastest]['seconds_median']
+            t_ch = cell['prism'][pol][ch]['seconds_median'] if ch in cell['prism'][pol] and \
+                'error' not in cell['prism'][pol][ch] else au['seconds_median']
+            cell.setdefault('auto', {})[pol] = {
+                'choice': ch, 'segments': au.get('segments') if ch == 'chain' else None, 'fastest': fastest,
+                'picked_fastest': ch == fastest, 'within_10pct': t_ch <= 1.10 * t_best,
+                'auto_run_gbit_s': g.get(f'auto/{SHORT[pol]}')}
+    cell['best'] = best
+    cell['ratios'] = r
+    return fails
+
+
+def compare_summary(cells: list[dict], algos: list[str]) -> dict:
+    def spread(vals):
+        vals = sorted(v for v in vals if v)
+        if not vals:
+            return None
+        return {'cells': len(vals), 'min': vals[0], 'median': statistics.median(vals), 'max': vals[-1]}
+    s: dict = {'auto': {}, 'kulisch_over_arrival': {}, 'best_over_baseline': {}, 'targets': {}}
+    for pol in POLICIES + ('both',):
+        pols = POLICIES if pol == 'both' else (pol,)
+        v = [c['auto'][q] for c in cells for q in pols if q in c.get('auto', {})]
+        s['auto'][pol] = {'cells': len(v), 'picked_fastest': sum(x['picked_fastest'] for x in v),
+                          'within_10pct': sum(x['within_10pct'] for x in v)}
+    for a in algos:
+        s['kulisch_over_arrival'][a] = spread(c['ratios'].get(f'{a} K/A') for c in cells)
+    for pol in POLICIES:
+        for b in BASELINES:
+            s['best_over_baseline'][f'{SHORT[pol]}/{b}'] = spread(c['ratios'].get(f'best {SHORT[pol]}/{b}')
+                                                                  for c in cells)
+    # issue 28's targets, cell by cell: K/A >= 0.8 for every algorithm; the best under A >= 1.0x and
+    # under K >= 0.8x of MPI tcp and Gloo
+    def met(key, bound):
+        v = [c['ratios'].get(key) for c in cells if c['ratios'].get(key)]
+        return {'cells': len(v), 'met': sum(x >= bound for x in v)}
+    s['targets'] = {f'{a} K/A >= 0.8': met(f'{a} K/A', 0.8) for a in algos}
+    for b in ('mpi_tcp', 'gloo'):
+        s['targets'][f'best A / {b} >= 1.0'] = met(f'best A/{b}', 1.0)
+        s['targets'][f'best K / {b} >= 0.8'] = met(f'best K/{b}', 0.8)
+    return s
+
+
+def compare_tables(cells: list[dict], algos: list[str], baselines: list[str]) -> list[tuple[str, list, list]]:
+    """(title, head, body) of the two tables: Gbit/s, then ratios and auto's verdicts."""
+    def f(x, d=2):
+        return '-' if x is None else f'{x:.{d}f}'
+    def key(c):
+        return [str(c['ranks']), size_name(c['bytes']), c['dtype'], c['data']]
+    head1 = ['p', 'n', 'dtype', 'data'] + [f'{a} {SHORT[p]}' for a in algos + ['auto'] for p in POLICIES] \
+        + [BASELINES[b][0] for b in baselines]
+    body1 = []
+    for c in cells:
+        row = key(c) + [f(c['gbit_s'].get(f'{a}/{SHORT[p]}')) for a in algos + ['auto'] for p in POLICIES]
+        for b in baselines:
+            e = c.get(b) or {}
+            row.append('n/a' if e.get('unsupported') else f(c['gbit_s'].get(b)))
+        body1.append(row)
+    head2 = ['p', 'n', 'dtype', 'data'] + [f'{a} K/A' for a in algos] \
+        + [f'best {SHORT[p]} / {BASELINES[b][0]}' for p in POLICIES for b in baselines] \
+        + [f'auto {SHORT[p]}' for p in POLICIES]
+    body2 = []
+    for c in cells:
+        row = key(c) + [f(c['ratios'].get(f'{a} K/A')) for a in algos]
+        for p in POLICIES:
+            for b in baselines:
+                row.append(f(c['ratios'].get(f'best {SHORT[p]}/{b}')))
+        for p in POLICIES:
+            v = c.get('auto', {}).get(p)
+            if not v:
+                row.append('-')
+                continue
+            ch = v['choice'] + (f" m={v['segments']}" if v.get('segments') else '')
+            verdict = 'fastest' if v['picked_fastest'] else ('within 10%' if v['within_10pct'] else
+                                                              f"no ({v['fastest']})")
+            row.append(f'{ch}: {verdict}')
+        body2.append(row)
+    return [('Gbit/s (input bytes / the slowest rank\'s median time); A = FP32_ARRIVAL, K = KULISCH_FIXED',
+             head1, body1),
+            ('KULISCH / ARRIVAL per algorithm; the best PRISM host algorithm under A and K / each baseline; '
+             'what auto chose and whether it was the measured fastest (or within 10%)', head2, body2)]
+
+
+def compare_summary_lines(s: dict) -> list[str]:
+    out = []
+    for pol, v in s['auto'].items():
+        if v['cells']:
+            label = 'both policies' if pol == 'both' else pol
+            out.append(f"auto ({label}): the measured fastest in {v['picked_fastest']}/{v['cells']} cells "
+                       f"({100 * v['picked_fastest'] / v['cells']:.0f}%), within 10% of it in "
+                       f"{v['within_10pct']}/{v['cells']} ({100 * v['within_10pct'] / v['cells']:.0f}%)")
+    for a, v in s['kulisch_over_arrival'].items():
+        if v:
+            out.append(f"{a}: KULISCH / ARRIVAL median {v['median']:.2f}, range {v['min']:.2f}..{v['max']:.2f} "
+                       f"over {v['cells']} cells")
+    for k, v in s['best_over_baseline'].items():
+        if v:
+            pol, b = k.split('/')
+            out.append(f"best PRISM under {'FP32_ARRIVAL' if pol == 'A' else 'KULISCH_FIXED'} / {BASELINES[b][0]}: "
+                       f"median {v['median']:.2f}, range {v['min']:.2f}..{v['max']:.2f} over {v['cells']} cells")
+    for k, v in s['targets'].items():
+        if v['cells']:
+            out.append(f"target {k}: met in {v['met']}/{v['cells']} cells")
+    return out
+
+
+def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list[str], ranks: list[int],
+                 dtype: str, machine: dict, title_extra: str) -> str | None:
+    if not shutil.which('gnuplot'):
+        return 'gnuplot not found (apt-get install gnuplot-nox)'
+    main_cells = [c for c in cells if c['dtype'] == dtype]
+    datas = list(dict.fromkeys(c['data'] for c in main_cells))
+    if not main_cells:
+        return 'nothing to plot'
+    data0 = datas[0]
+    panels = sorted([p for p in (2, 4, 8) if p in ranks] or ranks)[:3]
+    for p in ranks:
+        if len(panels) >= 3:
+            break
+        if p not in panels:
+            panels.append(p)
+    panels = sorted(panels)[:3]
+    base_style = {'mpi_tcp': ('#000000', 5), 'mpi_sm': ('#7f7f7f', 9), 'gloo': ('#8c564b', 11)}
+    work = Path(tempfile.mkdtemp(prefix='bench-coll-plot-'))
+    try:
+        sizes = sorted({c['bytes'] for c in main_cells})
+        xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
+        gp = [f"set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
+              f"set multiplot layout 2,2 title \"allreduce {dtype}, {data0} data: PRISM's host algorithms "
+              f"(solid KULISCH_FIXED, dashed FP32_ARRIVAL) against Open MPI and Gloo, loopback; "
+              f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}{title_extra}\"",
+              'set logscale x', f'set xtics ({xtics})', f'set xrange [{sizes[0] / 1.4}:{sizes[-1] * 1.4}]',
+              'set grid', "set key top left font ',8' spacing 0.9 samplen 2",
+              "set xlabel 'bytes per rank'", "set ylabel 'Gbit/s (input bytes / time)'", 'set yrange [0:*]']
+        for p in panels:
+            plots = []
+            pc = sorted((c for c in main_cells if c['ranks'] == p and c['data'] == data0), key=lambda c: c['bytes'])
+            for a in algos:
+                for pol, dt in (('kulisch', 1), ('fp32_arrival', 2)):
+                    pts = [(c['bytes'], c['gbit_s'].get(f'{a}/{SHORT[pol]}')) for c in pc]
+                    pts = [x for x in pts if x[1]]
+                    if not pts:
+                        continue
+                    dat = work / f'p{p}_{a}_{pol}.dat'
+                    dat.write_text(''.join(f'{n} {v}\n' for n, v in pts))
+                    plots.append(f"'{dat}' using 1:2 with linespoints lw 2 dt {dt} pt 7 ps 0.8 "
+                                 f"lc rgb '{COLOURS.get(a, '#000000')}' title '{a} {SHORT[pol]}'")
+            for b in baselines:
+                pts = [(c['bytes'], c['gbit_s'].get(b)) for c in pc if c['gbit_s'].get(b)]
+                if not pts:
+                    continue
+                dat = work / f'p{p}_{b}.dat'
+                dat.write_text(''.join(f'{n} {v}\n' for n, v in pts))
+                col, pt = base_style[b]
+                plots.append(f"'{dat}' using 1:2 with linespoints lw 3 dt 1 pt {pt} ps 1.2 lc rgb '{col}' "
+                             f"title '{BASELINES[b][0]}'")
+            if plots:
+                gp += [f"set title 'p = {p}'", 'plot ' + ', '.join(plots)]
+        plots = []
+        pts_by = {}
+        for i, a in enumerate(algos):
+            off = 1.0 + 0.05 * (i - (len(algos) - 1) / 2)
+            for j, d in enumerate(datas):
+                pts = [(c['bytes'] * off, c['ratios'].get(f'{a} K/A'), c['ranks']) for c in main_cells
+                       if c['data'] == d and c['ratios'].get(f'{a} K/A')]
+                if not pts:
+                    continue
+                dat = work / f'ka_{a}_{d}.dat'
+                dat.write_text(''.join(f'{n} {v} {p}\n' for n, v, p in sorted(pts)))
+                pts_by[(a, d)] = dat
+                plots.append(f"'{dat}' using 1:2 with points pt {7 if j == 0 else 5} ps 1 "
+                             f"lc rgb '{COLOURS.get(a, '#000000')}' title '{a}{' ' + d if len(datas) > 1 else ''}'")
+        if plots:
+            gp += [f"set title 'KULISCH_FIXED / FP32_ARRIVAL (Gbit/s), every p ({', '.join(map(str, ranks))})'",
+                   "set ylabel 'KULISCH / ARRIVAL'", 'set yrange [0:*]', "set key bottom right font ',8'",
+                   'plot ' + ', '.join(plots) + ", 0.8 with lines lc rgb 'black' dt 2 title 'target 0.8', "
+                   "1 with lines lc rgb 'grey' dt 3 notitle"]
+        gp.append('unset multiplot')
+        text = '\n'.join(gp) + '\n'
+        r = None
+        for term in ('pngcairo', 'png'):
+            (work / 'plot.gp').write_text(text.replace('TERM', term))
+            r = subprocess.run(['gnuplot', str(work / 'plot.gp')], capture_output=True, text=True)
+            if r.returncode == 0:
+                return None
+        return f'gnuplot failed: {r.stderr.strip()[-400:]}'
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def git_commit() -> dict:
+    def git(*args):
+        try:
+            return subprocess.run(['git', '-C', str(REPO)] + list(args), capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ''
+    changed = [ln[3:] for ln in git('status', '--porcelain', '--', 'lib', 'app', 'include').splitlines()]
+    return {'commit': git('rev-parse', 'HEAD'), 'subject': git('log', '-1', '--format=%s'),
+            'uncommitted_in_lib_app': changed}
+
+
+def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
+    """--compare: PRISM's host algorithms under FP32_ARRIVAL and KULISCH_FIXED, auto, Open MPI (TCP
+    only and shared memory) and Gloo, every (p, n) of one run."""
+    global MIN_REPEAT
+    MIN_REPEAT = 3   # a median of three at least
+    try:
+        ranks = [int(x) for x in a.ranks.split(',') if x.strip()]
+        datas = [x.strip() for x in a.data.split(',') if x.strip()]
+        for d in datas:
+            if d not in ('spread', 'gradient', 'wide'):
+                raise ValueError(f'--data: spread, gradient or wide, not {d!r}')
+        if a.dtype not in ('fp32', 'bf16'):
+            raise ValueError('--compare: --dtype fp32 or bf16 (what Open MPI and Gloo reduce too)')
+        groups = [(a.dtype, [parse_size(x, ELEM[a.dtype]) for x in a.sizes.split(',') if x.strip()])]
+        for x in a.also:
+            if x.strip() in ('', 'none'):
+                continue
+            dt, _, sz = x.partition(':')
+            if dt not in ('fp32', 'bf16') or not sz:
+                raise ValueError(f'--also {x!r}: DTYPE:SIZE[,SIZE], DTYPE fp32 or bf16')
+            groups.append((dt, [parse_size(s, ELEM[dt]) for s in sz.split(',')]))
+        baselines = [x.strip() for x in a.baselines.split(',') if x.strip() and x.strip() != 'none']
+        for b in baselines:
+            if b not in BASELINES:
+                raise ValueError(f'--baselines: {", ".join(BASELINES)} or none, not {b!r}')
+        for p in ranks:
+            if p < 2:
+                raise ValueError('--ranks: every p at least 2')
+        algos = [x for x in hosts if 'allreduce' in hosts[x]]
+    except (KeyError, ValueError) as e:
+        log(f'usage: {e}')
+        return 2
+    mpi_bin = a.build / 'tools' / 'mpi-allreduce'
+    if any(b.startswith('mpi') for b in baselines):
+        if not os.access(mpi_bin, os.X_OK) or not shutil.which('mpirun'):
+            log(f'{mpi_bin} or mpirun missing: Open MPI (openmpi-bin, libopenmpi-dev: scripts/setup.sh), then '
+                f'ninja -C {a.build}; or --baselines without mpi_tcp, mpi_sm')
+            return 2
+    torch_version = ''
+    if 'gloo' in baselines:
+        r = subprocess.run([SYS_PYTHON, '-c', 'import torch, torch.distributed as d; '
+                            'assert d.is_gloo_available(); print(torch.__version__)'],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            log(f'Gloo needs torch with gloo for {SYS_PYTHON}: Debian\'s python3-torch (scripts/setup.sh: '
+                f'apt-get install python3-torch); or --baselines without gloo. {r.stderr.strip()[-300:]}')
+            return 2
+        torch_version = r.stdout.strip()
+
+    def on_signal(signum, _frame):
+        raise Interrupted(f'signal {signum}')
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    work = Path(tempfile.mkdtemp(prefix='bench-coll-'))
+    try:   # copies, so that a rebuild during the run changes nothing
+        (work / 'app').mkdir()
+        (work / 'lib').mkdir()
+        (work / 'tools').mkdir()
+        shutil.copy2(rank_bin, work / 'app' / 'prism-rank')
+        for lib in (a.build / 'lib').glob('libprism.so*'):
+            if lib.is_file():
+                shutil.copy(lib.resolve(), work / 'lib' / lib.name)
+        rank_bin = work / 'app' / 'prism-rank'
+        if mpi_bin.exists():
+            shutil.copy2(mpi_bin, work / 'tools' / 'mpi-allreduce')
+            mpi_bin = work / 'tools' / 'mpi-allreduce'
+    except OSError as e:
+        log(f'cannot copy the binaries: {e}')
+        shutil.rmtree(work, ignore_errors=True)
+        return 2
+    machine = machine_info()
+    machine['mpi'] = mpi_version()
+    machine['torch'] = torch_version
+    ports = Ports()
+    cells: list[dict] = []
+    failures: list[str] = []
+    doc = {'mode': 'compare', 'complete': False, 'machine': machine, 'cores': os.cpu_count(),
+           'git': git_commit(), 'build': str(a.build), 'collective': 'allreduce', 'ranks': ranks,
+           'groups': [{'dtype': dt, 'sizes': ns} for dt, ns in groups], 'data': datas, 'algos': algos,
+           'policies': list(POLICIES), 'baselines': {b: BASELINES[b][1] for b in baselines},
+           'target_seconds': a.target_seconds, 'repeat': [MIN_REPEAT, MAX_REPEAT] if not a.repeat else a.repeat,
+           'prism_check': a.check,
+           'method': 'every rank a local process on loopback; each run p processes at once; time per collective: '
+                     'each rank times its own collectives back to back after one warmup, the figure is the '
+                     'slowest rank\'s median; Gbit/s = input bytes per rank / that time. PRISM: prism-rank '
+                     '--data D (generated floats); Open MPI and Gloo: their own generated data whose sums are '
+                     'exact, the result checked against the exact sum.',
+           'calibrations': {}, 'results': cells, 'loadavg_start': os.getloadavg()}
+    status = 0
+    t_start = time.monotonic()
+    counter = [0]
+    try:
+        for p in ranks:
+            for dtype, sizes in groups:
+                base: dict = {}
+                for b in baselines:
+                    base[b] = run_baseline(b, mpi_bin, work, p, dtype, sizes, a.target_seconds, a.repeat,
+                                           a.timeout * len(sizes), counter)
+                    for n, e in base[b].items():
+                        log(f"p={p} n={size_name(n)} {dtype} {BASELINES[b][0]}: "
+                            + (f"FAILED {e['error']}" if 'error' in e else
+                               f"{fmt_time(e['seconds_median'])} ({e['gbit_s_median']:.2f} Gbit/s, repeat "
+                               f"{e['repeat']}, checked)"))
+                for data in datas:
+                    prev: dict = {}
+                    cal_files = {}
+                    for pol in POLICIES:
+                        op = ['--policy', pol, '--dtype', dtype, '--out-dtype', dtype, '--collective', 'allreduce',
+                              '--data', data]
+                        cal, why = calibrate(rank_bin, work, ports, op, a.timeout, p)
+                        if cal is None:
+                            log(f'calibration failed (p={p} {pol} {dtype} {data}): {why}')
+                            return 2
+                        f = work / f'calibration_p{p}_{pol}_{dtype}_{data}.json'
+                        (work / f'calibration_p{p}.json').replace(f)
+                        cal_files[pol] = f
+                        doc['calibrations'][f'{p}/{pol}/{dtype}/{data}'] = cal
+                    for n in sizes:
+                        cell = {'ranks': p, 'bytes': n, 'dtype': dtype, 'data': data,
+                                'prism': {pol: {} for pol in POLICIES}}
+                        for b in baselines:
+                            cell[b] = base[b][n]
+                        cells.append(cell)
+                        for pol in POLICIES:
+                            op = ['--policy', pol, '--dtype', dtype, '--out-dtype', dtype, '--collective',
+                                  'allreduce', '--data', data] + (['--check'] if a.check else [])
+                            preds: dict = {}
+                            for algo in algos + ['auto']:
+                                ests = []
+                                if algo in preds:
+                                    ests.append(preds[algo])
+                                elif algo == 'auto' and preds:
+                                    ests.append(min(preds.values()))
+                                if (pol, algo) in prev:
+                                    n0, t0 = prev[(pol, algo)]
+                                    ests.append(t0 * n / n0)
+                                e = measure(rank_bin, work, ports, p, n, algo, op, 'allreduce', cal_files[pol],
+                                            max(ests) if ests else None, a.target_seconds, a.timeout, a.repeat,
+                                            counter)
+                                cell['prism'][pol][algo] = e
+                                if 'error' in e:
+                                    log(f"p={p} n={size_name(n)} {dtype} {data} {algo} {pol}: FAILED {e['error']}")
+                                    continue
+                                preds = preds or e['predictions']
+                                prev[(pol, algo)] = (n, e['seconds_median'])
+                                log(f"p={p} n={size_name(n)} {dtype} {data} {algo} {pol}: "
+                                    f"{fmt_time(e['seconds_median'])} ({gbit(n, e['seconds_median']):.2f} Gbit/s"
+                                    f"{', ran ' + e['algo'] if algo == 'auto' else ''}, repeat {e['repeat']}, "
+                                    f"{e['wall_seconds']:.1f} s)")
+                        fl = analyse_cell(cell, algos)
+                        for x in fl:
+                            log(f'FAILURE: {x}')
+                        failures += fl
+        doc['complete'] = True
+    except Interrupted as e:
+        log(f'interrupted ({e}): reporting what was measured')
+        status = 130
+    finally:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        kill_all()
+        shutil.rmtree(work, ignore_errors=True)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+    cells = [c for c in cells if 'gbit_s' in c]   # an interrupted cell is left out
+    doc['results'] = cells
+    doc['loadavg_end'] = os.getloadavg()
+    doc['seconds'] = round(time.monotonic() - t_start, 1)
+    s = compare_summary(cells, algos)
+    doc['summary'] = s
+    doc['failures'] = failures
+    tables = compare_tables(cells, algos, baselines)
+    head = (f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model')}; {machine.get('mpi')}; torch "
+            f"{torch_version or '-'}; commit {doc['git']['commit'][:12]}; data: {', '.join(datas)}")
+    if a.markdown:
+        print(f'- {head}')
+        for title, h, body in tables:
+            print(f'\n{title}:\n')
+            print('| ' + ' | '.join(h) + ' |')
+            print('|' + '|'.join('---:' if i != 3 and i != 2 else '---' for i in range(len(h))) + '|')
+            print('\n'.join('| ' + ' | '.join(c) + ' |' for c in body))
+        print()
+        print('\n'.join(f'- {ln}' for ln in compare_summary_lines(s)))
+    else:
+        print(head)
+        for title, h, body in tables:
+            print(f'\n{title}:')
+            print(text_table(h, body))
+        print()
+        print('\n'.join(compare_summary_lines(s)))
+    log(f'{len(cells)} cells in {doc["seconds"]:.0f} s')
+    if failures:
+        log(f'{len(failures)} failure(s):')
+        for x in failures:
+            log(f'  {x}')
+        status = status or 1
+    if a.json:
+        a.json.write_text(json.dumps(doc, indent=1) + '\n')
+        log(f'wrote {a.json}')
+    if a.plot and cells:
+        why = compare_plot(cells, a.plot, algos, baselines, ranks, a.dtype, machine,
+                           f"; commit {doc['git']['commit'][:10]}")
+        if why:
+            log(f'no plot: {why}')
+        else:
+            log(f'wrote {a.plot}')
+    return status
+
+
 # ---------------------------------------------------------------- main
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--ranks', default=DEFAULT_RANKS, help=f'p values (default {DEFAULT_RANKS})')
-    ap.add_argument('--sizes', default=DEFAULT_SIZES, help=f'bytes per rank (default {DEFAULT_SIZES})')
+    ap.add_argument('--compare', action='store_true',
+                    help='PRISM (every host algorithm under fp32_arrival and kulisch, and auto) against Open MPI '
+                         '(TCP only; shared memory) and Gloo: see "--compare" above')
+    ap.add_argument('--ranks', help=f'p values (default {DEFAULT_RANKS}; --compare: {COMPARE_RANKS})')
+    ap.add_argument('--sizes', help=f'bytes per rank (default {DEFAULT_SIZES}; --compare: {COMPARE_SIZES})')
     ap.add_argument('--algos', default=DEFAULT_ALGOS,
                     help='algorithms, comma-separated; hosts: every host algorithm of prism-rank --list-algos '
                          f'(default {DEFAULT_ALGOS})')
     ap.add_argument('--policy', default='kulisch', help='fp32_arrival kulisch fp32_binomial (default kulisch)')
     ap.add_argument('--dtype', default='fp32', help='input format (default fp32)')
+    ap.add_argument('--data', help="prism-rank's generated floats: spread, gradient, wide (default: prism-rank's, "
+                                   "spread; --compare: gradient; there a comma-separated list runs each)")
+    ap.add_argument('--also', action='append', metavar='DTYPE:SIZES',
+                    help=f'--compare: more cells in another format, e.g. bf16:16MiB (default {COMPARE_ALSO}; '
+                         'none: no more)')
+    ap.add_argument('--baselines', default=','.join(BASELINES),
+                    help=f'--compare: of {", ".join(BASELINES)} (default all; none: PRISM only)')
+    ap.add_argument('--check', action='store_true',
+                    help="--compare: prism-rank --check (every result against the reference model; small sizes)")
     ap.add_argument('--collective', default='allreduce',
                     choices=['allreduce', 'reduce', 'broadcast', 'reduce_scatter', 'allgather'])
-    ap.add_argument('--repeat', type=int, help='collectives per run (default adaptive, 2..20)')
+    ap.add_argument('--repeat', type=int, help='collectives per run (default adaptive, 2..20; --compare 3..20)')
     ap.add_argument('--target-seconds', type=float, default=0.3,
                     help='measurement per run that the adaptive repeat aims at (default 0.3)')
     ap.add_argument('--timeout', type=float, default=180, help='seconds per run (default 180)')
@@ -539,9 +1134,21 @@ def parse_args(argv):
     ap.add_argument('--json', type=Path, help='write every measurement here')
     ap.add_argument('--plot', type=Path, help='write a gnuplot PNG here')
     ap.add_argument('--markdown', action='store_true', help='print the table and summary as Markdown')
-    ap.add_argument('--quick', action='store_true', help='p = 2, 3; 4KiB, 256KiB; repeat 2 (smoke test)')
+    ap.add_argument('--quick', action='store_true',
+                    help='p = 2, 3; 4KiB, 256KiB; repeat 2 (smoke test); with --compare: p = 2, 256KiB and '
+                         'bf16:64KiB, repeat 2')
     ap.add_argument('--build', type=Path, default=REPO / 'build', help='the build directory (default build)')
     a = ap.parse_args(argv)
+    if a.compare:
+        a.ranks = a.ranks or COMPARE_RANKS
+        a.sizes = a.sizes or COMPARE_SIZES
+        a.data = a.data or 'gradient'
+        a.also = a.also if a.also is not None else [COMPARE_ALSO]
+        if a.quick:
+            a.ranks, a.sizes, a.repeat, a.also = '2', '256KiB', a.repeat or 2, ['bf16:64KiB']
+        return a
+    a.ranks = a.ranks or DEFAULT_RANKS
+    a.sizes = a.sizes or DEFAULT_SIZES
     if a.quick:
         a.ranks, a.sizes, a.repeat = '2,3', '4KiB,256KiB', a.repeat or 2
     return a
@@ -569,6 +1176,8 @@ def main(argv: list[str]) -> int:
     try:
         hosts = host_algorithms(rank_bin)
         CANDIDATES = ','.join(hosts)
+        if a.compare:
+            return compare_main(a, rank_bin, hosts)
         elem = ELEM[a.dtype]
         ranks = [int(x) for x in a.ranks.split(',') if x.strip()]
         sizes = [parse_size(x, elem) for x in a.sizes.split(',') if x.strip()]
@@ -607,13 +1216,13 @@ def main(argv: list[str]) -> int:
         log(f'cannot copy prism-rank: {e}')
         shutil.rmtree(work, ignore_errors=True)
         return 2
-    op = ['--policy', a.policy, '--dtype', a.dtype, '--collective', a.collective]
+    op = ['--policy', a.policy, '--dtype', a.dtype, '--collective', a.collective] + (['--data', a.data] if a.data else [])
     machine = machine_info()
     ports = Ports()
     rows: list[dict] = []
     failures: list[str] = []
     doc = {'complete': False, 'machine': machine, 'cores': os.cpu_count(),
-           'op': {'policy': a.policy, 'dtype': a.dtype, 'collective': a.collective},
+           'op': {'policy': a.policy, 'dtype': a.dtype, 'collective': a.collective, 'data': a.data or 'spread'},
            'ranks': ranks, 'sizes': sizes, 'algos': algos, 'candidates': CANDIDATES.split(','),
            'skipped': [[p, n] for p in ranks for n in sizes if skipped(p, n, a.skip)],
            'target_seconds': a.target_seconds, 'calibration': None, 'calibrations': {}, 'results': rows}

@@ -64,3 +64,21 @@ def load_testbed():
     sys.modules['prism_testbed_impl'] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def mpirun_prefix(ranks: int) -> list[str]:
+    """mpirun for `ranks` local processes on a machine with fewer cores: no binding (the ranks
+    time-share every CPU, as prism-rank's do), oversubscription allowed, and root allowed when root."""
+    cmd = ['mpirun', '-np', str(ranks), '--bind-to', 'none', '--oversubscribe']
+    if os.geteuid() == 0:
+        cmd.insert(1, '--allow-run-as-root')
+    return cmd
+
+
+def mpi_version() -> str:
+    """`mpirun --version`'s first line ('' without Open MPI)."""
+    try:
+        v = subprocess.run(['mpirun', '--version'], capture_output=True, text=True, timeout=10).stdout
+        return v.splitlines()[0].strip() if v else ''
+    except (OSError, subprocess.SubprocessError):
+        return ''
