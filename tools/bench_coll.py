@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""The host collectives' cost models (lib/coll/cost_model.hpp), predicted against measured, in one run.
+"""The host collectives' cost models (lib/coll/cost_model.hpp), predicted against measured, in one run;
+with --compare, the host collectives against Open MPI and Gloo.
 
     tools/bench_coll.py [--ranks 2,3,4,5,6,7,8] [--sizes 1KiB,4KiB,...,16MiB]
-                        [--algos hosts,auto] [--policy kulisch] [--dtype fp32]
+                        [--algos hosts,auto] [--policy kulisch] [--dtype fp32] [--data spread]
                         [--collective allreduce] [--target-seconds 0.3] [--timeout 180]
                         [--json FILE] [--plot FILE.png] [--markdown] [--quick] [--build DIR]
+    tools/bench_coll.py --compare [--ranks 2,4,8] [--sizes 1MiB,4MiB,16MiB,64MiB] [--dtype fp32]
+                        [--also bf16:16MiB] [--data gradient[,wide]] [--baselines mpi_tcp,mpi_sm,gloo]
+                        [--check] [--json FILE] [--plot FILE.png] [--markdown] [--quick]
 
 No switch: every rank is a local process of build/app/prism-rank on loopback (a config whose
 members are all 127.0.0.1 with distinct udp_port, the port each rank's TCP listener takes), and
@@ -45,6 +49,36 @@ model (lscpu) and the core count. --plot FILE.png (gnuplot; pngcairo, else png):
 multiplot, measured (points) against predicted (lines) time over size, log-log, one colour per
 algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted against n for every run.
 --quick: p = 2 and 3, 4 KiB and 256 KiB, repeat 2 (the smoke test: tests/py/test_bench_coll.py).
+
+--compare (docs/HOST_COLLECTIVES.md, "Against Open MPI and Gloo"): an allreduce, for every p of
+--ranks and n of --sizes (and the --also cells, e.g. bf16 at 16 MiB), in one run:
+- PRISM: every host algorithm of the table under --policy fp32_arrival and under kulisch, and
+  --algo auto under each (its calibration once per (p, policy, dtype, data), as above), prism-rank
+  --dtype D --out-dtype D --data DATA (default gradient; a list runs each: gradient,wide).
+- mpi_tcp: build/tools/mpi-allreduce under mpirun --bind-to none --oversubscribe --mca pml ob1
+  --mca btl self,tcp (btl_tcp_if_include lo); mpi_sm: the same with --mca btl self,vader; gloo:
+  p processes of /usr/bin/python3 tools/gloo_allreduce.py (torch.distributed, backend gloo, a CPU
+  tensor, a file store, GLOO_SOCKET_IFNAME=lo). One launch per p and dtype for every size; their
+  data are their own (values whose sums are exact), and every result is checked against the
+  exact sum (--check in both programs); bf16 runs under MPI as a user-defined sum, and is refused
+  by torch 1.13's gloo (reported as n/a).
+- Every figure timed the same way: after one warmup, each rank times its own collectives back to
+  back (no barrier between them); the time is the slowest rank's median; Gbit/s = input bytes
+  per rank x 8 / time. The repeat is adaptive (about --target-seconds measured, 3..20; MPI and
+  Gloo set theirs from their warmup), or --repeat.
+- Per (p, n, dtype, data): Gbit/s of each; KULISCH / ARRIVAL per algorithm; the best host
+  algorithm under each policy / MPI tcp, / MPI sm and / Gloo; what auto chose under each policy
+  and whether that algorithm was the measured fastest of the policy (or within 10%). Summary: the
+  fraction of cells auto got right, the ratios' spreads, and issue 28's targets cell by cell.
+- Checks: the ranks of every run agree; under kulisch every algorithm and auto give the same
+  digest for the same (p, n, dtype, data); MPI's and Gloo's results are the exact sum; --check
+  also has prism-rank compare every result with the reference model (small sizes: it is slow).
+- --json FILE: every run (each rank's JSON line too), the calibrations, the CPU, the load
+  average at start and end, Open MPI's and torch's versions and the commit. --plot FILE.png: for
+  p = 2, 4 and 8, Gbit/s over n of each algorithm (solid KULISCH, dashed ARRIVAL) and of the
+  baselines, and KULISCH / ARRIVAL of every cell. --quick: p = 2, 256 KiB fp32 and 64 KiB bf16,
+  repeat 2 (tests/py/test_bench_coll.py). Needs Open MPI (openmpi-bin, libopenmpi-dev) and
+  python3-torch (scripts/setup.sh installs both); --baselines leaves any out.
 
 Timings on a shared VM are what the machine gives: with more ranks than cores the ranks time-share
 the CPUs; the model knows only what the calibration at that p measured of it.
@@ -991,7 +1025,8 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
                                            a.timeout * len(sizes), counter)
                     for n, e in base[b].items():
                         log(f"p={p} n={size_name(n)} {dtype} {BASELINES[b][0]}: "
-                            + (f"FAILED {e['error']}" if 'error' in e else
+                            + (f"not measured: {e['error']}" if e.get('unsupported') else
+                               f"FAILED {e['error']}" if 'error' in e else
                                f"{fmt_time(e['seconds_median'])} ({e['gbit_s_median']:.2f} Gbit/s, repeat "
                                f"{e['repeat']}, checked)"))
                 for data in datas:
