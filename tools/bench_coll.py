@@ -854,9 +854,9 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
               f"set multiplot layout 2,2 title \"allreduce {dtype}, {data0} data: PRISM's host algorithms "
               f"(solid KULISCH_FIXED, dashed FP32_ARRIVAL) against Open MPI and Gloo, loopback; "
               f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}{title_extra}\"",
-              'set logscale x', f'set xtics ({xtics})', f'set xrange [{sizes[0] / 1.4}:{sizes[-1] * 1.4}]',
-              'set grid', "set key top left font ',8' spacing 0.9 samplen 2",
-              "set xlabel 'bytes per rank'", "set ylabel 'Gbit/s (input bytes / time)'", 'set yrange [0:*]']
+              'set logscale xy', f'set xtics ({xtics})', f'set xrange [{sizes[0] / 1.4}:{sizes[-1] * 1.4}]',
+              'set grid', "set key outside right top font ',8' spacing 0.9 samplen 2", "set format y '%g'",
+              "set xlabel 'bytes per rank'", "set ylabel 'Gbit/s (input bytes / time), log'"]
         for p in panels:
             plots = []
             pc = sorted((c for c in main_cells if c['ranks'] == p and c['data'] == data0), key=lambda c: c['bytes'])
@@ -881,23 +881,31 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
                              f"title '{BASELINES[b][0]}'")
             if plots:
                 gp += [f"set title 'p = {p}'", 'plot ' + ', '.join(plots)]
+        # KULISCH / ARRIVAL of every cell: colour the algorithm, shape p (filled: the first data kind,
+        # open: a second), a small horizontal offset per algorithm so that one size's points stay apart
+        shapes = {}
+        for k, p in enumerate(sorted(ranks)):
+            shapes[p] = [(7, 6), (5, 4), (9, 8), (11, 10), (13, 12)][k % 5]
         plots = []
-        pts_by = {}
         for i, a in enumerate(algos):
             off = 1.0 + 0.05 * (i - (len(algos) - 1) / 2)
-            for j, d in enumerate(datas):
-                pts = [(c['bytes'] * off, c['ratios'].get(f'{a} K/A'), c['ranks']) for c in main_cells
+            for j, d in enumerate(datas[:2]):
+                pts = [(c['bytes'] * off, c['ratios'].get(f'{a} K/A'), shapes[c['ranks']][j]) for c in main_cells
                        if c['data'] == d and c['ratios'].get(f'{a} K/A')]
                 if not pts:
                     continue
                 dat = work / f'ka_{a}_{d}.dat'
-                dat.write_text(''.join(f'{n} {v} {p}\n' for n, v, p in sorted(pts)))
-                pts_by[(a, d)] = dat
-                plots.append(f"'{dat}' using 1:2 with points pt {7 if j == 0 else 5} ps 1 "
-                             f"lc rgb '{COLOURS.get(a, '#000000')}' title '{a}{' ' + d if len(datas) > 1 else ''}'")
+                dat.write_text(''.join(f'{n} {v} {pt}\n' for n, v, pt in sorted(pts)))
+                plots.append(f"'{dat}' using 1:2:3 with points pt variable ps 1.1 "
+                             f"lc rgb '{COLOURS.get(a, '#000000')}' notitle")
+        for a in algos:   # the key: colours, then shapes
+            plots.append(f"1/0 with points pt 7 lc rgb '{COLOURS.get(a, '#000000')}' title '{a}'")
+        for p in sorted(ranks):
+            plots.append(f"1/0 with points pt {shapes[p][0]} lc rgb 'black' title 'p = {p}'")
         if plots:
-            gp += [f"set title 'KULISCH_FIXED / FP32_ARRIVAL (Gbit/s), every p ({', '.join(map(str, ranks))})'",
-                   "set ylabel 'KULISCH / ARRIVAL'", 'set yrange [0:*]', "set key bottom right font ',8'",
+            gp += [f"set title 'KULISCH_FIXED / FP32_ARRIVAL (Gbit/s), every p"
+                   f"{' (filled ' + datas[0] + ', open ' + datas[1] + ')' if len(datas) > 1 else ''}'",
+                   'unset logscale y', "set ylabel 'KULISCH / ARRIVAL'", 'set yrange [0:*]',
                    'plot ' + ', '.join(plots) + ", 0.8 with lines lc rgb 'black' dt 2 title 'target 0.8', "
                    "1 with lines lc rgb 'grey' dt 3 notitle"]
         gp.append('unset multiplot')
