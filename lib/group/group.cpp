@@ -18,6 +18,7 @@
 #include "coll/chain.hpp"
 #include "coll/tcp.hpp"
 #include "config/config.hpp"
+#include "group/links_choice.hpp"
 #include "group/switch_path.hpp"
 #include "rank/pool.hpp"
 #include "rendezvous/store.hpp"
@@ -319,7 +320,7 @@ Group Group::from_store(std::shared_ptr<rdv::Store> store, int rank, int size, c
     store_guarded([&] {
       coll::TcpOptions to = tcp_options(o);
       to.local_ip = o.host_ip;
-      impl->links = coll::connect_tcp(*mine, rank, size, to);
+      impl->links = group::connect_links(*mine, rank, size, to, group::links_kind_from_env());
     });
   impl->finish();
   return Group(std::move(impl));
