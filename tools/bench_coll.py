@@ -56,7 +56,9 @@ algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted again
   --algo auto under each (its calibration once per (p, policy, dtype, data), as above), prism-rank
   --dtype D --out-dtype D --data DATA (default gradient; a list runs each: gradient,wide).
 - mpi_tcp: build/tools/mpi-allreduce under mpirun --bind-to none --oversubscribe --mca pml ob1
-  --mca btl self,tcp (btl_tcp_if_include lo); mpi_sm: the same with --mca btl self,vader; gloo:
+  --mca btl self,tcp (btl_tcp_if_include lo) --mca mpi_yield_when_idle 1 (at every p: a spinning
+  rank at p = 2 on a shared 2-vCPU machine can wait a scheduler slice, ~24 ms, per step, in some
+  launches); mpi_sm: the same with --mca btl self,vader; gloo:
   p processes of /usr/bin/python3 tools/gloo_allreduce.py (torch.distributed, backend gloo, a CPU
   tensor, a file store, GLOO_SOCKET_IFNAME=lo). One launch per p and dtype for every size; their
   data are their own (values whose sums are exact), and every result is checked against the
@@ -641,7 +643,10 @@ def run_baseline(kind: str, mpi_bin: Path, work: Path, p: int, dtype: str, sizes
                       f'--init file://STORE ' + ' '.join(common)
         else:
             btl = 'self,tcp' if kind == 'mpi_tcp' else 'self,vader'
-            cmd = mpirun_prefix(p) + ['--mca', 'pml', 'ob1', '--mca', 'btl', btl]
+            # yield when idle at every p: Open MPI does it by itself only when p exceeds the cores; a rank
+            # that spins at p = 2 on a shared 2-vCPU machine waits whole scheduler slices (~24 ms) for its
+            # peer, in some launches and not others (prism-rank's and Gloo's ranks block in poll/epoll)
+            cmd = mpirun_prefix(p) + ['--mca', 'pml', 'ob1', '--mca', 'btl', btl, '--mca', 'mpi_yield_when_idle', '1']
             if kind == 'mpi_tcp':
                 cmd += ['--mca', 'btl_tcp_if_include', 'lo']
             cmd += ['--mca', 'oob_tcp_if_include', 'lo', str(mpi_bin), '--back-to-back'] + common
