@@ -855,7 +855,7 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
     try:
         sizes = sorted({c['bytes'] for c in main_cells})
         xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
-        gp = [f"set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
+        gp = ["set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
               f"set multiplot layout 2,2 title \"allreduce {dtype}, {data0} data: PRISM's host algorithms "
               f"(solid KULISCH_FIXED, dashed FP32_ARRIVAL) against Open MPI and Gloo, loopback; "
               f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}{title_extra}\"",
