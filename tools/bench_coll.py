@@ -7,7 +7,8 @@ with --compare, the host collectives against Open MPI and Gloo.
                         [--collective allreduce] [--target-seconds 0.3] [--timeout 180]
                         [--json FILE] [--plot FILE.png] [--markdown] [--quick] [--build DIR]
     tools/bench_coll.py --compare [--ranks 2,4,8] [--sizes 1MiB,4MiB,16MiB,64MiB] [--dtype fp32]
-                        [--also bf16:16MiB] [--data gradient[,wide]] [--baselines mpi_tcp,mpi_sm,gloo]
+                        [--also bf16:16MiB] [--data gradient[,wide]] [--links tcp,shm]
+                        [--baselines mpi_tcp,mpi_sm,gloo]
                         [--check] [--json FILE] [--plot FILE.png] [--markdown] [--quick]
 
 No switch: every rank is a local process of build/app/prism-rank on loopback (a config whose
@@ -54,7 +55,10 @@ algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted again
 --ranks and n of --sizes (and the --also cells, e.g. bf16 at 16 MiB), in one run:
 - PRISM: every host algorithm of the table under --policy fp32_arrival and under kulisch, and
   --algo auto under each (its calibration once per (p, policy, dtype, data), as above), prism-rank
-  --dtype D --out-dtype D --data DATA (default gradient; a list runs each: gradient,wide).
+  --dtype D --out-dtype D --data DATA (default gradient; a list runs each: gradient,wide), over
+  each kind of links of --links (default tcp,shm: PRISM_LINKS=tcp, then shm, lib/group/links_choice.hpp;
+  the ranks meet through a fresh file store), the kinds of one size one after the other. Each
+  (p, n, dtype, data, links) is a row.
 - mpi_tcp: build/tools/mpi-allreduce under mpirun --bind-to none --oversubscribe --mca pml ob1
   --mca btl self,tcp (btl_tcp_if_include lo) --mca mpi_yield_when_idle 1 (at every p: a spinning
   rank at p = 2 on a shared 2-vCPU machine can wait a scheduler slice, ~24 ms, per step, in some
@@ -71,14 +75,15 @@ algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted again
 - Per (p, n, dtype, data): Gbit/s of each; KULISCH / ARRIVAL per algorithm; the best host
   algorithm under each policy / MPI tcp, / MPI sm and / Gloo; what auto chose under each policy
   and whether that algorithm was the measured fastest of the policy (or within 10%). Summary: the
-  fraction of cells auto got right, the ratios' spreads, and issue 28's targets cell by cell.
-- Checks: the ranks of every run agree; under kulisch every algorithm and auto give the same
-  digest for the same (p, n, dtype, data); MPI's and Gloo's results are the exact sum; --check
+  fraction of cells auto got right, the ratios' spreads, and issue 28's targets cell by cell; over
+  every row and per kind of links.
+- Checks: the ranks of every run agree; under kulisch every algorithm and auto, over every kind of
+  links, give the same digest for the same (p, n, dtype, data); MPI's and Gloo's results are the exact sum; --check
   also has prism-rank compare every result with the reference model (small sizes: it is slow).
 - --json FILE: every run (each rank's JSON line too), the calibrations, the CPU, the load
   average at start and end, Open MPI's and torch's versions and the commit. --plot FILE.png: for
-  p = 2, 4 and 8, Gbit/s over n of each algorithm (solid KULISCH, dashed ARRIVAL) and of the
-  baselines, and KULISCH / ARRIVAL of every cell. --quick: p = 2, 256 KiB fp32 and 64 KiB bf16,
+  p = 2, 4 and 8, Gbit/s over n of the best host algorithm per policy and kind of links (solid
+  KULISCH, dashed ARRIVAL) and of the baselines, and KULISCH / ARRIVAL of every algorithm and row. --quick: p = 2, 256 KiB fp32 and 64 KiB bf16,
   repeat 2 (tests/py/test_bench_coll.py). Needs Open MPI (openmpi-bin, libopenmpi-dev) and
   python3-torch (scripts/setup.sh installs both); --baselines leaves any out.
 
@@ -211,18 +216,26 @@ def write_config(path: Path, p: int, base: int):
 
 
 def launch(rank_bin: Path, work: Path, ports: Ports, p: int, extra: list[str], timeout: float,
-           tag: str, need_json: bool = True) -> tuple[list[dict] | None, str]:
-    """p ranks of prism-rank at once with `extra`; (each rank's last JSON line, '') or (None, why)."""
-    cfg = work / f'{tag}.yaml'
-    write_config(cfg, p, ports.take(p))
+           tag: str, need_json: bool = True, links: str | None = None) -> tuple[list[dict] | None, str]:
+    """p ranks of prism-rank at once with `extra`; (each rank's last JSON line, '') or (None, why).
+    The ranks find each other through a config (TCP links) or, with `links` (tcp, shm, auto), through a
+    fresh file store with PRISM_LINKS=links (lib/group/links_choice.hpp), listening on 127.0.0.1."""
+    env = None
+    if links is None:
+        cfg = work / f'{tag}.yaml'
+        write_config(cfg, p, ports.take(p))
+        where = ['--config', str(cfg)]
+    else:
+        where = ['--store', f'file://{work / (tag + ".store")}', '--ranks', str(p)]
+        env = dict(os.environ, PRISM_LINKS=links, PRISM_HOST_IP='127.0.0.1')
     procs, outs = [], []
     try:
         for r in range(p):
             o = open(work / f'{tag}.{r}.out', 'w+')
             e = open(work / f'{tag}.{r}.err', 'w+')
             outs.append((o, e))
-            proc = subprocess.Popen([str(rank_bin), '--config', str(cfg), '--rank', str(r)] + extra,
-                                    stdout=o, stderr=e, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen([str(rank_bin)] + where + ['--rank', str(r)] + extra,
+                                    stdout=o, stderr=e, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
             LIVE.add(proc)
             procs.append(proc)
         deadline = time.monotonic() + timeout
@@ -281,12 +294,13 @@ def launch(rank_bin: Path, work: Path, ports: Ports, p: int, extra: list[str], t
 
 
 def calibrate(rank_bin: Path, work: Path, ports: Ports, op: list[str], timeout: float,
-              p: int) -> tuple[dict | None, str]:
+              p: int, links: str | None = None) -> tuple[dict | None, str]:
     out = work / f'calibration_p{p}.json'
     why = ''
     for attempt in range(2):
         lines, why = launch(rank_bin, work, ports, p,
-                            op + ['--calibrate', str(out), '--candidates', CANDIDATES], timeout, f'cal{attempt}', need_json=False)
+                            op + ['--calibrate', str(out), '--candidates', CANDIDATES], timeout, f'cal{attempt}',
+                            need_json=False, links=links)
         if lines is not None and out.exists():
             try:
                 return json.loads(out.read_text()), ''
@@ -305,7 +319,7 @@ def repeat_for(est: float | None, target: float) -> int:
 
 def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str, op: list[str], collective: str,
             cal_file: Path, est: float | None, target: float, timeout: float, fixed_repeat: int | None,
-            counter: list[int]) -> dict:
+            counter: list[int], links: str | None = None) -> dict:
     """One (p, n, algo): the collective's time (slowest rank), the prediction, the digests."""
     repeat = fixed_repeat or repeat_for(est, target)
     res: dict = {'algo_requested': algo, 'repeat': repeat, 'warmup': 1}
@@ -318,12 +332,12 @@ def measure(rank_bin: Path, work: Path, ports: Ports, p: int, n: int, algo: str,
             extra += ['--candidates', CANDIDATES]
         counter[0] += 1
         t0 = time.monotonic()
-        lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}')
+        lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}', links=links)
         if lines is None and len(attempts) == 0:
             attempts.append(why)
             log(f'p={p} n={size_name(n)} {algo}: {why}; retrying on new ports')
             counter[0] += 1
-            lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}')
+            lines, why = launch(rank_bin, work, ports, p, extra, timeout, f'run{counter[0]}', links=links)
         res['wall_seconds'] = round(time.monotonic() - t0, 3)
         if lines is None:
             attempts.append(why)
@@ -563,7 +577,7 @@ BASELINES = {   # name -> (label, what runs it)
 }
 SYS_PYTHON = '/usr/bin/python3'   # Debian's, with python3-torch (python3 on PATH may be another)
 GLOO = REPO / 'tools' / 'gloo_allreduce.py'
-COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB'
+COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO, COMPARE_LINKS = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB', 'tcp,shm'
 
 
 def gbit(n: int, s: float | None) -> float | None:
@@ -685,7 +699,7 @@ def run_baseline(kind: str, mpi_bin: Path, work: Path, p: int, dtype: str, sizes
 
 def analyse_cell(cell: dict, algos: list[str]) -> list[str]:
     """Fills in a (p, n, dtype, data) cell's Gbit/s, ratios and auto's verdicts; returns the failures."""
-    where = f"p={cell['ranks']} n={size_name(cell['bytes'])} {cell['dtype']} {cell['data']}"
+    where = f"p={cell['ranks']} n={size_name(cell['bytes'])} {cell['dtype']} {cell['data']} {cell['links']}"
     fails = []
     g: dict = {}
     for pol in POLICIES:
@@ -742,6 +756,15 @@ def analyse_cell(cell: dict, algos: list[str]) -> list[str]:
 
 
 def compare_summary(cells: list[dict], algos: list[str]) -> dict:
+    """Over every cell, and the same per links kind (by_links) when there are several."""
+    s = summary_of(cells, algos)
+    kinds = list(dict.fromkeys(c['links'] for c in cells))
+    if len(kinds) > 1:
+        s['by_links'] = {k: summary_of([c for c in cells if c['links'] == k], algos) for k in kinds}
+    return s
+
+
+def summary_of(cells: list[dict], algos: list[str]) -> dict:
     def spread(vals):
         vals = sorted(v for v in vals if v)
         if not vals:
@@ -776,8 +799,8 @@ def compare_tables(cells: list[dict], algos: list[str], baselines: list[str]) ->
     def f(x, d=2):
         return '-' if x is None else f'{x:.{d}f}'
     def key(c):
-        return [str(c['ranks']), size_name(c['bytes']), c['dtype'], c['data']]
-    head1 = ['p', 'n', 'dtype', 'data'] + [f'{a} {SHORT[p]}' for a in algos + ['auto'] for p in POLICIES] \
+        return [str(c['ranks']), size_name(c['bytes']), c['dtype'], c['data'], c['links']]
+    head1 = ['p', 'n', 'dtype', 'data', 'links'] + [f'{a} {SHORT[p]}' for a in algos + ['auto'] for p in POLICIES] \
         + [BASELINES[b][0] for b in baselines]
     body1 = []
     for c in cells:
@@ -786,7 +809,7 @@ def compare_tables(cells: list[dict], algos: list[str], baselines: list[str]) ->
             e = c.get(b) or {}
             row.append('n/a' if e.get('unsupported') else f(c['gbit_s'].get(b)))
         body1.append(row)
-    head2 = ['p', 'n', 'dtype', 'data'] + [f'{a} K/A' for a in algos] \
+    head2 = ['p', 'n', 'dtype', 'data', 'links'] + [f'{a} K/A' for a in algos] \
         + [f'best {SHORT[p]} / {BASELINES[b][0]}' for p in POLICIES for b in baselines] \
         + [f'auto {SHORT[p]}' for p in POLICIES]
     body2 = []
@@ -812,6 +835,13 @@ def compare_tables(cells: list[dict], algos: list[str], baselines: list[str]) ->
 
 
 def compare_summary_lines(s: dict) -> list[str]:
+    out = summary_lines_of(s)
+    for k, sub in s.get('by_links', {}).items():
+        out += [f'links {k}: {ln}' for ln in summary_lines_of(sub)]
+    return out
+
+
+def summary_lines_of(s: dict) -> list[str]:
     out = []
     for pol, v in s['auto'].items():
         if v['cells']:
@@ -856,27 +886,31 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
         sizes = sorted({c['bytes'] for c in main_cells})
         xtics = ', '.join(f'"{size_name(n).replace(" ", "")}" {n}' for n in sizes)
         gp = ["set terminal TERM size 1400,1000 noenhanced font ',10'", f"set output '{png}'",
-              f"set multiplot layout 2,2 title \"allreduce {dtype}, {data0} data: PRISM's host algorithms "
-              f"(solid KULISCH_FIXED, dashed FP32_ARRIVAL) against Open MPI and Gloo, loopback; "
+              f"set multiplot layout 2,2 title \"allreduce {dtype}, {data0} data: the best of PRISM's host algorithms "
+              f"(solid KULISCH_FIXED, dashed FP32_ARRIVAL; per links kind)\\nagainst Open MPI and Gloo, one host; "
               f"{machine.get('cpus')} vCPUs, {machine.get('cpu_model', '')}{title_extra}\"",
               'set logscale xy', f'set xtics ({xtics})', f'set xrange [{sizes[0] / 1.4}:{sizes[-1] * 1.4}]',
               'set grid', "set key outside right top font ',8' spacing 0.9 samplen 2", "set format y '%g'",
               "set xlabel 'bytes per rank'", "set ylabel 'Gbit/s (input bytes / time), log'"]
+        links = list(dict.fromkeys(c['links'] for c in main_cells))
+        link_colour = {'tcp': '#1f77b4', 'shm': '#2ca02c', 'auto': '#9467bd'}
         for p in panels:
             plots = []
-            pc = sorted((c for c in main_cells if c['ranks'] == p and c['data'] == data0), key=lambda c: c['bytes'])
-            for a in algos:
+            for link in links:
+                pc = sorted((c for c in main_cells if c['ranks'] == p and c['data'] == data0 and c['links'] == link),
+                            key=lambda c: c['bytes'])
                 for pol, dt in (('kulisch', 1), ('fp32_arrival', 2)):
-                    pts = [(c['bytes'], c['gbit_s'].get(f'{a}/{SHORT[pol]}')) for c in pc]
-                    pts = [x for x in pts if x[1]]
+                    pts = [(c['bytes'], c['best'][pol]['gbit_s'], c['best'][pol]['algo']) for c in pc
+                           if pol in c.get('best', {})]
                     if not pts:
                         continue
-                    dat = work / f'p{p}_{a}_{pol}.dat'
-                    dat.write_text(''.join(f'{n} {v}\n' for n, v in pts))
-                    plots.append(f"'{dat}' using 1:2 with linespoints lw 2 dt {dt} pt 7 ps 0.8 "
-                                 f"lc rgb '{COLOURS.get(a, '#000000')}' title '{a} {SHORT[pol]}'")
+                    dat = work / f'p{p}_{link}_{pol}.dat'
+                    dat.write_text(''.join(f'{n} {v} {a}\n' for n, v, a in pts))
+                    plots.append(f"'{dat}' using 1:2 with linespoints lw 2 dt {dt} pt 7 ps 0.9 "
+                                 f"lc rgb '{link_colour.get(link, '#000000')}' title 'PRISM {SHORT[pol]}, {link}'")
+            pc = [c for c in main_cells if c['ranks'] == p and c['data'] == data0 and c['links'] == links[0]]
             for b in baselines:
-                pts = [(c['bytes'], c['gbit_s'].get(b)) for c in pc if c['gbit_s'].get(b)]
+                pts = sorted((c['bytes'], c['gbit_s'].get(b)) for c in pc if c['gbit_s'].get(b))
                 if not pts:
                     continue
                 dat = work / f'p{p}_{b}.dat'
@@ -894,12 +928,12 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
         plots = []
         for i, a in enumerate(algos):
             off = 1.0 + 0.05 * (i - (len(algos) - 1) / 2)
-            for j, d in enumerate(datas[:2]):
+            for j, link in enumerate(links[:2]):
                 pts = [(c['bytes'] * off, c['ratios'].get(f'{a} K/A'), shapes[c['ranks']][j]) for c in main_cells
-                       if c['data'] == d and c['ratios'].get(f'{a} K/A')]
+                       if c['data'] == data0 and c['links'] == link and c['ratios'].get(f'{a} K/A')]
                 if not pts:
                     continue
-                dat = work / f'ka_{a}_{d}.dat'
+                dat = work / f'ka_{a}_{link}.dat'
                 dat.write_text(''.join(f'{n} {v} {pt}\n' for n, v, pt in sorted(pts)))
                 plots.append(f"'{dat}' using 1:2:3 with points pt variable ps 1.1 "
                              f"lc rgb '{COLOURS.get(a, '#000000')}' notitle")
@@ -908,8 +942,8 @@ def compare_plot(cells: list[dict], png: Path, algos: list[str], baselines: list
         for p in sorted(ranks):
             plots.append(f"1/0 with points pt {shapes[p][0]} lc rgb 'black' title 'p = {p}'")
         if plots:
-            gp += [f"set title 'KULISCH_FIXED / FP32_ARRIVAL (Gbit/s), every p"
-                   f"{' (filled ' + datas[0] + ', open ' + datas[1] + ')' if len(datas) > 1 else ''}'",
+            gp += [f"set title 'KULISCH_FIXED / FP32_ARRIVAL (Gbit/s) of every algorithm, every p"
+                   f"{' (filled ' + links[0] + ', open ' + links[1] + ')' if len(links) > 1 else ''}'",
                    'unset logscale y', "set ylabel 'KULISCH / ARRIVAL'", 'set yrange [0:*]',
                    'plot ' + ', '.join(plots) + ", 0.8 with lines lc rgb 'black' dt 2 title 'target 0.8', "
                    "1 with lines lc rgb 'grey' dt 3 notitle"]
@@ -967,6 +1001,15 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
             if p < 2:
                 raise ValueError('--ranks: every p at least 2')
         algos = [x for x in hosts if 'allreduce' in hosts[x]]
+        links = [x.strip() for x in a.links.split(',') if x.strip()]
+        for x in links:
+            if x not in ('tcp', 'shm', 'auto'):
+                raise ValueError(f'--links: tcp, shm or auto, not {x!r}')
+        if not links or len(set(links)) != len(links):
+            raise ValueError('--links: one or more of tcp, shm, auto, each once')
+        lib = next((x for x in sorted((a.build / 'lib').glob('libprism.so*')) if x.is_file()), None)
+        if lib and b'PRISM_LINKS' not in lib.read_bytes():
+            raise ValueError(f'--links: {lib} predates PRISM_LINKS (shared-memory links): rebuild it')
     except (KeyError, ValueError) as e:
         log(f'usage: {e}')
         return 2
@@ -1017,7 +1060,7 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
     doc = {'mode': 'compare', 'complete': False, 'machine': machine, 'cores': os.cpu_count(),
            'git': git_commit(), 'build': str(a.build), 'collective': 'allreduce', 'ranks': ranks,
            'groups': [{'dtype': dt, 'sizes': ns} for dt, ns in groups], 'data': datas, 'algos': algos,
-           'policies': list(POLICIES), 'baselines': {b: BASELINES[b][1] for b in baselines},
+           'policies': list(POLICIES), 'links': links, 'baselines': {b: BASELINES[b][1] for b in baselines},
            'target_seconds': a.target_seconds, 'repeat': [MIN_REPEAT, MAX_REPEAT] if not a.repeat else a.repeat,
            'prism_check': a.check,
            'method': 'every rank a local process on loopback; each run p processes at once; time per collective: '
@@ -1044,54 +1087,66 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
                                f"{e['repeat']}, checked)"))
                 for data in datas:
                     prev: dict = {}
-                    cal_files = {}
-                    for pol in POLICIES:
-                        op = ['--policy', pol, '--dtype', dtype, '--out-dtype', dtype, '--collective', 'allreduce',
-                              '--data', data]
-                        cal, why = calibrate(rank_bin, work, ports, op, a.timeout, p)
-                        if cal is None:
-                            log(f'calibration failed (p={p} {pol} {dtype} {data}): {why}')
-                            return 2
-                        f = work / f'calibration_p{p}_{pol}_{dtype}_{data}.json'
-                        (work / f'calibration_p{p}.json').replace(f)
-                        cal_files[pol] = f
-                        doc['calibrations'][f'{p}/{pol}/{dtype}/{data}'] = cal
-                    for n in sizes:
-                        cell = {'ranks': p, 'bytes': n, 'dtype': dtype, 'data': data,
-                                'prism': {pol: {} for pol in POLICIES}}
-                        for b in baselines:
-                            cell[b] = base[b][n]
-                        cells.append(cell)
+                    cal_files: dict = {}
+                    for link in links:   # a calibration per (p, policy, format, data, links), as auto's
                         for pol in POLICIES:
                             op = ['--policy', pol, '--dtype', dtype, '--out-dtype', dtype, '--collective',
-                                  'allreduce', '--data', data] + (['--check'] if a.check else [])
-                            preds: dict = {}
-                            for algo in algos + ['auto']:
-                                ests = []
-                                if algo in preds:
-                                    ests.append(preds[algo])
-                                elif algo == 'auto' and preds:
-                                    ests.append(min(preds.values()))
-                                if (pol, algo) in prev:
-                                    n0, t0 = prev[(pol, algo)]
-                                    ests.append(t0 * n / n0)
-                                e = measure(rank_bin, work, ports, p, n, algo, op, 'allreduce', cal_files[pol],
-                                            max(ests) if ests else None, a.target_seconds, a.timeout, a.repeat,
-                                            counter)
-                                cell['prism'][pol][algo] = e
-                                if 'error' in e:
-                                    log(f"p={p} n={size_name(n)} {dtype} {data} {algo} {pol}: FAILED {e['error']}")
-                                    continue
-                                preds = preds or e['predictions']
-                                prev[(pol, algo)] = (n, e['seconds_median'])
-                                log(f"p={p} n={size_name(n)} {dtype} {data} {algo} {pol}: "
-                                    f"{fmt_time(e['seconds_median'])} ({gbit(n, e['seconds_median']):.2f} Gbit/s"
-                                    f"{', ran ' + e['algo'] if algo == 'auto' else ''}, repeat {e['repeat']}, "
-                                    f"{e['wall_seconds']:.1f} s)")
-                        fl = analyse_cell(cell, algos)
-                        for x in fl:
+                                  'allreduce', '--data', data]
+                            cal, why = calibrate(rank_bin, work, ports, op, a.timeout, p, links=link)
+                            if cal is None:
+                                log(f'calibration failed (p={p} {pol} {dtype} {data} {link}): {why}')
+                                return 2
+                            f = work / f'calibration_p{p}_{pol}_{dtype}_{data}_{link}.json'
+                            (work / f'calibration_p{p}.json').replace(f)
+                            cal_files[(link, pol)] = f
+                            doc['calibrations'][f'{p}/{pol}/{dtype}/{data}/{link}'] = cal
+                    for n in sizes:
+                        same_n = []
+                        for link in links:   # the links of one size one after the other: the same minutes
+                            cell = {'ranks': p, 'bytes': n, 'dtype': dtype, 'data': data, 'links': link,
+                                    'prism': {pol: {} for pol in POLICIES}}
+                            for b in baselines:
+                                cell[b] = base[b][n]
+                            cells.append(cell)
+                            same_n.append(cell)
+                            for pol in POLICIES:
+                                op = ['--policy', pol, '--dtype', dtype, '--out-dtype', dtype, '--collective',
+                                      'allreduce', '--data', data] + (['--check'] if a.check else [])
+                                preds: dict = {}
+                                for algo in algos + ['auto']:
+                                    ests = []
+                                    if algo in preds:
+                                        ests.append(preds[algo])
+                                    elif algo == 'auto' and preds:
+                                        ests.append(min(preds.values()))
+                                    if (link, pol, algo) in prev:
+                                        n0, t0 = prev[(link, pol, algo)]
+                                        ests.append(t0 * n / n0)
+                                    e = measure(rank_bin, work, ports, p, n, algo, op, 'allreduce',
+                                                cal_files[(link, pol)], max(ests) if ests else None,
+                                                a.target_seconds, a.timeout, a.repeat, counter, links=link)
+                                    cell['prism'][pol][algo] = e
+                                    what = f'p={p} n={size_name(n)} {dtype} {data} {link} {algo} {pol}'
+                                    if 'error' in e:
+                                        log(f"{what}: FAILED {e['error']}")
+                                        continue
+                                    preds = preds or e['predictions']
+                                    prev[(link, pol, algo)] = (n, e['seconds_median'])
+                                    log(f"{what}: {fmt_time(e['seconds_median'])} "
+                                        f"({gbit(n, e['seconds_median']):.2f} Gbit/s"
+                                        f"{', ran ' + e['algo'] if algo == 'auto' else ''}, repeat {e['repeat']}, "
+                                        f"{e['wall_seconds']:.1f} s)")
+                            fl = analyse_cell(cell, algos)
+                            for x in fl:
+                                log(f'FAILURE: {x}')
+                            failures += fl
+                        # exact over any link too: one KULISCH digest for the size
+                        ds = {d for c in same_n for d in c['kulisch_digests']}
+                        if len(ds) > 1:
+                            x = (f'p={p} n={size_name(n)} {dtype} {data}: the links disagree on the KULISCH digest: '
+                                 + ', '.join(f"{c['links']}={c['kulisch_digests']}" for c in same_n))
                             log(f'FAILURE: {x}')
-                        failures += fl
+                            failures.append(x)
         doc['complete'] = True
     except Interrupted as e:
         log(f'interrupted ({e}): reporting what was measured')
@@ -1118,7 +1173,7 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
         for title, h, body in tables:
             print(f'\n{title}:\n')
             print('| ' + ' | '.join(h) + ' |')
-            print('|' + '|'.join('---:' if i != 3 and i != 2 else '---' for i in range(len(h))) + '|')
+            print('|' + '|'.join('---' if i in (2, 3, 4) else '---:' for i in range(len(h))) + '|')
             print('\n'.join('| ' + ' | '.join(c) + ' |' for c in body))
         print()
         print('\n'.join(f'- {ln}' for ln in compare_summary_lines(s)))
@@ -1169,6 +1224,9 @@ def parse_args(argv):
                          'none: no more)')
     ap.add_argument('--baselines', default=','.join(BASELINES),
                     help=f'--compare: of {", ".join(BASELINES)} (default all; none: PRISM only)')
+    ap.add_argument('--links', default=COMPARE_LINKS,
+                    help=f"--compare: PRISM's links between its ranks, each run: tcp, shm, auto (PRISM_LINKS; the "
+                         f"ranks meet through a file store; default {COMPARE_LINKS})")
     ap.add_argument('--check', action='store_true',
                     help="--compare: prism-rank --check (every result against the reference model; small sizes)")
     ap.add_argument('--collective', default='allreduce',

@@ -6,7 +6,8 @@ prediction, auto's choice the argmin of the predictions it reported (recomputed 
 rank and every algorithm on the same KULISCH_FIXED digest, and the PNG written.
 
 And --compare --quick, the comparison with Open MPI and Gloo (p = 2, 256 KiB fp32 and 64 KiB bf16):
-every row present with positive times, one KULISCH_FIXED digest for every algorithm, prism-rank's
+every row present with positive times, one KULISCH_FIXED digest for every algorithm and both links
+kinds (TCP, shared memory), prism-rank's
 results checked against the reference model (--check), and Open MPI's and Gloo's results equal to
 the exact sum of their data computed here (their digests recomputed from it). Needs Open MPI and
 /usr/bin/python3 with torch (scripts/setup.sh): without them the test fails and says so.
@@ -140,7 +141,8 @@ def fnv1a(b: bytes) -> str:
 
 def test_compare_quick_run_against_open_mpi_and_gloo(tmp_path):
     """--compare --quick: p = 2, 256 KiB fp32 and 64 KiB bf16, repeat 2: every host algorithm under both
-    policies and auto (prism-rank --check: each result against the reference model), Open MPI over TCP
+    policies and auto, over TCP and over shared-memory links (prism-rank --check: each result against the
+    reference model), Open MPI over TCP
     and over shared memory, Gloo; the JSON's rows complete, times positive, the KULISCH digests of every
     algorithm one, and Open MPI's and Gloo's results the exact sum computed here."""
     import hashlib
@@ -162,10 +164,14 @@ def test_compare_quick_run_against_open_mpi_and_gloo(tmp_path):
     assert d['mode'] == 'compare' and d['complete'] and d['failures'] == [], d.get('failures')
     assert d['machine']['cpu_model'] and d['machine']['mpi'] and d['machine']['torch'], d['machine']
     assert d['data'] == ['gradient'] and d['git']['commit'], (d['data'], d['git'])
-    assert set(d['baselines']) == {'mpi_tcp', 'mpi_sm', 'gloo'}
+    assert set(d['baselines']) == {'mpi_tcp', 'mpi_sm', 'gloo'} and d['links'] == ['tcp', 'shm']
     cells = d['results']
-    assert [(c['ranks'], c['bytes'], c['dtype'], c['data']) for c in cells] == \
-        [(2, 262144, 'fp32', 'gradient'), (2, 65536, 'bf16', 'gradient')]
+    assert [(c['ranks'], c['bytes'], c['dtype'], c['data'], c['links']) for c in cells] == \
+        [(2, 262144, 'fp32', 'gradient', 'tcp'), (2, 262144, 'fp32', 'gradient', 'shm'),
+         (2, 65536, 'bf16', 'gradient', 'tcp'), (2, 65536, 'bf16', 'gradient', 'shm')]
+    # KULISCH_FIXED over TCP and over shared memory: the same bits
+    for n in (262144, 65536):
+        assert len({tuple(c['kulisch_digests']) for c in cells if c['bytes'] == n}) == 1, n
     for c in cells:
         p, n, dtype = c['ranks'], c['bytes'], c['dtype']
         kulisch = set()
@@ -214,6 +220,7 @@ def test_compare_quick_run_against_open_mpi_and_gloo(tmp_path):
             assert g['checked'] and g['check_differ'] == 0 and g['seconds_median'] >= g['seconds_min'] > 0
             assert g['digest'] == hashlib.blake2b(want, digest_size=8).hexdigest(), 'Gloo: not the exact sum'
     s = d['summary']
-    assert s['auto']['both']['cells'] == 4 and set(s['kulisch_over_arrival']) == set(algos)
+    assert s['auto']['both']['cells'] == 8 and set(s['kulisch_over_arrival']) == set(algos)
+    assert set(s['by_links']) == {'tcp', 'shm'} and s['by_links']['shm']['auto']['both']['cells'] == 4
     if shutil.which('gnuplot'):
         assert png.exists() and png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
