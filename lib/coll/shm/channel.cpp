@@ -100,23 +100,29 @@ Inbound::Inbound(const Segment& mine, int from, Peer producer)
 
 // Per byte: one memcpy out of the ring, into the waiting recv's buffer when
 // there is one; per kChunk, a release store and a doorbell ring.
+// It stops once `waiting` has its message: what follows is left for the next recv, not copied
+// into a buffer of our own first (measured: a stream of 8 MiB messages by single copy went at
+// 0.5 GB/s when each next one was pulled into a fresh buffer, page faults and all).
 bool Inbound::read(RecvJob* waiting) {
+  if (waiting && waiting->done) waiting = nullptr;
   size_t total = 0;
-  while (lost_.empty() && total < kReadBudget) {
+  while (lost_.empty() && total < kReadBudget && !(waiting && waiting->done && !mid_message())) {
     const uint64_t head = h_->head.load(std::memory_order_acquire);
     if (head == tail_) break;
     const size_t at = size_t(tail_ & mask_);
     const size_t n = size_t(std::min<uint64_t>({head - tail_, mask_ + 1 - at, kChunk}));
-    consume(ring_ + at, n, waiting);
-    tail_ += n, total += n;
+    const size_t used = consume(ring_ + at, n, waiting);
+    tail_ += used, total += used;
     h_->tail.store(tail_, std::memory_order_release);
     ring(from_.header);
   }
   return total > 0;
 }
 
-void Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
+size_t Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
+  const size_t given = n;
   while (n && lost_.empty()) {
+    if (waiting && waiting->done && !mid_message()) break;
     if (!in_body_) {
       const size_t want = hdr_got_ < 8 ? 8 : 16;
       const size_t k = std::min(want - hdr_got_, n);
@@ -126,7 +132,10 @@ void Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
         start_body(waiting);
       } else if (hdr_got_ == 16) {
         len_ = get_le(hdr_) & ~kSingleCopyFlag;
-        if (len_ > kMaxMessage) return lose("its ring is corrupt (a message of " + std::to_string(len_) + " bytes)");
+        if (len_ > kMaxMessage) {
+          lose("its ring is corrupt (a message of " + std::to_string(len_) + " bytes)");
+          break;
+        }
         user_ = waiting && !waiting->done ? waiting : nullptr;
         single_copy(get_le(hdr_ + 8));
       }
@@ -137,6 +146,7 @@ void Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
     got_ += k, src += k, n -= k;
     if (got_ == len_) finish_body();
   }
+  return given - n;
 }
 
 void Inbound::start_body(RecvJob* waiting) {

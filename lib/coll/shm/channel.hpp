@@ -114,7 +114,8 @@ class Inbound {
 
  private:
   enum class Sink { OWNED, USER, DISCARD };
-  void consume(const uint8_t* src, size_t n, RecvJob* waiting);
+  // Takes up to n bytes of the stream; how many it took (it stops after `waiting`'s message).
+  size_t consume(const uint8_t* src, size_t n, RecvJob* waiting);
   void start_body(RecvJob* waiting);
   void single_copy(uint64_t addr);
   void finish_body();
