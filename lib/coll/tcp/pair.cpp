@@ -72,9 +72,12 @@ void Pair::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
   }
 }
 
+// Once `waiting` has its message, what follows stays in the socket for the next recv: read now,
+// it would go into a buffer of our own (allocated, faulted in, copied again on attach).
 bool Pair::read(std::vector<uint8_t>& stage, RecvJob* waiting) {
+  const bool serving = waiting && !waiting->done;
   size_t total = 0;
-  while (fd_ && total < kPumpBudget) {
+  while (fd_ && total < kPumpBudget && !(serving && waiting->done && !in_body_ && hdr_got_ == 0)) {
     ssize_t r;
     if (in_body_ && sink_ != Sink::DISCARD && len_ - got_ >= kStage) {  // large: straight into place
       r = ::recv(fd_.get(), dst_ + got_, size_t(len_ - got_), 0);

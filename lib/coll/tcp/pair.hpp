@@ -56,7 +56,8 @@ class Pair {
 
   // Reads what the peer has sent, up to kPumpBudget, into `waiting`'s buffer
   // (the recv now waiting on this pair, if any) or the queue, through
-  // `stage` for small messages; whether anything came.
+  // `stage` for small messages; whether anything came. It stops once a
+  // waiting recv has its message (the rest can wait in the socket).
   bool read(std::vector<uint8_t>& stage, RecvJob* waiting);
   // Sends as much of s as the socket takes now; whether any went.
   bool write(SendJob& s);
