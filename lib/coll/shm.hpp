@@ -30,9 +30,11 @@
 // a wait that needs it. Either is a LinkError naming the peer, as is no
 // progress for ShmOptions::recv_timeout.
 //
-// Segments: rank r creates "/prism-<group id>-<r>" (shm_open) and unlinks it
-// once every rank has mapped every segment, before the first message: a
-// rank that crashes later leaves nothing in /dev/shm.
+// Segments: rank r creates "/prism-<group id>-<r>" (shm_open); every rank
+// unlinks every name of the group once all have mapped all, before the
+// first message, and when the setup fails: a rank that crashes later (or
+// during the setup, but for a name created after the others gave up)
+// leaves nothing in /dev/shm.
 #pragma once
 
 #include <chrono>

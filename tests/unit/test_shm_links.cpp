@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "coll/shm.hpp"
+#include "coll/shm/segment.hpp"
 #include "coll_util.hpp"
 #include "group/links_choice.hpp"
 #include "prism/group.hpp"
@@ -309,6 +310,42 @@ TEST(ShmLinks, ConnectTimeoutNamesTheRankThatNeverCameAndCleansUp) {
     });
   for (auto& t : th) t.join();
   for (int r : {0, 2}) EXPECT_NE(errors[size_t(r)].find("rank 1 never came"), std::string::npos) << errors[size_t(r)];
+  EXPECT_TRUE(segments_left(*store.keep).empty());
+}
+
+// Rank 2 creates its segment, publishes itself and dies before the barrier (a forked process
+// that _exits, as a crash, leaving its name): ranks 0 and 1 give up naming it, and its name
+// goes with theirs.
+TEST(ShmLinks, ARankThatDiesDuringSetupLeavesNothingInDevShm) {
+  ShmOptions o = quick();
+  o.connect_timeout = 1500ms;
+  TempStore store;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto s = store.client();
+    const std::string group = s->get_string("shm/group", 10s);
+    char name[64];
+    std::snprintf(name, sizeof name, "/prism-%016llx-2", std::stoull(group.substr(0, group.find(' '))));
+    shm::Segment seg = shm::Segment::create(name, 3, 2, 4096, "rank 2");
+    s->set("shm/2", std::to_string(getpid()));
+    _exit(0);  // no destructor: the name stays, as after a crash
+  }
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> th;
+  for (int r : {0, 1})
+    th.emplace_back([&, r] {
+      try {
+        connect_shm(*store.client(), r, 3, o);
+      } catch (const LinkError& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  for (int r : {0, 1}) EXPECT_NE(errors[size_t(r)].find("rank 2 never came"), std::string::npos) << errors[size_t(r)];
+  EXPECT_TRUE(store.keep->check("shm/2"));
   EXPECT_TRUE(segments_left(*store.keep).empty());
 }
 

@@ -1,7 +1,8 @@
 // connect_shm through a rendezvous store: rank 0 names the group, every rank
 // creates its segment and publishes its pid, maps everyone else's, checks
 // whether it can read each peer's memory (single copy), says so, and unlinks
-// its own name once every rank has mapped it.
+// the names once every rank has mapped every segment.
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -49,6 +50,17 @@ std::unique_ptr<Links> connect_shm(rdv::Store& store, int rank, int size, const 
   std::vector<shm::Segment> segs(static_cast<size_t>(size));
   uint64_t id = 0;
   int waiting_for = -1;  // the rank whose key a failing get waited for
+  // Every name of the group is removed when this returns, set up or failed: after the barrier
+  // every rank has mapped every segment; after a failure the group is over. Each rank removing
+  // all of them (not just its own) leaves nothing behind when one dies in between.
+  struct UnlinkAll {
+    const uint64_t& id;
+    int size;
+    ~UnlinkAll() {
+      if (id)
+        for (int j = 0; j < size; ++j) shm_unlink(segment_name(id, j).c_str());
+    }
+  } unlink_all{id, size};
   try {
     if (rank == 0) {
       std::random_device rd;
@@ -94,7 +106,7 @@ std::unique_ptr<Links> connect_shm(rdv::Store& store, int rank, int size, const 
                     "size? (" +
                     e.what() + ")");
   }
-  segs[size_t(rank)].unlink();  // every rank has it mapped
+  segs[size_t(rank)].unlink();  // and forgets the name: the links' Segment has nothing to unlink later
   return shm::make_shm_links(rank, id, std::move(segs), o.recv_timeout);
 }
 
