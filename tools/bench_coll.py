@@ -964,10 +964,11 @@ def git_commit() -> dict:
     def git(*args):
         try:
             return subprocess.run(['git', '-C', str(REPO)] + list(args), capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+                                  timeout=10).stdout.rstrip()
         except (OSError, subprocess.SubprocessError):
             return ''
-    changed = [ln[3:] for ln in git('status', '--porcelain', '--', 'lib', 'app', 'include').splitlines()]
+    # what the working tree (and so, perhaps, the build) had beyond the commit: porcelain's 'XY path'
+    changed = [ln[3:] for ln in git('status', '--porcelain', '--', 'lib', 'app', 'include').splitlines() if ln]
     return {'commit': git('rev-parse', 'HEAD'), 'subject': git('log', '-1', '--format=%s'),
             'uncommitted_in_lib_app': changed}
 
@@ -1058,7 +1059,10 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
     cells: list[dict] = []
     failures: list[str] = []
     doc = {'mode': 'compare', 'complete': False, 'machine': machine, 'cores': os.cpu_count(),
-           'git': git_commit(), 'build': str(a.build), 'collective': 'allreduce', 'ranks': ranks,
+           'git': git_commit(), 'build': str(a.build),
+           'built': {x: time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime((a.build / x).stat().st_mtime))
+                     for x in ('app/prism-rank', 'lib/libprism.so', 'tools/mpi-allreduce') if (a.build / x).exists()},
+           'collective': 'allreduce', 'ranks': ranks,
            'groups': [{'dtype': dt, 'sizes': ns} for dt, ns in groups], 'data': datas, 'algos': algos,
            'policies': list(POLICIES), 'links': links, 'baselines': {b: BASELINES[b][1] for b in baselines},
            'target_seconds': a.target_seconds, 'repeat': [MIN_REPEAT, MAX_REPEAT] if not a.repeat else a.repeat,
