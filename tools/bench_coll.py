@@ -575,6 +575,9 @@ BASELINES = {   # name -> (label, what runs it)
     'mpi_sm': ('MPI sm', "Open MPI's MPI_Allreduce, --mca pml ob1 --mca btl self,vader (shared memory)"),
     'gloo': ('Gloo', "torch.distributed's gloo backend, all_reduce of a CPU tensor (tools/gloo_allreduce.py)"),
 }
+# Of each rank's JSON line, what --compare keeps (the rest are the switch path's counters, all zero here)
+RANK_KEYS = {'rank', 'policy', 'dtype', 'out_dtype', 'bytes', 'seconds_min', 'seconds_median', 'cpu_seconds', 'algo',
+             'segments', 'digest'}
 SYS_PYTHON = '/usr/bin/python3'   # Debian's, with python3-torch (python3 on PATH may be another)
 GLOO = REPO / 'tools' / 'gloo_allreduce.py'
 COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO, COMPARE_LINKS = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB', 'tcp,shm'
@@ -1129,6 +1132,9 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
                                     e = measure(rank_bin, work, ports, p, n, algo, op, 'allreduce',
                                                 cal_files[(link, pol)], max(ests) if ests else None,
                                                 a.target_seconds, a.timeout, a.repeat, counter, links=link)
+                                    for x in e.get('per_rank', []):   # what the comparison reads
+                                        for k in [k for k in x if k not in RANK_KEYS and not k.startswith('check')]:
+                                            del x[k]
                                     cell['prism'][pol][algo] = e
                                     what = f'p={p} n={size_name(n)} {dtype} {data} {link} {algo} {pol}'
                                     if 'error' in e:
@@ -1194,8 +1200,13 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
         for x in failures:
             log(f'  {x}')
         status = status or 1
-    if a.json:
-        a.json.write_text(json.dumps(doc, indent=1) + '\n')
+    if a.json:   # a row a line: readable, and small enough for docs/data
+        rows = doc.pop('results')
+        text = json.dumps(doc, indent=1)
+        text = text[:text.rindex('}')].rstrip() + ',\n "results": [\n' + ',\n'.join(
+            '  ' + json.dumps(c, separators=(',', ':')) for c in rows) + '\n ]\n}\n'
+        a.json.write_text(text)
+        doc['results'] = rows
         log(f'wrote {a.json}')
     if a.plot and cells:
         why = compare_plot(cells, a.plot, algos, baselines, ranks, a.dtype, machine,
