@@ -21,10 +21,11 @@
 // deadlocks (sendrecv with large messages both ways included), and recv(peer)
 // takes that peer's next message whatever arrived from others.
 //
-// Waiting: poll the rings between sched_yield()s for 50 us (so a peer, or
-// anything else, that needs the CPU gets it: ranks may outnumber CPUs), then
-// sleep on the rank's own futex, which every peer rings when it writes to
-// this rank or frees room in a ring this rank writes. A
+// Waiting: poll the rings between sched_yield()s for 50 us where the group
+// has no more ranks than the process may use CPUs (none where ranks
+// outnumber them: their spinning would take the CPU from ranks that
+// compute), then sleep on the rank's own futex, which every peer rings when
+// it writes to this rank or frees room in a ring this rank writes. A
 // peer that destroys its links sets a flag (what it sent before still
 // arrives); one that dies is seen by its process (a pidfd) within 100 ms of
 // a wait that needs it. Either is a LinkError naming the peer, as is no

@@ -21,12 +21,18 @@ using Clock = std::chrono::steady_clock;
 using std::to_string;
 
 constexpr auto kLivenessEvery = std::chrono::milliseconds(100);  // a dead peer is seen within this of a wait
-// Before sleeping on the futex, a wait polls its rings between sched_yield()s for this long.
-// Yielding, not pausing: with more ranks (or other programs) than CPUs the peer it waits for
-// gets the CPU. Measured on 2 busy vCPUs, 4 KiB ping-pong one way: pause-spinning 20 us 30 us
-// (or 200 us when the spin outlasted the peer's time slice), futex at once 9-31 us, yielding
-// 2-3 us; an 8-rank exchange on the same 2 vCPUs 17-22 us yielding, 110-120 us without.
+// Before sleeping on the futex, a wait polls its rings between sched_yield()s for this long,
+// when the group has no more ranks than this process may use CPUs. Yielding, not pausing: the
+// peer it waits for (or another program) gets the CPU. Measured on 2 busy vCPUs, 4 KiB ping-pong
+// one way: pause-spinning 20 us 30 us (200 us when the spin outlasted the peer's time slice),
+// futex at once 9-31 us, yielding 2-3 us. With more ranks than CPUs the spin costs the ranks that
+// compute: 4 ranks' 16 MiB RHD allreduce on 2 vCPUs was faster without it in 4 runs of 4.
 constexpr auto kSpin = std::chrono::microseconds(50);
+
+int cpus_usable() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
 
 // A peer's process, watched through a pidfd (readable once it has exited,
 // zombie or not); kill(pid, 0) where pidfds are missing.
@@ -54,6 +60,7 @@ class ShmLinks final : public Links {
     const size_t n = segs_.size();
     me_ = segs_[size_t(rank)].header();
     out_.resize(n), in_.resize(n), watch_.resize(n);
+    spin_ = int(n) <= cpus_usable() ? kSpin : Clock::duration(0);
     for (size_t j = 0; j < n; ++j) {
       if (int(j) == rank) continue;
       Header* h = segs_[j].header();
@@ -170,7 +177,7 @@ class ShmLinks final : public Links {
                         to_string(s->len) + " bytes)");
       if (r_wait && silent_for_good(r->peer))
         throw LinkError(gone_error(r->peer, in_[size_t(r->peer)].lost()) + " (receiving)");
-      if (now - idle_since < kSpin) {
+      if (now - idle_since < spin_) {
         sched_yield();
         continue;
       }
@@ -206,6 +213,7 @@ class ShmLinks final : public Links {
   std::vector<Inbound> in_;
   std::vector<std::unique_ptr<Watch>> watch_;  // null for ranks in this process
   std::vector<bool> dead_;
+  Clock::duration spin_{};  // kSpin, or none with more ranks than CPUs
 };
 
 }  // namespace
