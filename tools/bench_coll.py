@@ -576,8 +576,8 @@ BASELINES = {   # name -> (label, what runs it)
     'gloo': ('Gloo', "torch.distributed's gloo backend, all_reduce of a CPU tensor (tools/gloo_allreduce.py)"),
 }
 # Of each rank's JSON line, what --compare keeps (the rest are the switch path's counters, all zero here)
-RANK_KEYS = {'rank', 'policy', 'dtype', 'out_dtype', 'bytes', 'seconds_min', 'seconds_median', 'cpu_seconds', 'algo',
-             'segments', 'digest'}
+# (policy, dtype, out_dtype and bytes are checked against what was asked, then dropped)
+RANK_KEYS = {'rank', 'seconds_min', 'seconds_median', 'cpu_seconds', 'algo', 'segments', 'digest'}
 SYS_PYTHON = '/usr/bin/python3'   # Debian's, with python3-torch (python3 on PATH may be another)
 GLOO = REPO / 'tools' / 'gloo_allreduce.py'
 COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO, COMPARE_LINKS = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB', 'tcp,shm'
@@ -1132,9 +1132,13 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
                                     e = measure(rank_bin, work, ports, p, n, algo, op, 'allreduce',
                                                 cal_files[(link, pol)], max(ests) if ests else None,
                                                 a.target_seconds, a.timeout, a.repeat, counter, links=link)
-                                    for x in e.get('per_rank', []):   # what the comparison reads
+                                    asked = {'policy': pol, 'dtype': dtype, 'out_dtype': dtype, 'bytes': n}
+                                    for x in e.get('per_rank', []):
+                                        ran = {k: x.get(k) for k in asked}
+                                        if ran != asked and 'error' not in e:
+                                            e['error'] = f"rank {x.get('rank')} ran {ran}, not {asked}"
                                         for k in [k for k in x if k not in RANK_KEYS and not k.startswith('check')]:
-                                            del x[k]
+                                            del x[k]   # what the comparison reads, no more
                                     cell['prism'][pol][algo] = e
                                     what = f'p={p} n={size_name(n)} {dtype} {data} {link} {algo} {pol}'
                                     if 'error' in e:

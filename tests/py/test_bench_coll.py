@@ -181,9 +181,8 @@ def test_compare_quick_run_against_open_mpi_and_gloo(tmp_path):
             for a, e in runs.items():
                 assert 'error' not in e, (p, n, dtype, pol, a, e.get('error'))
                 assert e['seconds_min'] > 0 and e['seconds_median'] >= e['seconds_min'], (pol, a)
-                assert e['repeat'] == 2 and len(e['per_rank']) == p
-                assert all(x['policy'] == pol and x['dtype'] == dtype and x['out_dtype'] == dtype and
-                           x['bytes'] == n for x in e['per_rank']), e['per_rank'][0]
+                assert e['repeat'] == 2 and len(e['per_rank']) == p   # (each rank's policy, formats and
+                assert sorted(x['rank'] for x in e['per_rank']) == list(range(p))   # size: checked by the bench)
                 assert e['seconds_median'] == max(x['seconds_median'] for x in e['per_rank'])
                 assert e['digests_agree'] and len(e['digests']) == 1, e['digests']
                 g = c['gbit_s'][f"{a}/{'K' if pol == 'kulisch' else 'A'}"]
