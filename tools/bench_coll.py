@@ -9,7 +9,8 @@ with --compare, the host collectives against Open MPI and Gloo.
     tools/bench_coll.py --compare [--ranks 2,4,8] [--sizes 1MiB,4MiB,16MiB,64MiB] [--dtype fp32]
                         [--also bf16:16MiB] [--data gradient[,wide]] [--links tcp,shm]
                         [--baselines mpi_tcp,mpi_sm,gloo]
-                        [--check] [--json FILE] [--plot FILE.png] [--markdown] [--quick]
+                        [--algos rhd,ring] [--skip P:SIZE] [--check] [--json FILE] [--plot FILE.png]
+                        [--markdown] [--quick]
 
 No switch: every rank is a local process of build/app/prism-rank on loopback (a config whose
 members are all 127.0.0.1 with distinct udp_port, the port each rank's TCP listener takes), and
@@ -1005,6 +1006,18 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
             if p < 2:
                 raise ValueError('--ranks: every p at least 2')
         algos = [x for x in hosts if 'allreduce' in hosts[x]]
+        if a.algos != DEFAULT_ALGOS:   # a subset of the host algorithms, auto's candidates too
+            want = [x.strip() for x in a.algos.split(',') if x.strip() and x.strip() not in ('hosts', 'auto')]
+            for x in want:
+                if x not in algos:
+                    raise ValueError(f'--algos: {x!r} is not a host algorithm that runs allreduce ({", ".join(algos)})')
+            algos = [x for x in algos if x in want] or algos
+        global CANDIDATES
+        CANDIDATES = ','.join(algos)   # auto chooses among what is measured
+        for p in ranks:
+            for dt, ns in groups:
+                for n in ns:
+                    skipped(p, n, a.skip)   # a bad --skip is a usage error now, not later
         links = [x.strip() for x in a.links.split(',') if x.strip()]
         for x in links:
             if x not in ('tcp', 'shm', 'auto'):
@@ -1081,7 +1094,10 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
     counter = [0]
     try:
         for p in ranks:
-            for dtype, sizes in groups:
+            for dtype, all_sizes in groups:
+                sizes = [n for n in all_sizes if not skipped(p, n, a.skip)]
+                if not sizes:
+                    continue
                 base: dict = {}
                 for b in baselines:
                     base[b] = run_baseline(b, mpi_bin, work, p, dtype, sizes, a.target_seconds, a.repeat,
