@@ -25,7 +25,13 @@
 // deadlocks (each side drains the other), sendrecv included, and recv(peer)
 // takes the next message from that peer whatever arrived from others
 // meanwhile. A message whose recv() is already waiting goes straight into
-// the caller's buffer (no copy).
+// the caller's buffer (no copy), and that recv reads no further: the next
+// message waits in the socket for the recv that wants it.
+//
+// Ranks that share a host get shared-memory links instead (coll/shm.hpp,
+// chosen by lib/group/links_choice.hpp; PRISM_LINKS=tcp keeps TCP). What was
+// measured against Open MPI's TCP BTL, and which socket options were tried:
+// docs/LINKS.md.
 #pragma once
 
 #include <chrono>
@@ -60,7 +66,9 @@ struct TcpOptions {
   std::chrono::milliseconds connect_timeout{60000};  // setup gives up after this, naming who never connected
   std::chrono::milliseconds recv_timeout{60000};     // a recv (or send) with no progress for this long throws
   int port_offset = 0;                               // tcp_peers_from_config: TCP port = member's udp_port + this
-  int socket_buffer = 8 << 20;  // SO_SNDBUF/SO_RCVBUF asked for (the kernel caps it at net.core.[rw]mem_max)
+  // SO_SNDBUF/SO_RCVBUF asked for (the kernel caps it at net.core.[rw]mem_max). 8 MiB: smaller
+  // buffers or autotuning helped ping-pongs and streams but cost the 1 MiB exchange (docs/LINKS.md).
+  int socket_buffer = 8 << 20;
   // connect_tcp(store, ...): the IPv4 address this rank listens at and
   // publishes. Empty: $PRISM_HOST_IP if set, else the address the kernel
   // sends from to reach the TCP store's server (the store given, when it is
