@@ -22,10 +22,10 @@
 // takes that peer's next message whatever arrived from others.
 //
 // Waiting: poll the rings between sched_yield()s for 50 us where the group
-// has no more ranks than the process may use CPUs (none where ranks
-// outnumber them: their spinning would take the CPU from ranks that
-// compute), then sleep on the rank's own futex, which every peer rings when
-// it writes to this rank or frees room in a ring this rank writes. A
+// has no more ranks than the process may use CPUs (5 us where ranks
+// outnumber them: a longer spin takes the CPU from ranks that compute), then
+// sleep on the rank's own futex, which every peer rings when it writes to
+// this rank or frees room in a ring this rank writes. A
 // peer that destroys its links sets a flag (what it sent before still
 // arrives); one that dies is seen by its process (a pidfd) within 100 ms of
 // a wait that needs it. Either is a LinkError naming the peer, as is no
