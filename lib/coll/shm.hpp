@@ -53,9 +53,23 @@ namespace prism::coll {
 struct ShmOptions {
   std::chrono::milliseconds connect_timeout{60000};  // the rendezvous gives up after this, naming who never came
   std::chrono::milliseconds recv_timeout{60000};     // a recv (or send) with no progress for this long throws
-  size_t ring_bytes = 1 << 20;                       // each ordered pair's ring (a power of two, at least 4 KiB)
-  bool single_copy = true;                           // false: never read the sender's memory (the ring for every size)
+  // Each ordered pair's ring: a power of two of at least 4 KiB; 0: shm_ring_bytes(size).
+  size_t ring_bytes = 0;
+  bool single_copy = true;  // false: never read the sender's memory (the ring for every size)
 };
+
+// The ring each ordered pair of a group of `size` gets by default: 1 MiB,
+// halved (down to 64 KiB) until the group's p * p rings fit in 64 MiB and in
+// half of what /dev/shm has free (a container's is often 64 MiB). Each
+// rank's segment says its own, so ranks that see different room still
+// agree. Messages of 64 KiB or more go by single copy: the ring mostly
+// carries smaller ones.
+size_t shm_ring_bytes(int size);
+// Whether /dev/shm has room now for every segment of a group of `size` with
+// 64 KiB rings (the setup reserves them with fallocate: a full /dev/shm is
+// an error then, never a SIGBUS later). links_choice.cpp's auto takes TCP
+// without it.
+bool shm_has_room(int size);
 
 // Rank `rank` of a group of `size`, through a rendezvous store (keys
 // "shm/group" = "<id> <size>" from rank 0, "shm/<rank>" = "<pid>",

@@ -58,6 +58,8 @@ std::unique_ptr<coll::Links> connect_links(rdv::Store& store, int rank, int size
   const Clock::time_point deadline = Clock::now() + o.connect_timeout;
   auto left = [&] { return std::max(std::chrono::ceil<rdv::Millis>(deadline - Clock::now()), rdv::Millis(0)); };
   const std::string here = host_identity();
+  // auto without room in /dev/shm for the whole group: this rank asks for TCP, and so all get it.
+  if (want == LinksKind::AUTO && !coll::shm_has_room(size)) want = LinksKind::TCP;
   bool one_host = true;
   int asked[3] = {-1, -1, -1};  // a rank that asked for each kind
   int elsewhere = -1;

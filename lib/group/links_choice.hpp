@@ -3,7 +3,8 @@
 // overrides it for benchmarks and for hosts where shared memory is not
 // wanted:
 //   PRISM_LINKS=auto  (or unset) shared memory when every rank shares this
-//                     host (host name, boot, IPC and PID namespaces), else TCP
+//                     host (host name, boot, IPC and PID namespaces) and
+//                     /dev/shm has room for the group's rings, else TCP
 //   PRISM_LINKS=tcp   TCP always
 //   PRISM_LINKS=shm   shared memory, an error when a rank is on another host
 // Every rank publishes "links/<rank>" = "<asked> <host identity>" and reads

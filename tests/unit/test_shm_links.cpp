@@ -234,6 +234,39 @@ TEST_P(ShmLinksBothWays, MessageLongerThanCapIsRefused) {
 INSTANTIATE_TEST_SUITE_P(Shm, ShmLinksBothWays, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "SingleCopy" : "RingOnly"; });
 
+// Each rank's segment says its own ring size (shm_ring_bytes follows /dev/shm's room, which
+// ranks may see differently): ranks with 4 KiB, 64 KiB and 1 MiB rings exchange every size.
+TEST(ShmLinks, RanksWithDifferentRingsExchange) {
+  TempStore store;
+  const size_t rings[] = {4096, 64 << 10, 1 << 20};
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r)
+    th.emplace_back([&, r] {
+      try {
+        ShmOptions o = quick(r != 1);
+        o.ring_bytes = rings[r];
+        auto t = connect_shm(*store.client(), r, 3, o);
+        errors[size_t(r)] = shift_exchange(*t, std::vector<size_t>(std::begin(kSizes), std::end(kSizes)));
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+}
+
+TEST(ShmLinks, DefaultRingsShrinkAsTheGroupGrows) {
+  EXPECT_LE(shm_ring_bytes(2), size_t(1) << 20);
+  for (int p = 2; p <= 64; ++p) {
+    const size_t ring = shm_ring_bytes(p);
+    EXPECT_TRUE(ring >= (64 << 10) && (ring & (ring - 1)) == 0) << p << ": " << ring;
+    EXPECT_TRUE(ring == (64 << 10) || uint64_t(p) * uint64_t(p) * ring <= (64u << 20)) << p << ": " << ring;
+    EXPECT_LE(shm_ring_bytes(p + 1), ring);
+  }
+  EXPECT_EQ(shm_ring_bytes(64), size_t(64) << 10);
+}
+
 // A peer that destroys its links: what it sent before still arrives, then recv throws naming
 // it, and so does a send to it.
 TEST(ShmLinks, PeerThatClosesIsAnErrorNamingIt) {

@@ -3,6 +3,7 @@
 // whether it can read each peer's memory (single copy), says so, and unlinks
 // the names once every rank has mapped every segment.
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -37,10 +38,27 @@ const uint64_t kProbe = 0x5052534d'50524f42ull;
 
 }  // namespace
 
+namespace {
+uint64_t dev_shm_free() {
+  struct statvfs st {};
+  return statvfs("/dev/shm", &st) == 0 ? uint64_t(st.f_bavail) * st.f_frsize : 0;
+}
+constexpr size_t kMinRing = 64 << 10, kMaxRing = 1 << 20;
+}  // namespace
+
+size_t shm_ring_bytes(int size) {
+  const uint64_t budget = std::min<uint64_t>(64u << 20, dev_shm_free() / 2);
+  size_t ring = kMaxRing;
+  while (ring > kMinRing && uint64_t(size) * uint64_t(size) * ring > budget) ring /= 2;
+  return ring;
+}
+
+bool shm_has_room(int size) { return dev_shm_free() >= uint64_t(size) * shm::Segment::bytes_for(size, kMinRing); }
+
 std::unique_ptr<Links> connect_shm(rdv::Store& store, int rank, int size, const ShmOptions& o) {
   if (size < 1 || rank < 0 || rank >= size)
     throw LinkError("connect_shm: rank " + to_string(rank) + " is not in a group of " + to_string(size));
-  const size_t ring = o.ring_bytes;
+  const size_t ring = o.ring_bytes ? o.ring_bytes : shm_ring_bytes(size);
   if (ring < 4096 || (ring & (ring - 1)) || ring > (size_t(1) << 30))
     throw LinkError("connect_shm: ShmOptions::ring_bytes " + to_string(ring) +
                     " is not a power of two between 4 KiB and 1 GiB");

@@ -31,12 +31,14 @@ Segment Segment::create(const std::string& name, int group_size, int rank, size_
   if (!fd) throw LinkError(who + ": shm_open(" + name + ") to create it: " + std::strerror(errno));
   s.name_ = name;  // ours to unlink from here on, whatever fails next
   s.bytes_ = bytes_for(group_size, ring_bytes);
-  if (ftruncate(fd.get(), off_t(s.bytes_)) != 0)
-    throw LinkError(who + ": sizing the shared memory " + name + " to " + std::to_string(s.bytes_) +
-                    " bytes: " + std::strerror(errno) + " (is /dev/shm full? PRISM_LINKS=tcp avoids it)");
+  // fallocate, not ftruncate: the memory is taken now, so a full /dev/shm is this error and not a
+  // SIGBUS at some later message.
+  if (const int e = posix_fallocate(fd.get(), 0, off_t(s.bytes_)); e != 0)
+    throw LinkError(who + ": reserving " + std::to_string(s.bytes_) + " bytes of shared memory for " + name + ": " +
+                    std::strerror(e) + " (is /dev/shm full? PRISM_LINKS=tcp avoids it)");
   s.base_ = map(fd.get(), s.bytes_);
   if (!s.base_) throw LinkError(who + ": mmap of " + name + ": " + std::strerror(errno));
-  // ftruncate zeroed it: every counter starts at 0. The header's atomics are constructed in place.
+  // A new file reads as zeros: every counter starts at 0. The header's atomics are constructed in place.
   Header* h = new (s.base_) Header{};
   h->magic = kSegmentMagic, h->version = kSegmentVersion;
   h->group_size = uint32_t(group_size), h->rank = uint32_t(rank), h->ring_bytes = uint32_t(ring_bytes);
