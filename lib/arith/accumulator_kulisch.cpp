@@ -167,9 +167,19 @@ class KulischWide final : public Accumulator {
   bool add_exact_doubles(const double* v, LaneExact* scratch) override {
     settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
-    for (uint32_t i = 0; i < d_.lanes; ++i)
-      if (!(std::fabs(v[i]) < limit)) return add_exact_doubles_generic(*this, v, scratch);
+    bool out_of_range = false;  // (a NaN too): one pass, no early exit, so it vectorises
+    for (uint32_t i = 0; i < d_.lanes; ++i) out_of_range |= !(std::fabs(v[i]) < limit);
+    if (out_of_range) return add_exact_doubles_generic(*this, v, scratch);
     certified_ = false;
+    if constexpr (sizeof(T) == 8) {
+      uint32_t left[kBlock];
+      for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
+        const uint32_t n = std::min(kBlock, d_.lanes - b);
+        const uint32_t k = k_.add_f64_exact(fast_.data() + b, v + b, n, left);
+        for (uint32_t j = 0; j < k; ++j) take_lane(b + left[j], lane_of_double(v[b + left[j]], unit_));
+      }
+      return true;
+    }
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const T a = fast_[i], b = T(v[i]), s = a + b;
       if (double(b) == v[i] && s - a == b && s - b == a) {
@@ -304,6 +314,14 @@ class KulischWide final : public Accumulator {
   // Every lane's value as a double (see Accumulator::state_as()); false when
   // some lane is a special or needs more than 53 bits.
   bool lanes_as_doubles(double* out) const {
+    if (!any_dirty_) {  // every lane's sum is its fast value: a copy, and no NaN among them
+      bool nan = false;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        out[i] = double(fast_[i]);
+        nan |= fast_[i] != fast_[i];
+      }
+      return !nan;
+    }
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       if (!dirty_[i]) {
         out[i] = double(fast_[i]);

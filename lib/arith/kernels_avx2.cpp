@@ -777,12 +777,93 @@ uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, b
   PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 
+// Exact partials as doubles and packed lanes (kernels.hpp).
+uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
+  uint32_t i = 0, k = 0;
+  for (; i + 8 <= n; i += 8) k = checked8(acc + i, _mm256_loadu_pd(v + i), _mm256_loadu_pd(v + i + 4), i, left, k);
+  if (i < n) {
+    const uint32_t t = P().add_f64_exact(acc + i, v + i, n - i, left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+
+uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
+  const __m256i mag_mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll), sign = _mm256_set1_epi64x(INT64_MIN);
+  __m256i top = _mm256_setzero_si256(), nz = _mm256_setzero_si256();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    const __m256i mag = _mm256_and_si256(b, mag_mask);  // < 2^63: a signed compare orders them
+    top = _mm256_blendv_epi8(top, mag, _mm256_cmpgt_epi64(mag, top));
+    nz = _mm256_or_si256(nz, _mm256_cmpeq_epi64(b, sign));
+  }
+  alignas(32) uint64_t t[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), top);
+  uint64_t m = std::max(std::max(t[0], t[1]), std::max(t[2], t[3]));
+  if (!_mm256_testz_si256(nz, nz)) *neg_zero = true;
+  if (i < n) m = std::max(m, P().scan_f64(v + i, n - i, neg_zero));
+  return m;
+}
+
+uint64_t fix_f64(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* any) {
+  const __m256i m52 = _mm256_set1_epi64x((int64_t(1) << 52) - 1), hidden = _mm256_set1_epi64x(int64_t(1) << 52);
+  const __m256i field_mask = _mm256_set1_epi64x(0x7FF), one = _mm256_set1_epi64x(1), zero = _mm256_setzero_si256();
+  const __m256i base = _mm256_set1_epi64x(10 - fmax);
+  __m256i lost = zero, all = zero;
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    const __m256i field = _mm256_and_si256(_mm256_srli_epi64(b, 52), field_mask);
+    const __m256i sub = _mm256_cmpeq_epi64(field, zero);  // a subnormal or zero: no hidden bit, field 1's scale
+    const __m256i mant = _mm256_or_si256(_mm256_and_si256(b, m52), _mm256_andnot_si256(sub, hidden));
+    const __m256i sh = _mm256_add_epi64(_mm256_or_si256(field, _mm256_and_si256(sub, one)), base);
+    const __m256i right = _mm256_cmpgt_epi64(zero, sh);
+    const __m256i rs = _mm256_and_si256(right, _mm256_sub_epi64(zero, sh)), ls = _mm256_andnot_si256(right, sh);
+    const __m256i t = _mm256_srlv_epi64(mant, rs);  // a count of 64 or more gives 0
+    lost = _mm256_or_si256(lost, _mm256_sub_epi64(mant, _mm256_sllv_epi64(t, rs)));
+    const __m256i m = _mm256_sllv_epi64(t, ls);
+    all = _mm256_or_si256(all, m);
+    const __m256i neg = _mm256_cmpgt_epi64(zero, b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm256_sub_epi64(_mm256_xor_si256(m, neg), neg));
+  }
+  alignas(32) uint64_t l[4], a[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), lost);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), all);
+  uint64_t out = l[0] | l[1] | l[2] | l[3];
+  *any |= a[0] | a[1] | a[2] | a[3];
+  if (i < n) out |= P().fix_f64(v + i, n - i, fmax, x + i, any);
+  return out;
+}
+
+void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
+  // |x| < 2^47: x + 1.5 * 2^52 as a double's bits is that double exactly
+  // (the magic-number conversion), minus 1.5 * 2^52 gives double(x).
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0), _mm256_set1_epi32(int(w)));
+  const __m128i at = _mm256_castsi256_si128(idx);
+  const __m256i low = _mm256_set1_epi64x(int64_t((uint64_t(1) << (8 * w)) - 1));
+  const __m256i half = _mm256_set1_epi64x(int64_t(1) << (8 * w - 1));
+  const __m256i magic = _mm256_set1_epi64x(0x4338000000000000ll);
+  const __m256d magic_d = _mm256_set1_pd(6755399441055744.0), s = _mm256_set1_pd(scale);
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const auto* base = reinterpret_cast<const long long*>(d + size_t(i) * w);
+    const __m256i raw = _mm256_and_si256(_mm256_i32gather_epi64(base, at, 1), low);
+    const __m256i x = _mm256_sub_epi64(_mm256_xor_si256(raw, half), half);  // sign-extended
+    const __m256d f = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x, magic)), magic_d);
+    _mm256_storeu_pd(out + i, _mm256_mul_pd(f, s));
+  }
+  if (i < n) P().unfix_f64(d + size_t(i) * w, n - i, w, scale, out + i);
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
   static const Kernels k{"avx2",           any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64};
   return k;
 }
 

@@ -1,6 +1,7 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -225,6 +226,58 @@ bool narrow_f64(const double* in, uint32_t n, float* out) {
 bool round_f64(Format out, const double* in, uint32_t n, uint8_t* dst) {
   return round_f64_by_odd(odd_f64, round_f32, out, in, n, dst);
 }
+uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double a = acc[i], b = v[i], s = a + b;
+    if (s - a == b && s - b == a)
+      acc[i] = s;
+    else
+      left[k++] = i;
+  }
+  return k;
+}
+
+uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
+  uint64_t top = 0, nz = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t b = std::bit_cast<uint64_t>(v[i]);
+    const uint64_t mag = b & ~(uint64_t(1) << 63);
+    top = mag > top ? mag : top;
+    nz |= b == (uint64_t(1) << 63);
+  }
+  if (nz) *neg_zero = true;
+  return top;
+}
+
+void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
+  const int up = 64 - 8 * int(w);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t raw;
+    std::memcpy(&raw, d + size_t(i) * w, 8);
+    out[i] = double(int64_t(raw << up) >> up) * scale;
+  }
+}
+
+uint64_t fix_f64(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* any) {
+  uint64_t lost = 0, or_all = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t b = std::bit_cast<uint64_t>(v[i]);
+    const int field = int(b >> 52) & 0x7FF;
+    const uint64_t mant = (b & ((uint64_t(1) << 52) - 1)) | (uint64_t(field != 0) << 52);
+    const int sh = (field ? field : 1) - fmax + 10;  // <= 10
+    const int rs = sh < 0 ? -sh : 0, ls = sh > 0 ? sh : 0;
+    const uint64_t t = rs >= 64 ? 0 : mant >> rs;
+    lost |= mant - (rs >= 64 ? 0 : t << rs);
+    const uint64_t m = t << ls;
+    or_all |= m;
+    const uint64_t neg = 0 - (b >> 63);
+    x[i] = int64_t((m ^ neg) - neg);
+  }
+  *any |= or_all;
+  return lost;
+}
+
 }  // namespace
 
 const float* fp8_table(Format f) {
@@ -250,7 +303,8 @@ void not_a_float_format(Format f, const char* kernel) {
 const Kernels& portable_kernels() {
   static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64};
   return k;
 }
 

@@ -2,12 +2,14 @@
 
 #include <string>
 
+#include "proto/packed_lanes.hpp"
 #include "proto/partial.hpp"
 
 namespace prism::coll {
 namespace {
 
 constexpr uint8_t kLaneRecords = 0;
+constexpr uint8_t kPackedLanes = 0x40;
 
 // The element format a partial may travel in when every lane fits it.
 Format element_format(const ReduceOp& op) {
@@ -37,12 +39,12 @@ OpDesc block_desc(const ReduceOp& op, uint32_t group, uint32_t lanes) {
 
 size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes) * kMaxLaneBytes; }
 
-void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
   const uint32_t n = acc.desc().lanes;
   std::vector<LaneExact>& scratch = sc.lanes;
   std::vector<double>& doubles = sc.doubles;
   scratch.resize(n);
-  msg.resize(max_partial_bytes(n));
+  if (msg.size() < max_partial_bytes(n)) msg.resize(max_partial_bytes(n));  // grown once, never zero-filled again
   uint8_t* h = msg.data();
   // Cost: the accumulator's state_as(). The common cases (fp32 sums, integer
   // sums, Kulisch fp32/bf16 lanes) test and copy their lanes as elements, or
@@ -61,14 +63,14 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch s
   for (int i = 0; i < 4; ++i) h[8 + i] = uint8_t(n >> (8 * i));
   if (form == StateForm::Elements) {
     h[4] = uint8_t(ef);
-    msg.resize(kPartialHeader + size_t(n) * info(ef).bytes);
-  } else if (form == StateForm::Doubles) {
-    h[4] = kLaneRecords;
-    msg.resize(kPartialHeader + encode_kulisch_lanes_f64(doubles.data(), n, unit_exp(op.dtype), h + kPartialHeader));
-  } else {
-    h[4] = kLaneRecords;
-    msg.resize(kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader));
+    return kPartialHeader + size_t(n) * info(ef).bytes;
   }
+  if (form == StateForm::Doubles) {
+    h[4] = kPackedLanes;
+    return kPartialHeader + encode_packed_lanes(doubles.data(), n, h + kPartialHeader);
+  }
+  h[4] = kLaneRecords;
+  return kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader);
 }
 
 void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from, PartialScratch sc) {
@@ -92,6 +94,13 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   const uint8_t* p = msg + kPartialHeader;
   const size_t plen = len - kPartialHeader;
   PartialError e;
+  if (msg[4] == kPackedLanes) {
+    doubles.resize(n);
+    if (!decode_packed_lanes(p, plen, n, unit_exp(op.dtype), doubles.data()))
+      throw CollectiveError(who + " does not decode: malformed packed lanes");
+    if (acc.add_exact_doubles(doubles.data(), scratch.data())) return;
+    throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+  }
   if (msg[4] == kLaneRecords) {
     // The common Kulisch partial: every lane a double (decode_kulisch_lanes_f64()).
     doubles.resize(n);
@@ -106,7 +115,7 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   } else {
     const Format ef = element_format(op);
     if (msg[4] != uint8_t(ef))
-      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0 or " +
+      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0, 64 or " +
                             std::to_string(uint8_t(ef)));
     if (plen != size_t(n) * info(ef).bytes)
       throw CollectiveError(who + " has " + std::to_string(plen) + " payload bytes for " + std::to_string(n) + " " +

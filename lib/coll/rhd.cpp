@@ -117,11 +117,10 @@ struct Block {
     msg.clear();
     for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u) {
       if (!acc[u]) continue;
-      encode_partial(*acc[u], op, PartialScratch{lanes, doubles}, part);
-      const uint32_t l = uint32_t(part.size());
+      const uint32_t l = uint32_t(encode_partial(*acc[u], op, PartialScratch{lanes, doubles}, part));
       const uint8_t h[4] = {uint8_t(l), uint8_t(l >> 8), uint8_t(l >> 16), uint8_t(l >> 24)};
       msg.insert(msg.end(), h, h + 4);
-      msg.insert(msg.end(), part.begin(), part.end());
+      msg.insert(msg.end(), part.begin(), part.begin() + l);
     }
   }
   void merge(size_t lo, size_t hi, const uint8_t* msg, size_t len, int from) {

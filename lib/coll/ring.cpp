@@ -75,12 +75,12 @@ struct Ring {
   void reduce_scatter(const ReduceOp& op, int c) {
     for (int k = 0; k + 1 < p; ++k) {
       const size_t ss = seg(r + c - 1 - k), rs = seg(r + c - 2 - k);
-      if (acc[ss]) encode_partial(*acc[ss], op, PartialScratch{lanes, doubles}, msg);
+      const size_t len = acc[ss] ? encode_partial(*acc[ss], op, PartialScratch{lanes, doubles}, msg) : 0;
       size_t got = 0;
       if (acc[ss] && acc[rs])
-        got = t.sendrecv(next, msg.data(), msg.size(), prev, rx.data(), rx.size());
+        got = t.sendrecv(next, msg.data(), len, prev, rx.data(), rx.size());
       else if (acc[ss])
-        t.send(next, msg.data(), msg.size());
+        t.send(next, msg.data(), len);
       else if (acc[rs])
         got = t.recv(prev, rx.data(), rx.size());
       if (acc[rs]) merge_partial(*acc[rs], op, rx.data(), got, prev, PartialScratch{lanes, doubles});
