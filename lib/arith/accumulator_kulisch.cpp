@@ -141,6 +141,25 @@ class KulischWide final : public Accumulator {
     settle();
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
+    if (sizeof(T) == 8 && f == Format::FP32 && !any_dirty_) {  // fp32 elements from clean lanes: 256 at a time, no branch a lane
+      bool all = true;
+      for (uint32_t b = 0; b < d_.lanes && all; b += kBlock) {
+        const uint32_t e = std::min(d_.lanes, b + kBlock);
+        bool bad = false;  // a NaN compares unequal too
+        float x[kBlock];   // local: the loop vectorises (elems may alias anything)
+        const T* v = fast_.data() + b;
+        for (uint32_t i = 0; i < e - b; ++i) {
+          x[i] = float(v[i]);
+          bad |= double(x[i]) != v[i];
+        }
+        std::memcpy(elems + size_t(b) * 4, x, size_t(e - b) * 4);
+        all = !bad;
+      }
+      if (all) return StateForm::Elements;
+      if (doubles && lanes_as_doubles(doubles)) return StateForm::Doubles;
+      state(lanes);
+      return StateForm::Lanes;
+    }
     const uint32_t low = f == Format::BF16 ? 0xFFFFu : 0, esz = info(f).bytes;
     uint32_t i = 0;
     for (; i < d_.lanes; ++i) {

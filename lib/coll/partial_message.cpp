@@ -41,11 +41,15 @@ size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes)
 
 size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
   const uint32_t n = acc.desc().lanes;
+  if (msg.size() < max_partial_bytes(n)) msg.resize(max_partial_bytes(n));  // grown once, never zero-filled again
+  return encode_partial(acc, op, sc, msg.data());
+}
+
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, uint8_t* h) {
+  const uint32_t n = acc.desc().lanes;
   std::vector<LaneExact>& scratch = sc.lanes;
   std::vector<double>& doubles = sc.doubles;
   scratch.resize(n);
-  if (msg.size() < max_partial_bytes(n)) msg.resize(max_partial_bytes(n));  // grown once, never zero-filled again
-  uint8_t* h = msg.data();
   // Cost: the accumulator's state_as(). The common cases (fp32 sums, integer
   // sums, Kulisch fp32/bf16 lanes) test and copy their lanes as elements, or
   // hand them over as doubles for encode_kulisch_lanes_f64(); the rest build

@@ -67,6 +67,8 @@ struct PartialScratch {
 // accumulator without a lossless state (FP32_BINOMIAL: a tree runs it as
 // FP32_ARRIVAL per node).
 size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, std::vector<uint8_t>& msg);
+// The same into `out`, which holds max_partial_bytes(acc.desc().lanes) bytes.
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, uint8_t* out);
 
 // Adds the partial in [msg, msg + len) into `acc` exactly (add_exact).
 // Throws CollectiveError naming `from` when the header is not this op's or
