@@ -79,7 +79,11 @@ class Accumulator {
   // -0), may write the lanes' values there and return Doubles; else writes
   // state() to `lanes` and returns Lanes. `elems` is unspecified unless
   // Elements. None for a policy without lossless state.
-  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const;
+  // `view` (may be null): a family whose lanes are doubles in its own memory
+  // may set *view to them and return Doubles without copying them to
+  // `doubles` (a NaN lane among them then possible: the caller checks).
+  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles,
+                             const double** view = nullptr) const;
   // add_elements_exact: adds desc().lanes elements of `f` (a partial that
   // travelled as elements) as lanes_from_elements() then add_exact() would,
   // `scratch` holding desc().lanes lanes. False when they do not decode

@@ -137,11 +137,12 @@ class KulischWide final : public Accumulator {
   // state (lanes_fit_format, one lane). Doubles where every lane's value is
   // one. Cost per clean lane: a conversion, a compare and a store, stopping
   // at the first lane that is not an element; then a copy as doubles.
-  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const override {
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles, const double** view) const override {
     settle();
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
-    if (sizeof(T) == 8 && f == Format::FP32 && !any_dirty_) {  // fp32 elements from clean lanes: 256 at a time, no branch a lane
+    if (sizeof(T) == 8 && f == Format::FP32 &&
+        !any_dirty_) {  // fp32 elements from clean lanes: 256 at a time, no branch a lane
       bool all = true;
       for (uint32_t b = 0; b < d_.lanes && all; b += kBlock) {
         const uint32_t e = std::min(d_.lanes, b + kBlock);
@@ -156,6 +157,12 @@ class KulischWide final : public Accumulator {
         all = !bad;
       }
       if (all) return StateForm::Elements;
+      if constexpr (sizeof(T) == 8) {
+        if (view) {  // the fast lanes themselves: every lane's sum, no bank in use
+          *view = fast_.data();
+          return StateForm::Doubles;
+        }
+      }
       if (doubles && lanes_as_doubles(doubles)) return StateForm::Doubles;
       state(lanes);
       return StateForm::Lanes;
@@ -186,9 +193,9 @@ class KulischWide final : public Accumulator {
   bool add_exact_doubles(const double* v, LaneExact* scratch) override {
     settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
-    bool out_of_range = false;  // (a NaN too): one pass, no early exit, so it vectorises
-    for (uint32_t i = 0; i < d_.lanes; ++i) out_of_range |= !(std::fabs(v[i]) < limit);
-    if (out_of_range) return add_exact_doubles_generic(*this, v, scratch);
+    bool neg_zero = false;  // (unused) the largest magnitude, a NaN's above every number's: one vector pass
+    if (k_.scan_f64(v, d_.lanes, &neg_zero) >= std::bit_cast<uint64_t>(limit))
+      return add_exact_doubles_generic(*this, v, scratch);
     certified_ = false;
     if constexpr (sizeof(T) == 8) {
       uint32_t left[kBlock];

@@ -99,8 +99,11 @@ struct Kernels {
   // every lane's): non-zero when the lanes span more than 63 bits.
   uint64_t (*fix_f64)(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* any);
   // unfix_f64: out[i] = x * scale, x the w-byte (1..6) little-endian two's
-  // complement integer at d + i * w; 8 bytes must be readable there.
+  // complement integer at d + i * w; 16 bytes must be readable there.
   void (*unfix_f64)(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out);
+  // pack_i64: x[i] >> tz (arithmetic) as w bytes (1..8) at out + i * w,
+  // little-endian; out must have 16 bytes of room past n * w.
+  void (*pack_i64)(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out);
 };
 
 // round_f64 by its two steps, 64 lanes at a time through a float buffer on

@@ -837,24 +837,60 @@ uint64_t fix_f64(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* an
   return out;
 }
 
+// The byte shuffle that moves two w-byte lanes, packed at the start of a
+// 128-bit half, into (from_packed) or out of (to_packed) that half's two
+// 64-bit slots; -1 (0x80) bytes give 0.
+__m256i lane_shuffle(uint32_t w, bool from_packed) {
+  w = std::min(w, 8u);
+  alignas(16) int8_t m[16];
+  for (int i = 0; i < 16; ++i) m[i] = -1;
+  for (uint32_t j = 0; j < 2; ++j)
+    for (uint32_t b = 0; b < w; ++b) {
+      if (from_packed)
+        m[8 * j + b] = int8_t(j * w + b);
+      else
+        m[j * w + b] = int8_t(8 * j + b);
+    }
+  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(m));
+  return _mm256_set_m128i(h, h);
+}
+
 void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
+  // Two lanes a 128-bit load, spread into 64-bit slots by a shuffle;
   // |x| < 2^47: x + 1.5 * 2^52 as a double's bits is that double exactly
   // (the magic-number conversion), minus 1.5 * 2^52 gives double(x).
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0), _mm256_set1_epi32(int(w)));
-  const __m128i at = _mm256_castsi256_si128(idx);
-  const __m256i low = _mm256_set1_epi64x(int64_t((uint64_t(1) << (8 * w)) - 1));
+  const __m256i shuf = lane_shuffle(w, true);
   const __m256i half = _mm256_set1_epi64x(int64_t(1) << (8 * w - 1));
   const __m256i magic = _mm256_set1_epi64x(0x4338000000000000ll);
   const __m256d magic_d = _mm256_set1_pd(6755399441055744.0), s = _mm256_set1_pd(scale);
   uint32_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const auto* base = reinterpret_cast<const long long*>(d + size_t(i) * w);
-    const __m256i raw = _mm256_and_si256(_mm256_i32gather_epi64(base, at, 1), low);
+    const uint8_t* p = d + size_t(i) * w;
+    const __m256i two =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + 2 * w), reinterpret_cast<const __m128i*>(p));
+    const __m256i raw = _mm256_shuffle_epi8(two, shuf);
     const __m256i x = _mm256_sub_epi64(_mm256_xor_si256(raw, half), half);  // sign-extended
     const __m256d f = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x, magic)), magic_d);
     _mm256_storeu_pd(out + i, _mm256_mul_pd(f, s));
   }
   if (i < n) P().unfix_f64(d + size_t(i) * w, n - i, w, scale, out + i);
+}
+
+void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
+  // x >> tz arithmetic: (x ^ s) >> tz logical, ^ s, with s the sign mask.
+  const __m256i shuf = lane_shuffle(w, false), zero = _mm256_setzero_si256();
+  const __m128i count = _mm_cvtsi32_si128(tz);
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i sgn = _mm256_cmpgt_epi64(zero, v);
+    const __m256i y = _mm256_xor_si256(_mm256_srl_epi64(_mm256_xor_si256(v, sgn), count), sgn);
+    const __m256i b = _mm256_shuffle_epi8(y, shuf);
+    uint8_t* p = out + size_t(i) * w;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(b));  // lanes i, i+1: 2w bytes
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 2 * w), _mm256_extracti128_si256(b, 1));
+  }
+  if (i < n) P().pack_i64(x + i, n - i, tz, w, out + size_t(i) * w);
 }
 
 }  // namespace
@@ -863,7 +899,7 @@ const Kernels& avx2_kernels_unchecked() {
   static const Kernels k{"avx2",           any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
                          add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64};
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
   return k;
 }
 

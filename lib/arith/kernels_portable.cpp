@@ -250,6 +250,13 @@ uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   return top;
 }
 
+void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
+  for (uint32_t i = 0; i < n; ++i) {  // 8 bytes a lane, each store's excess overwritten by the next (or room)
+    const int64_t y = x[i] >> tz;
+    std::memcpy(out + size_t(i) * w, &y, 8);
+  }
+}
+
 void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
   const int up = 64 - 8 * int(w);
   for (uint32_t i = 0; i < n; ++i) {
@@ -304,7 +311,7 @@ const Kernels& portable_kernels() {
   static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
                          add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64};
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
   return k;
 }
 

@@ -56,7 +56,8 @@ size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch
   // every lane's exact state, then its lane record (3 + the digit window's bytes).
   const Format ef = element_format(op);
   doubles.resize(n);
-  const StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data());
+  const double* view = nullptr;
+  StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data(), &view);
   if (form == StateForm::None)
     throw std::logic_error(std::string("a ") + name(acc.desc().policy) + " accumulator has no lossless state to send");
   h[0] = uint8_t(op.dtype);
@@ -71,7 +72,10 @@ size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch
   }
   if (form == StateForm::Doubles) {
     h[4] = kPackedLanes;
-    return kPartialHeader + encode_packed_lanes(doubles.data(), n, h + kPartialHeader);
+    if (const size_t len = encode_packed_lanes(view ? view : doubles.data(), n, h + kPartialHeader))
+      return kPartialHeader + len;
+    // A lane of the view holds a special: the lanes' exact states instead.
+    acc.state(scratch.data());
   }
   h[4] = kLaneRecords;
   return kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader);

@@ -26,6 +26,7 @@ size_t encode_raw(const double* v, uint32_t n, uint8_t* out) {
 size_t encode_sub(const Kernels& k, const double* v, uint32_t n, uint8_t* out) {
   bool neg_zero = false;
   const uint64_t top = k.scan_f64(v, n, &neg_zero);
+  if (top >= (uint64_t(0x7FF) << 52)) return 0;  // a NaN or an infinity
   if (neg_zero) return encode_raw(v, n, out);
   if (top == 0) {
     out[0] = 0;
@@ -44,11 +45,7 @@ size_t encode_sub(const Kernels& k, const double* v, uint32_t n, uint8_t* out) {
   out[0] = uint8_t(w);
   out[1] = uint8_t(uint16_t(int16_t(lo)));
   out[2] = uint8_t(uint16_t(int16_t(lo)) >> 8);
-  uint8_t* d = out + kPackedSubHeader;
-  for (uint32_t i = 0; i < n; ++i) {  // 8 bytes a lane, each store's excess overwritten by the next (or slack)
-    const int64_t y = x[i] >> tz;
-    std::memcpy(d + size_t(i) * size_t(w), &y, 8);
-  }
+  k.pack_i64(x, n, tz, uint32_t(w), out + kPackedSubHeader);
   return kPackedSubHeader + size_t(n) * size_t(w);
 }
 
@@ -65,7 +62,11 @@ bool whole_units(double d, int unit) {
 
 size_t encode_packed_lanes(const double* v, uint32_t n, uint8_t* out, const Kernels& k) {
   size_t at = 0;
-  for (uint32_t b = 0; b < n; b += kPackedSub) at += encode_sub(k, v + b, std::min(kPackedSub, n - b), out + at);
+  for (uint32_t b = 0; b < n; b += kPackedSub) {
+    const size_t used = encode_sub(k, v + b, std::min(kPackedSub, n - b), out + at);
+    if (!used) return 0;
+    at += used;
+  }
   return at;
 }
 
@@ -95,12 +96,13 @@ bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, dou
     const double scale = pow2(lo);
     const uint8_t* d = p + at + kPackedSubHeader;
     const size_t room = len - at - kPackedSubHeader;  // readable bytes from d
-    // Lanes with 8 readable bytes from their start (all but the message's last few).
+    // Lanes with 8 (16) readable bytes from their start: all but the message's last few.
     const uint32_t fast = room >= 8 ? std::min<uint32_t>(m, uint32_t((room - 8) / w + 1)) : 0;
+    const uint32_t vec = room >= 16 ? std::min<uint32_t>(m, uint32_t((room - 16) / w + 1)) : 0;
     uint32_t i = 0;
     if (w <= 6) {
-      k.unfix_f64(d, fast, w, scale, o);
-      i = fast;
+      k.unfix_f64(d, vec, w, scale, o);
+      i = vec;
     }
     const int up = 64 - 8 * w;
     uint64_t wide = 0;  // lanes beyond 53 significant bits (w >= 7)

@@ -35,13 +35,14 @@ inline constexpr uint8_t kRawDoubles = 0xFF;
 inline constexpr size_t kPackedSubHeader = 3;
 
 // The most bytes n lanes take packed, and the room an encoder needs (its
-// stores are 8 bytes wide: 7 of slack).
+// stores are up to 16 bytes wide: 16 of slack).
 inline size_t max_packed_bytes(uint32_t n) {
   return size_t(n) * 8 + size_t((n + kPackedSub - 1) / kPackedSub) * kPackedSubHeader;
 }
-inline size_t packed_room(uint32_t n) { return max_packed_bytes(n) + 8; }
+inline size_t packed_room(uint32_t n) { return max_packed_bytes(n) + 16; }
 
-// Writes v[0..n) packed to out (packed_room(n) bytes); returns the bytes written.
+// Writes v[0..n) packed to out (packed_room(n) bytes); returns the bytes
+// written, or 0 when a lane is a NaN or an infinity (no packed form).
 size_t encode_packed_lanes(const double* v, uint32_t n, uint8_t* out, const Kernels& k = best_kernels());
 
 // Reads n lanes from [p, p + len) into out; false when the bytes are not n
