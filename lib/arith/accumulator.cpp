@@ -48,7 +48,7 @@ StateForm Accumulator::state_as(Format f, uint8_t* elems, LaneExact* lanes, doub
   return state_as_generic(*this, f, elems, lanes);
 }
 
-bool Accumulator::add_exact_doubles(const double* v, LaneExact* scratch) {
+bool Accumulator::add_exact_doubles(const double* v, LaneExact* scratch, double) {
   return add_exact_doubles_generic(*this, v, scratch);
 }
 

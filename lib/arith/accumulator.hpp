@@ -29,6 +29,7 @@
 // accumulator_int.cpp; their shared helpers are accumulator_impl.hpp.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -93,7 +94,9 @@ class Accumulator {
   // (each a whole number of lane units; -0 a NEG_ZERO_ONLY lane) as
   // add_exact() adds their lanes: false, nothing changed, when one cannot
   // be taken. `scratch` holds desc().lanes lanes.
-  virtual bool add_exact_doubles(const double* v, LaneExact* scratch);
+  // `bound` (may be infinite): every |v[i]| is below it, known to the caller
+  // (a packed partial's sub-block widths), which can spare a range scan.
+  virtual bool add_exact_doubles(const double* v, LaneExact* scratch, double bound = INFINITY);
 
   // Rounds every lane once into desc().out: `out` gets lanes elements, `flags`
   // (may be null) one status byte per lane (flag::OVERFLOW, INVALID, NAN_INPUT).

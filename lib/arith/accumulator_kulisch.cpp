@@ -190,11 +190,11 @@ class KulischWide final : public Accumulator {
   // Exact lane values as doubles: each sum taken in the fast lane where it
   // is exact (as a checked add() does), the rest as add_exact() takes them.
   // Cost: a range screen, then an add, two subs and two compares per lane.
-  bool add_exact_doubles(const double* v, LaneExact* scratch) override {
+  bool add_exact_doubles(const double* v, LaneExact* scratch, double bound) override {
     settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
     bool neg_zero = false;  // (unused) the largest magnitude, a NaN's above every number's: one vector pass
-    if (k_.scan_f64(v, d_.lanes, &neg_zero) >= std::bit_cast<uint64_t>(limit))
+    if (!(bound <= limit) && k_.scan_f64(v, d_.lanes, &neg_zero) >= std::bit_cast<uint64_t>(limit))
       return add_exact_doubles_generic(*this, v, scratch);
     certified_ = false;
     if constexpr (sizeof(T) == 8) {

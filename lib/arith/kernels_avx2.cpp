@@ -807,33 +807,24 @@ uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   return m;
 }
 
-uint64_t fix_f64(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* any) {
-  const __m256i m52 = _mm256_set1_epi64x((int64_t(1) << 52) - 1), hidden = _mm256_set1_epi64x(int64_t(1) << 52);
-  const __m256i field_mask = _mm256_set1_epi64x(0x7FF), one = _mm256_set1_epi64x(1), zero = _mm256_setzero_si256();
-  const __m256i base = _mm256_set1_epi64x(10 - fmax);
-  __m256i lost = zero, all = zero;
+uint64_t fix_f64(const double* v, uint32_t n, double scale, int64_t* x, uint64_t* any) {
+  const __m256d sc = _mm256_set1_pd(scale), magic = _mm256_set1_pd(6755399441055744.0);
+  const __m256i magic_bits = _mm256_set1_epi64x(0x4338000000000000ll);
+  __m256d lost = _mm256_setzero_pd();
+  __m256i all = _mm256_setzero_si256();
   uint32_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
-    const __m256i field = _mm256_and_si256(_mm256_srli_epi64(b, 52), field_mask);
-    const __m256i sub = _mm256_cmpeq_epi64(field, zero);  // a subnormal or zero: no hidden bit, field 1's scale
-    const __m256i mant = _mm256_or_si256(_mm256_and_si256(b, m52), _mm256_andnot_si256(sub, hidden));
-    const __m256i sh = _mm256_add_epi64(_mm256_or_si256(field, _mm256_and_si256(sub, one)), base);
-    const __m256i right = _mm256_cmpgt_epi64(zero, sh);
-    const __m256i rs = _mm256_and_si256(right, _mm256_sub_epi64(zero, sh)), ls = _mm256_andnot_si256(right, sh);
-    const __m256i t = _mm256_srlv_epi64(mant, rs);  // a count of 64 or more gives 0
-    lost = _mm256_or_si256(lost, _mm256_sub_epi64(mant, _mm256_sllv_epi64(t, rs)));
-    const __m256i m = _mm256_sllv_epi64(t, ls);
-    all = _mm256_or_si256(all, m);
-    const __m256i neg = _mm256_cmpgt_epi64(zero, b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), _mm256_sub_epi64(_mm256_xor_si256(m, neg), neg));
+    const __m256d y = _mm256_mul_pd(_mm256_loadu_pd(v + i), sc), t = _mm256_add_pd(y, magic);
+    lost = _mm256_or_pd(lost, _mm256_cmp_pd(_mm256_sub_pd(t, magic), y, _CMP_NEQ_UQ));
+    const __m256i xi = _mm256_sub_epi64(_mm256_castpd_si256(t), magic_bits);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), xi);
+    all = _mm256_or_si256(all, xi);
   }
-  alignas(32) uint64_t l[4], a[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(l), lost);
+  alignas(32) uint64_t a[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(a), all);
-  uint64_t out = l[0] | l[1] | l[2] | l[3];
   *any |= a[0] | a[1] | a[2] | a[3];
-  if (i < n) out |= P().fix_f64(v + i, n - i, fmax, x + i, any);
+  uint64_t out = uint64_t(_mm256_movemask_pd(lost));
+  if (i < n) out |= P().fix_f64(v + i, n - i, scale, x + i, any);
   return out;
 }
 

@@ -266,22 +266,19 @@ void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* o
   }
 }
 
-uint64_t fix_f64(const double* v, uint32_t n, int fmax, int64_t* x, uint64_t* any) {
-  uint64_t lost = 0, or_all = 0;
+uint64_t fix_f64(const double* v, uint32_t n, double scale, int64_t* x, uint64_t* any) {
+  // |y| < 2^51: y + 1.5 * 2^52 rounds y to a whole number, and its bits
+  // minus the constant's are that number (the magic-number conversion).
+  constexpr double kMagic = 6755399441055744.0;
+  uint64_t lost = 0, all = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint64_t b = std::bit_cast<uint64_t>(v[i]);
-    const int field = int(b >> 52) & 0x7FF;
-    const uint64_t mant = (b & ((uint64_t(1) << 52) - 1)) | (uint64_t(field != 0) << 52);
-    const int sh = (field ? field : 1) - fmax + 10;  // <= 10
-    const int rs = sh < 0 ? -sh : 0, ls = sh > 0 ? sh : 0;
-    const uint64_t t = rs >= 64 ? 0 : mant >> rs;
-    lost |= mant - (rs >= 64 ? 0 : t << rs);
-    const uint64_t m = t << ls;
-    or_all |= m;
-    const uint64_t neg = 0 - (b >> 63);
-    x[i] = int64_t((m ^ neg) - neg);
+    const double y = v[i] * scale, t = y + kMagic;
+    lost |= (t - kMagic) != y;
+    const int64_t xi = int64_t(std::bit_cast<uint64_t>(t) - std::bit_cast<uint64_t>(kMagic));
+    x[i] = xi;
+    all |= uint64_t(xi);
   }
-  *any |= or_all;
+  *any |= all;
   return lost;
 }
 

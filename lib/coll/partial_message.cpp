@@ -104,9 +104,10 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   PartialError e;
   if (msg[4] == kPackedLanes) {
     doubles.resize(n);
-    if (!decode_packed_lanes(p, plen, n, unit_exp(op.dtype), doubles.data()))
+    double bound;
+    if (!decode_packed_lanes(p, plen, n, unit_exp(op.dtype), doubles.data(), best_kernels(), &bound))
       throw CollectiveError(who + " does not decode: malformed packed lanes");
-    if (acc.add_exact_doubles(doubles.data(), scratch.data())) return;
+    if (acc.add_exact_doubles(doubles.data(), scratch.data(), bound)) return;
     throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
   }
   if (msg[4] == kLaneRecords) {

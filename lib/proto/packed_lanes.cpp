@@ -33,15 +33,20 @@ size_t encode_sub(const Kernels& k, const double* v, uint32_t n, uint8_t* out) {
     return 1;
   }
   // Every lane as an integer at the scale that puts the largest one's top
-  // bit at bit 62. A lane with bits below that scale's bit 0 means a span
-  // beyond 63 bits: raw doubles.
-  const int fmax = std::max(int(top >> 52), 1);
+  // bit at bit 50 (its value in [2^50, 2^51)): v * 2^(1073 - fmax). A lane
+  // with bits below that scale's bit 0 means a span beyond 51 bits: raw
+  // doubles (as for a scale beyond a double's range, which no partial of a
+  // format PRISM takes needs).
+  const int fmax = std::max(int(top >> 52), 1), s = 1073 - fmax;
+  if (s < -1022 || s > 1023) return encode_raw(v, n, out);
   int64_t x[kPackedSub];
   uint64_t any = 0;
-  if (k.fix_f64(v, n, fmax, x, &any)) return encode_raw(v, n, out);
-  const int tz = std::countr_zero(any), msb = 63 - std::countl_zero(any);
-  const int w = (msb - tz + 2 + 7) / 8;  // magnitudes below 2^(msb - tz + 1), and a sign
-  const int lo = fmax - 1085 + tz;
+  if (k.fix_f64(v, n, pow2(s), x, &any)) return encode_raw(v, n, out);
+  // The top lane's magnitude is in [2^50, 2^51) (a subnormal top: below):
+  // 51 bits and a sign, less the trailing zeros every lane shares.
+  const int tz = std::countr_zero(any);
+  const int w = (52 - tz + 7) / 8;
+  const int lo = tz - s;
   out[0] = uint8_t(w);
   out[1] = uint8_t(uint16_t(int16_t(lo)));
   out[2] = uint8_t(uint16_t(int16_t(lo)) >> 8);
@@ -70,8 +75,10 @@ size_t encode_packed_lanes(const double* v, uint32_t n, uint8_t* out, const Kern
   return at;
 }
 
-bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, double* out, const Kernels& k) {
+bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, double* out, const Kernels& k,
+                         double* bound) {
   size_t at = 0;
+  int top = -1100;  // bound's exponent
   for (uint32_t b = 0; b < n; b += kPackedSub) {
     const uint32_t m = std::min(kPackedSub, n - b);
     double* o = out + b;
@@ -85,8 +92,10 @@ bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, dou
     if (w == kRawDoubles) {
       if (len - at - 1 < size_t(m) * 8) return false;
       std::memcpy(o, p + at + 1, size_t(m) * 8);
-      for (uint32_t i = 0; i < m; ++i)
+      for (uint32_t i = 0; i < m; ++i) {
         if (!std::isfinite(o[i]) || !whole_units(o[i], unit)) return false;
+        if (o[i] != 0) top = std::max(top, std::ilogb(o[i]) + 1);
+      }
       at += 1 + size_t(m) * 8;
       continue;
     }
@@ -94,6 +103,7 @@ bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, dou
     const int lo = int16_t(uint16_t(p[at + 1] | p[at + 2] << 8));
     if (lo < unit || lo + 64 > 1023) return false;
     const double scale = pow2(lo);
+    top = std::max(top, lo + 8 * w - 1);  // |x| <= 2^(8w - 1)
     const uint8_t* d = p + at + kPackedSubHeader;
     const size_t room = len - at - kPackedSubHeader;  // readable bytes from d
     // Lanes with 8 (16) readable bytes from their start: all but the message's last few.
@@ -122,6 +132,7 @@ bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, dou
     if (wide) return false;
     at += kPackedSubHeader + size_t(m) * w;
   }
+  if (bound) *bound = std::ldexp(1.0, top + 1);
   return at == len;
 }
 

@@ -47,7 +47,8 @@ size_t encode_packed_lanes(const double* v, uint32_t n, uint8_t* out, const Kern
 
 // Reads n lanes from [p, p + len) into out; false when the bytes are not n
 // lanes packed as above for lane unit 2^unit (malformed, short, or bytes left over).
+// *bound (when not null) gets a power of two above every |out[i]|.
 bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, double* out,
-                         const Kernels& k = best_kernels());
+                         const Kernels& k = best_kernels(), double* bound = nullptr);
 
 }  // namespace prism

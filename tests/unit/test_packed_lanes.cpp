@@ -31,7 +31,7 @@ void bit_range(double d, int* lo, int* hi) {
 
 // The bytes an optimal encoder writes for v (per sub-block: 1 when all +0;
 // 3 + w * n with w the bytes of a two's complement integer spanning the
-// sub-block's bit range plus a sign; 1 + 8 n when that needs more than 64
+// sub-block's bit range plus a sign; 1 + 8 n when that needs more than 52
 // bits or a lane is -0).
 size_t expected_size(const std::vector<double>& v) {
   size_t total = 0;
@@ -56,7 +56,7 @@ size_t expected_size(const std::vector<double>& v) {
       total += 1;
     } else {
       const int bits = hi - lo + 2;
-      total += bits > 64 ? 1 + 8 * n : 3 + size_t((bits + 7) / 8) * n;
+      total += bits > 52 ? 1 + 8 * n : 3 + size_t((bits + 7) / 8) * n;
     }
   }
   return total;
@@ -118,20 +118,22 @@ TEST(PackedLanes, GradientSumsTakeFiveBytes) {
 TEST(PackedLanes, EveryShape) {
   std::mt19937_64 g(20261204);
   for (uint32_t n : {1u, 2u, 7u, 255u, 256u, 257u, 1000u, 2048u}) {
-    for (int kind = 0; kind < 9; ++kind) {
+    for (int kind = 0; kind < 11; ++kind) {
       SCOPED_TRACE("n " + std::to_string(n) + ", kind " + std::to_string(kind));
       std::vector<double> v(n);
       for (uint32_t i = 0; i < n; ++i) {
         switch (kind) {
-          case 0: v[i] = 0.0; break;                                                  // all +0: one byte a sub-block
-          case 1: v[i] = lane(g, 24, -10 + int(g() % 8)); break;                      // fp32-like, narrow range
-          case 2: v[i] = lane(g, 53, int(g() % 3)); break;                            // full doubles, narrow: 8 bytes
-          case 3: v[i] = lane(g, 24, -60 + int(g() % 120)); break;                    // beyond 63 bits: raw
-          case 4: v[i] = (i % 97 == 5) ? -0.0 : lane(g, 20, 0); break;                // a -0: raw
-          case 5: v[i] = std::ldexp(double(g() % 5) - 2, kUnit); break;               // a few units: 1 byte
-          case 6: v[i] = lane(g, 30, 127 + 3); break;                                 // fp32's top, summed
-          case 7: v[i] = (i % 3) ? 0.0 : lane(g, 24, -20); break;                     // zeros among values
-          case 8: v[i] = (i & 1) ? -std::ldexp(1.0, 62) : std::ldexp(1.0, 0); break;  // a 64-bit span
+          case 0: v[i] = 0.0; break;                                                   // all +0: one byte a sub-block
+          case 1: v[i] = lane(g, 24, -10 + int(g() % 8)); break;                       // fp32-like, narrow range
+          case 2: v[i] = lane(g, 53, int(g() % 3)); break;                             // full doubles, narrow: 8 bytes
+          case 3: v[i] = lane(g, 24, -60 + int(g() % 120)); break;                     // beyond 63 bits: raw
+          case 4: v[i] = (i % 97 == 5) ? -0.0 : lane(g, 20, 0); break;                 // a -0: raw
+          case 5: v[i] = std::ldexp(double(g() % 5) - 2, kUnit); break;                // a few units: 1 byte
+          case 6: v[i] = lane(g, 30, 127 + 3); break;                                  // fp32's top, summed
+          case 7: v[i] = (i % 3) ? 0.0 : lane(g, 24, -20); break;                      // zeros among values
+          case 8: v[i] = (i & 1) ? -std::ldexp(1.0, 62) : std::ldexp(1.0, 0); break;   // a 64-bit span: raw
+          case 9: v[i] = (i & 1) ? -std::ldexp(1.0, 50) : std::ldexp(1.0, 0); break;   // 52 bits: 7 bytes
+          case 10: v[i] = (i & 1) ? std::ldexp(1.0, 51) : -std::ldexp(1.0, 0); break;  // 53 bits: raw
         }
       }
       round_trip(v);
