@@ -29,6 +29,7 @@
 // accumulator_int.cpp; their shared helpers are accumulator_impl.hpp.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -79,7 +80,11 @@ class Accumulator {
   // -0), may write the lanes' values there and return Doubles; else writes
   // state() to `lanes` and returns Lanes. `elems` is unspecified unless
   // Elements. None for a policy without lossless state.
-  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const;
+  // `view` (may be null): a family whose lanes are doubles in its own memory
+  // may set *view to them and return Doubles without copying them to
+  // `doubles` (a NaN lane among them then possible: the caller checks).
+  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles,
+                             const double** view = nullptr) const;
   // add_elements_exact: adds desc().lanes elements of `f` (a partial that
   // travelled as elements) as lanes_from_elements() then add_exact() would,
   // `scratch` holding desc().lanes lanes. False when they do not decode
@@ -89,7 +94,9 @@ class Accumulator {
   // (each a whole number of lane units; -0 a NEG_ZERO_ONLY lane) as
   // add_exact() adds their lanes: false, nothing changed, when one cannot
   // be taken. `scratch` holds desc().lanes lanes.
-  virtual bool add_exact_doubles(const double* v, LaneExact* scratch);
+  // `bound` (may be infinite): every |v[i]| is below it, known to the caller
+  // (a packed partial's sub-block widths), which can spare a range scan.
+  virtual bool add_exact_doubles(const double* v, LaneExact* scratch, double bound = INFINITY);
 
   // Rounds every lane once into desc().out: `out` gets lanes elements, `flags`
   // (may be null) one status byte per lane (flag::OVERFLOW, INVALID, NAN_INPUT).

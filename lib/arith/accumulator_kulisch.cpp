@@ -137,10 +137,36 @@ class KulischWide final : public Accumulator {
   // state (lanes_fit_format, one lane). Doubles where every lane's value is
   // one. Cost per clean lane: a conversion, a compare and a store, stopping
   // at the first lane that is not an element; then a copy as doubles.
-  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles) const override {
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles, const double** view) const override {
     settle();
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
+    if (sizeof(T) == 8 && f == Format::FP32 &&
+        !any_dirty_) {  // fp32 elements from clean lanes: 256 at a time, no branch a lane
+      bool all = true;
+      for (uint32_t b = 0; b < d_.lanes && all; b += kBlock) {
+        const uint32_t e = std::min(d_.lanes, b + kBlock);
+        bool bad = false;  // a NaN compares unequal too
+        float x[kBlock];   // local: the loop vectorises (elems may alias anything)
+        const T* v = fast_.data() + b;
+        for (uint32_t i = 0; i < e - b; ++i) {
+          x[i] = float(v[i]);
+          bad |= double(x[i]) != v[i];
+        }
+        std::memcpy(elems + size_t(b) * 4, x, size_t(e - b) * 4);
+        all = !bad;
+      }
+      if (all) return StateForm::Elements;
+      if constexpr (sizeof(T) == 8) {
+        if (view) {  // the fast lanes themselves: every lane's sum, no bank in use
+          *view = fast_.data();
+          return StateForm::Doubles;
+        }
+      }
+      if (doubles && lanes_as_doubles(doubles)) return StateForm::Doubles;
+      state(lanes);
+      return StateForm::Lanes;
+    }
     const uint32_t low = f == Format::BF16 ? 0xFFFFu : 0, esz = info(f).bytes;
     uint32_t i = 0;
     for (; i < d_.lanes; ++i) {
@@ -164,12 +190,22 @@ class KulischWide final : public Accumulator {
   // Exact lane values as doubles: each sum taken in the fast lane where it
   // is exact (as a checked add() does), the rest as add_exact() takes them.
   // Cost: a range screen, then an add, two subs and two compares per lane.
-  bool add_exact_doubles(const double* v, LaneExact* scratch) override {
+  bool add_exact_doubles(const double* v, LaneExact* scratch, double bound) override {
     settle();
     const double limit = std::ldexp(1.0, Bank::kWords * Bank::kDigitBits - 4 + unit_);  // add_exact()'s bound
-    for (uint32_t i = 0; i < d_.lanes; ++i)
-      if (!(std::fabs(v[i]) < limit)) return add_exact_doubles_generic(*this, v, scratch);
+    bool neg_zero = false;  // (unused) the largest magnitude, a NaN's above every number's: one vector pass
+    if (!(bound <= limit) && k_.scan_f64(v, d_.lanes, &neg_zero) >= std::bit_cast<uint64_t>(limit))
+      return add_exact_doubles_generic(*this, v, scratch);
     certified_ = false;
+    if constexpr (sizeof(T) == 8) {
+      uint32_t left[kBlock];
+      for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
+        const uint32_t n = std::min(kBlock, d_.lanes - b);
+        const uint32_t k = k_.add_f64_exact(fast_.data() + b, v + b, n, left);
+        for (uint32_t j = 0; j < k; ++j) take_lane(b + left[j], lane_of_double(v[b + left[j]], unit_));
+      }
+      return true;
+    }
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       const T a = fast_[i], b = T(v[i]), s = a + b;
       if (double(b) == v[i] && s - a == b && s - b == a) {
@@ -304,6 +340,14 @@ class KulischWide final : public Accumulator {
   // Every lane's value as a double (see Accumulator::state_as()); false when
   // some lane is a special or needs more than 53 bits.
   bool lanes_as_doubles(double* out) const {
+    if (!any_dirty_) {  // every lane's sum is its fast value: a copy, and no NaN among them
+      bool nan = false;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        out[i] = double(fast_[i]);
+        nan |= fast_[i] != fast_[i];
+      }
+      return !nan;
+    }
     for (uint32_t i = 0; i < d_.lanes; ++i) {
       if (!dirty_[i]) {
         out[i] = double(fast_[i]);

@@ -83,6 +83,28 @@ struct Kernels {
   // a contribution, which the bench's ideal reducer does and nothing else
   // (the bench's IdealWork, app/bench_baselines.hpp). Cost (AVX2): 2 loads, 1 add, 2 stores per 8 lanes.
   void (*add_f32_out)(float* acc, const uint8_t* e, uint8_t* out, uint32_t n);
+
+  // Exact partials as doubles (a Kulisch accumulator's lanes, each a finite
+  // whole number of lane units) and packed lanes (proto/packed_lanes.hpp).
+  // add_f64_exact: acc[i] += v[i] only where that addition is exact (as
+  // add_f64_checked); returns how many lanes it left unchanged and writes
+  // their indices to `left`. Cost (AVX2): ~13 uops per 4 lanes.
+  uint32_t (*add_f64_exact)(double* acc, const double* v, uint32_t n, uint32_t* left);
+  // scan_f64: the largest |v[i]|'s bits (sign cleared); *neg_zero set when
+  // a lane is -0 (left unchanged otherwise).
+  uint64_t (*scan_f64)(const double* v, uint32_t n, bool* neg_zero);
+  // fix_f64: x[i] = v[i] * scale as an integer, scale a power of two with
+  // every |v[i] * scale| < 2^51 (the caller's, from scan_f64); *any |= every
+  // x[i]. Returns non-zero when some v[i] * scale is not a whole number (the
+  // lanes span more than 51 bits). Cost (AVX2): ~7 uops per 4 lanes (a
+  // multiply and the magic-number conversion).
+  uint64_t (*fix_f64)(const double* v, uint32_t n, double scale, int64_t* x, uint64_t* any);
+  // unfix_f64: out[i] = x * scale, x the w-byte (1..6) little-endian two's
+  // complement integer at d + i * w; 16 bytes must be readable there.
+  void (*unfix_f64)(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out);
+  // pack_i64: x[i] >> tz (arithmetic) as w bytes (1..8) at out + i * w,
+  // little-endian; out must have 16 bytes of room past n * w.
+  void (*pack_i64)(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out);
 };
 
 // round_f64 by its two steps, 64 lanes at a time through a float buffer on

@@ -777,12 +777,120 @@ uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, b
   PRISM_FLOAT_DISPATCH(add_screened_t, f, acc, e, n, first, left)
 }
 
+// Exact partials as doubles and packed lanes (kernels.hpp).
+uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
+  uint32_t i = 0, k = 0;
+  for (; i + 8 <= n; i += 8) k = checked8(acc + i, _mm256_loadu_pd(v + i), _mm256_loadu_pd(v + i + 4), i, left, k);
+  if (i < n) {
+    const uint32_t t = P().add_f64_exact(acc + i, v + i, n - i, left + k);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+
+uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
+  const __m256i mag_mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll), sign = _mm256_set1_epi64x(INT64_MIN);
+  __m256i top = _mm256_setzero_si256(), nz = _mm256_setzero_si256();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i));
+    const __m256i mag = _mm256_and_si256(b, mag_mask);  // < 2^63: a signed compare orders them
+    top = _mm256_blendv_epi8(top, mag, _mm256_cmpgt_epi64(mag, top));
+    nz = _mm256_or_si256(nz, _mm256_cmpeq_epi64(b, sign));
+  }
+  alignas(32) uint64_t t[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), top);
+  uint64_t m = std::max(std::max(t[0], t[1]), std::max(t[2], t[3]));
+  if (!_mm256_testz_si256(nz, nz)) *neg_zero = true;
+  if (i < n) m = std::max(m, P().scan_f64(v + i, n - i, neg_zero));
+  return m;
+}
+
+uint64_t fix_f64(const double* v, uint32_t n, double scale, int64_t* x, uint64_t* any) {
+  const __m256d sc = _mm256_set1_pd(scale), magic = _mm256_set1_pd(6755399441055744.0);
+  const __m256i magic_bits = _mm256_set1_epi64x(0x4338000000000000ll);
+  __m256d lost = _mm256_setzero_pd();
+  __m256i all = _mm256_setzero_si256();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d y = _mm256_mul_pd(_mm256_loadu_pd(v + i), sc), t = _mm256_add_pd(y, magic);
+    lost = _mm256_or_pd(lost, _mm256_cmp_pd(_mm256_sub_pd(t, magic), y, _CMP_NEQ_UQ));
+    const __m256i xi = _mm256_sub_epi64(_mm256_castpd_si256(t), magic_bits);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(x + i), xi);
+    all = _mm256_or_si256(all, xi);
+  }
+  alignas(32) uint64_t a[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), all);
+  *any |= a[0] | a[1] | a[2] | a[3];
+  uint64_t out = uint64_t(_mm256_movemask_pd(lost));
+  if (i < n) out |= P().fix_f64(v + i, n - i, scale, x + i, any);
+  return out;
+}
+
+// The byte shuffle that moves two w-byte lanes, packed at the start of a
+// 128-bit half, into (from_packed) or out of (to_packed) that half's two
+// 64-bit slots; -1 (0x80) bytes give 0.
+__m256i lane_shuffle(uint32_t w, bool from_packed) {
+  w = std::min(w, 8u);
+  alignas(16) int8_t m[16];
+  for (int i = 0; i < 16; ++i) m[i] = -1;
+  for (uint32_t j = 0; j < 2; ++j)
+    for (uint32_t b = 0; b < w; ++b) {
+      if (from_packed)
+        m[8 * j + b] = int8_t(j * w + b);
+      else
+        m[j * w + b] = int8_t(8 * j + b);
+    }
+  const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(m));
+  return _mm256_set_m128i(h, h);
+}
+
+void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
+  // Two lanes a 128-bit load, spread into 64-bit slots by a shuffle;
+  // |x| < 2^47: x + 1.5 * 2^52 as a double's bits is that double exactly
+  // (the magic-number conversion), minus 1.5 * 2^52 gives double(x).
+  const __m256i shuf = lane_shuffle(w, true);
+  const __m256i half = _mm256_set1_epi64x(int64_t(1) << (8 * w - 1));
+  const __m256i magic = _mm256_set1_epi64x(0x4338000000000000ll);
+  const __m256d magic_d = _mm256_set1_pd(6755399441055744.0), s = _mm256_set1_pd(scale);
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const uint8_t* p = d + size_t(i) * w;
+    const __m256i two =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p + 2 * w), reinterpret_cast<const __m128i*>(p));
+    const __m256i raw = _mm256_shuffle_epi8(two, shuf);
+    const __m256i x = _mm256_sub_epi64(_mm256_xor_si256(raw, half), half);  // sign-extended
+    const __m256d f = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x, magic)), magic_d);
+    _mm256_storeu_pd(out + i, _mm256_mul_pd(f, s));
+  }
+  if (i < n) P().unfix_f64(d + size_t(i) * w, n - i, w, scale, out + i);
+}
+
+void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
+  // x >> tz arithmetic: (x ^ s) >> tz logical, ^ s, with s the sign mask.
+  const __m256i shuf = lane_shuffle(w, false), zero = _mm256_setzero_si256();
+  const __m128i count = _mm_cvtsi32_si128(tz);
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i sgn = _mm256_cmpgt_epi64(zero, v);
+    const __m256i y = _mm256_xor_si256(_mm256_srl_epi64(_mm256_xor_si256(v, sgn), count), sgn);
+    const __m256i b = _mm256_shuffle_epi8(y, shuf);
+    uint8_t* p = out + size_t(i) * w;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(b));  // lanes i, i+1: 2w bytes
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 2 * w), _mm256_extracti128_si256(b, 1));
+  }
+  if (i < n) P().pack_i64(x + i, n - i, tz, w, out + size_t(i) * w);
+}
+
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
   static const Kernels k{"avx2",           any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
   return k;
 }
 

@@ -1,6 +1,7 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -225,6 +226,62 @@ bool narrow_f64(const double* in, uint32_t n, float* out) {
 bool round_f64(Format out, const double* in, uint32_t n, uint8_t* dst) {
   return round_f64_by_odd(odd_f64, round_f32, out, in, n, dst);
 }
+uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double a = acc[i], b = v[i], s = a + b;
+    if (s - a == b && s - b == a)
+      acc[i] = s;
+    else
+      left[k++] = i;
+  }
+  return k;
+}
+
+uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
+  uint64_t top = 0, nz = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint64_t b = std::bit_cast<uint64_t>(v[i]);
+    const uint64_t mag = b & ~(uint64_t(1) << 63);
+    top = mag > top ? mag : top;
+    nz |= b == (uint64_t(1) << 63);
+  }
+  if (nz) *neg_zero = true;
+  return top;
+}
+
+void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
+  for (uint32_t i = 0; i < n; ++i) {  // 8 bytes a lane, each store's excess overwritten by the next (or room)
+    const int64_t y = x[i] >> tz;
+    std::memcpy(out + size_t(i) * w, &y, 8);
+  }
+}
+
+void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out) {
+  const int up = 64 - 8 * int(w);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t raw;
+    std::memcpy(&raw, d + size_t(i) * w, 8);
+    out[i] = double(int64_t(raw << up) >> up) * scale;
+  }
+}
+
+uint64_t fix_f64(const double* v, uint32_t n, double scale, int64_t* x, uint64_t* any) {
+  // |y| < 2^51: y + 1.5 * 2^52 rounds y to a whole number, and its bits
+  // minus the constant's are that number (the magic-number conversion).
+  constexpr double kMagic = 6755399441055744.0;
+  uint64_t lost = 0, all = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double y = v[i] * scale, t = y + kMagic;
+    lost |= (t - kMagic) != y;
+    const int64_t xi = int64_t(std::bit_cast<uint64_t>(t) - std::bit_cast<uint64_t>(kMagic));
+    x[i] = xi;
+    all |= uint64_t(xi);
+  }
+  *any |= all;
+  return lost;
+}
+
 }  // namespace
 
 const float* fp8_table(Format f) {
@@ -250,7 +307,8 @@ void not_a_float_format(Format f, const char* kernel) {
 const Kernels& portable_kernels() {
   static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out};
+                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
   return k;
 }
 

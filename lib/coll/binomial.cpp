@@ -82,8 +82,8 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
       merge_partial(*acc, op, rx.data(), len, from, PartialScratch{lanes, doubles});
     }
     if (tr.v != 0) {  // send x_v to v - 2^top and go idle for this block
-      encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
-      t.send(tr.rank_of(tr.v - (1 << top)), msg.data(), msg.size());
+      const size_t len = encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
+      t.send(tr.rank_of(tr.v - (1 << top)), msg.data(), len);
     } else {
       acc->finalize(dst + off * osz, flags ? flags + off : nullptr);
     }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace prism::coll {
@@ -52,20 +53,32 @@ struct BlockRounds {
 };
 
 // A range of finalized results as a message: e elements of `esz` bytes at
-// `o`, then, when `fl` is not null, their e flag bytes.
-inline void pack_results(const uint8_t* o, const uint8_t* fl, size_t esz, size_t e, std::vector<uint8_t>& msg) {
-  msg.resize(e * (esz + (fl ? 1 : 0)));
-  if (e == 0) return;  // an empty range's buffers may be null
+// `o`, then, when `fl` is not null and some flag among the e is set, their
+// e flag bytes (flags are rare: most messages are the results alone).
+// Returns the message's bytes: `o` itself when no flag travels (no copy),
+// else `msg`'s.
+inline std::pair<const uint8_t*, size_t> results_message(const uint8_t* o, const uint8_t* fl, size_t esz, size_t e,
+                                                         std::vector<uint8_t>& msg) {
+  uint8_t any = 0;
+  for (size_t i = 0; fl && i < e; ++i) any |= fl[i];
+  if (!any) return {o, e * esz};
+  msg.resize(e * (esz + 1));
   std::memcpy(msg.data(), o, e * esz);
-  if (fl) std::memcpy(msg.data() + e * esz, fl, e);
+  std::memcpy(msg.data() + e * esz, fl, e);
+  return {msg.data(), msg.size()};
 }
 
-// The reverse; false when `got` bytes are not e elements' results.
+// The reverse; false when `got` bytes are not e elements' results (with or
+// without their flags; without them, the flags are 0).
 inline bool unpack_results(const uint8_t* msg, size_t got, size_t esz, size_t e, uint8_t* o, uint8_t* fl) {
-  if (got != e * (esz + (fl ? 1 : 0))) return false;
+  const bool with_flags = fl && got == e * (esz + 1);
+  if (got != e * esz && !with_flags) return false;
   if (e == 0) return true;
   std::memcpy(o, msg, e * esz);
-  if (fl) std::memcpy(fl, msg + e * esz, e);
+  if (with_flags)
+    std::memcpy(fl, msg + e * esz, e);
+  else if (fl)
+    std::memset(fl, 0, e);
   return true;
 }
 

@@ -154,17 +154,18 @@ double reduce_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int 
   std::vector<double> doubles;  // kept across the runs, as a group's buffer cache keeps them
   std::vector<uint8_t> msg;
   std::vector<double> took, merging;
+  size_t len = 0;
   for (int i = 0; i < std::max(1, runs); ++i) {
     mine->reset();
     mine->add(x, 0);
     const auto t0 = Clock::now();
-    encode_partial(*theirs, node, PartialScratch{scratch, doubles}, msg);
+    len = encode_partial(*theirs, node, PartialScratch{scratch, doubles}, msg);
     const auto t1 = Clock::now();
-    merge_partial(*mine, node, msg.data(), msg.size(), 1, PartialScratch{scratch, doubles});
+    merge_partial(*mine, node, msg.data(), len, 1, PartialScratch{scratch, doubles});
     took.push_back(since(t0));
     merging.push_back(since(t1));
   }
-  *ratio = double(msg.size()) / double(n * ib);
+  *ratio = double(len) / double(n * ib);
   const double all = median(took);
   *merge_share = all > 0 ? std::min(1.0, median(merging) / all) : 1;
   return all / double(n * ib);

@@ -63,8 +63,8 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
       merge_partial(*acc, op, rx.data(), len, r + 1, PartialScratch{lanes, doubles});
     }
     if (r > 0) {
-      encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
-      t.send(r - 1, msg.data(), msg.size());
+      const size_t len = encode_partial(*acc, op, PartialScratch{lanes, doubles}, msg);
+      t.send(r - 1, msg.data(), len);
     } else {
       acc->finalize(dst + lo * osz, flags ? flags + lo : nullptr);
     }

@@ -2,12 +2,14 @@
 
 #include <string>
 
+#include "proto/packed_lanes.hpp"
 #include "proto/partial.hpp"
 
 namespace prism::coll {
 namespace {
 
 constexpr uint8_t kLaneRecords = 0;
+constexpr uint8_t kPackedLanes = 0x40;
 
 // The element format a partial may travel in when every lane fits it.
 Format element_format(const ReduceOp& op) {
@@ -37,20 +39,25 @@ OpDesc block_desc(const ReduceOp& op, uint32_t group, uint32_t lanes) {
 
 size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes) * kMaxLaneBytes; }
 
-void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
+  const uint32_t n = acc.desc().lanes;
+  if (msg.size() < max_partial_bytes(n)) msg.resize(max_partial_bytes(n));  // grown once, never zero-filled again
+  return encode_partial(acc, op, sc, msg.data());
+}
+
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, uint8_t* h) {
   const uint32_t n = acc.desc().lanes;
   std::vector<LaneExact>& scratch = sc.lanes;
   std::vector<double>& doubles = sc.doubles;
   scratch.resize(n);
-  msg.resize(max_partial_bytes(n));
-  uint8_t* h = msg.data();
   // Cost: the accumulator's state_as(). The common cases (fp32 sums, integer
   // sums, Kulisch fp32/bf16 lanes) test and copy their lanes as elements, or
   // hand them over as doubles for encode_kulisch_lanes_f64(); the rest build
   // every lane's exact state, then its lane record (3 + the digit window's bytes).
   const Format ef = element_format(op);
   doubles.resize(n);
-  const StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data());
+  const double* view = nullptr;
+  StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data(), &view);
   if (form == StateForm::None)
     throw std::logic_error(std::string("a ") + name(acc.desc().policy) + " accumulator has no lossless state to send");
   h[0] = uint8_t(op.dtype);
@@ -61,14 +68,17 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch s
   for (int i = 0; i < 4; ++i) h[8 + i] = uint8_t(n >> (8 * i));
   if (form == StateForm::Elements) {
     h[4] = uint8_t(ef);
-    msg.resize(kPartialHeader + size_t(n) * info(ef).bytes);
-  } else if (form == StateForm::Doubles) {
-    h[4] = kLaneRecords;
-    msg.resize(kPartialHeader + encode_kulisch_lanes_f64(doubles.data(), n, unit_exp(op.dtype), h + kPartialHeader));
-  } else {
-    h[4] = kLaneRecords;
-    msg.resize(kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader));
+    return kPartialHeader + size_t(n) * info(ef).bytes;
   }
+  if (form == StateForm::Doubles) {
+    h[4] = kPackedLanes;
+    if (const size_t len = encode_packed_lanes(view ? view : doubles.data(), n, h + kPartialHeader))
+      return kPartialHeader + len;
+    // A lane of the view holds a special: the lanes' exact states instead.
+    acc.state(scratch.data());
+  }
+  h[4] = kLaneRecords;
+  return kPartialHeader + encode_kulisch_lanes(scratch.data(), n, h + kPartialHeader);
 }
 
 void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from, PartialScratch sc) {
@@ -92,6 +102,14 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   const uint8_t* p = msg + kPartialHeader;
   const size_t plen = len - kPartialHeader;
   PartialError e;
+  if (msg[4] == kPackedLanes) {
+    doubles.resize(n);
+    double bound;
+    if (!decode_packed_lanes(p, plen, n, unit_exp(op.dtype), doubles.data(), best_kernels(), &bound))
+      throw CollectiveError(who + " does not decode: malformed packed lanes");
+    if (acc.add_exact_doubles(doubles.data(), scratch.data(), bound)) return;
+    throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+  }
   if (msg[4] == kLaneRecords) {
     // The common Kulisch partial: every lane a double (decode_kulisch_lanes_f64()).
     doubles.resize(n);
@@ -106,7 +124,7 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   } else {
     const Format ef = element_format(op);
     if (msg[4] != uint8_t(ef))
-      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0 or " +
+      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0, 64 or " +
                             std::to_string(uint8_t(ef)));
     if (plen != size_t(n) * info(ef).bytes)
       throw CollectiveError(who + " has " + std::to_string(plen) + " payload bytes for " + std::to_string(n) + " " +

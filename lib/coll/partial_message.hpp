@@ -11,8 +11,11 @@
 //  - encoding = a format code: elements of that format, when every lane is
 //    exactly one (FP32 for the fp32 policies over floats: the rounded fp32
 //    sums those policies pass on; the output format otherwise);
-//  - encoding = 0: Kulisch lane records (a sum no element holds, or a lane
-//    with a special or a flag in its sideband).
+//  - encoding = 0x40: packed lanes (proto/packed_lanes.hpp) when every lane
+//    is a double: fixed-point sub-blocks of 256 lanes, each as wide as its
+//    values' range (Kulisch fp32 sums of gradients: about 5 bytes a lane);
+//  - encoding = 0: Kulisch lane records (a lane with a special or a flag in
+//    its sideband, or a sum beyond 53 significant bits).
 // The header lets a receiver refuse a partial of another op (ranks called
 // with different descriptions) with a clear error instead of wrong bits.
 #pragma once
@@ -58,10 +61,14 @@ struct PartialScratch {
   std::vector<double>& doubles;
 };
 
-// Encodes `acc`'s exact state into `msg` (resized to fit). Throws
-// std::logic_error for an accumulator without a lossless state
-// (FP32_BINOMIAL: a tree runs it as FP32_ARRIVAL per node).
-void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, std::vector<uint8_t>& msg);
+// Encodes `acc`'s exact state into `msg` and returns the message's length:
+// the first bytes of msg, which only grows (never shrunk, so never
+// zero-filled again on the next call). Throws std::logic_error for an
+// accumulator without a lossless state (FP32_BINOMIAL: a tree runs it as
+// FP32_ARRIVAL per node).
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, std::vector<uint8_t>& msg);
+// The same into `out`, which holds max_partial_bytes(acc.desc().lanes) bytes.
+size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch scratch, uint8_t* out);
 
 // Adds the partial in [msg, msg + len) into `acc` exactly (add_exact).
 // Throws CollectiveError naming `from` when the header is not this op's or
@@ -69,11 +76,12 @@ void encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch s
 void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from,
                    PartialScratch scratch);
 
-// The same with lane scratch only (the doubles made per call): for tests and one-off use.
+// The same with lane scratch only (the doubles made per call), msg resized
+// to the message: for tests and one-off use.
 inline void encode_partial(const Accumulator& acc, const ReduceOp& op, std::vector<LaneExact>& lanes,
                            std::vector<uint8_t>& msg) {
   std::vector<double> doubles;
-  encode_partial(acc, op, PartialScratch{lanes, doubles}, msg);
+  msg.resize(encode_partial(acc, op, PartialScratch{lanes, doubles}, msg));
 }
 inline void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, size_t len, int from,
                           std::vector<LaneExact>& lanes) {

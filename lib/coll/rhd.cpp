@@ -84,10 +84,9 @@ struct Block {
   std::vector<AccLease> acc;  // from the group's accumulator cache
   Reused<LaneExact> lanes;    // from the group's buffer cache
   Reused<double> doubles;
-  Reused<uint8_t> part;
 
   Block(const ReduceOp& op_, Links& t)
-      : op(op_), p(t.size()), cache(t.accumulators()), lanes(t.buffers()), doubles(t.buffers()), part(t.buffers()) {}
+      : op(op_), p(t.size()), cache(t.accumulators()), lanes(t.buffers()), doubles(t.buffers()) {}
 
   void reset(const Layout& l) {
     lay = &l;
@@ -113,16 +112,18 @@ struct Block {
     return b;
   }
   // Segments [lo, hi)'s partials, each unit's as [uint32 length, little-endian][partial].
-  void encode(size_t lo, size_t hi, std::vector<uint8_t>& msg) {
-    msg.clear();
+  // Returns the message's length: the first bytes of msg (which only grows).
+  size_t encode(size_t lo, size_t hi, std::vector<uint8_t>& msg) {
+    if (msg.size() < max_bytes(lo, hi)) msg.resize(max_bytes(lo, hi));
+    size_t at_ = 0;
     for (size_t u = lay->seg[lo]; u < lay->seg[hi]; ++u) {
       if (!acc[u]) continue;
-      encode_partial(*acc[u], op, PartialScratch{lanes, doubles}, part);
-      const uint32_t l = uint32_t(part.size());
-      const uint8_t h[4] = {uint8_t(l), uint8_t(l >> 8), uint8_t(l >> 16), uint8_t(l >> 24)};
-      msg.insert(msg.end(), h, h + 4);
-      msg.insert(msg.end(), part.begin(), part.end());
+      uint8_t* h = msg.data() + at_;
+      const uint32_t l = uint32_t(encode_partial(*acc[u], op, PartialScratch{lanes, doubles}, h + 4));
+      h[0] = uint8_t(l), h[1] = uint8_t(l >> 8), h[2] = uint8_t(l >> 16), h[3] = uint8_t(l >> 24);
+      at_ += 4 + l;
     }
+    return at_;
   }
   void merge(size_t lo, size_t hi, const uint8_t* msg, size_t len, int from) {
     size_t at_ = 0;
@@ -178,8 +179,8 @@ struct Steps {
   void fold(Block& b) {
     const size_t q = size_t(sh.q);
     if (sh.folded()) {
-      b.encode(0, q, msg);
-      t.send(sh.rank ^ 1, msg.data(), msg.size());
+      const size_t len = b.encode(0, q, msg);
+      t.send(sh.rank ^ 1, msg.data(), len);
     } else if (sh.folds()) {
       b.merge(0, q, rx.data(), t.recv(sh.rank ^ 1, rx.data(), rx.size()), sh.rank ^ 1);
     }
@@ -197,8 +198,8 @@ struct Steps {
       const bool low = (sh.v >> k & 1) == 0;
       const size_t klo = low ? lo : mid, khi = low ? mid : hi;
       const size_t slo = low ? mid : lo, shi = low ? hi : mid;
-      b.encode(slo, shi, msg);
-      const size_t got = t.sendrecv(peer, msg.data(), msg.size(), peer, rx.data(), rx.size());
+      const size_t len = b.encode(slo, shi, msg);
+      const size_t got = t.sendrecv(peer, msg.data(), len, peer, rx.data(), rx.size());
       b.merge(klo, khi, rx.data(), got, peer);
       lo = klo;
       hi = khi;
@@ -207,14 +208,14 @@ struct Steps {
   }
 
   void send_results(int to, size_t e0, size_t e1) {
-    detail::pack_results(o + e0 * esz, fl ? fl + e0 : nullptr, esz, e1 - e0, res);
-    t.send(to, res.data(), res.size());
+    const auto [data, len] = detail::results_message(o + e0 * esz, fl ? fl + e0 : nullptr, esz, e1 - e0, res);
+    t.send(to, data, len);
   }
   void take_results(int from, size_t got, size_t e0, size_t e1) {
     if (!detail::unpack_results(rx.data(), got, esz, e1 - e0, o + e0 * esz, fl ? fl + e0 : nullptr))
       throw CollectiveError(std::string(what) + ": rank " + std::to_string(from) + " sent a result range of " +
                             std::to_string(got) + " bytes for " + std::to_string(e1 - e0) + " elements of " +
-                            std::to_string(esz) + " bytes" + (fl ? " and their flags" : "") +
+                            std::to_string(esz) + " bytes" + (fl ? " (and their flags)" : "") +
                             ": every rank must call it with the same op (element size), count and root");
   }
   void recv_results(int from, size_t e0, size_t e1) { take_results(from, t.recv(from, rx.data(), rx.size()), e0, e1); }
@@ -236,10 +237,9 @@ struct Steps {
       const bool low = (sh.v >> k & 1) == 0;
       const size_t plo = low ? hi : lo - w, phi = plo + w;
       if (vroot < 0) {
-        detail::pack_results(o + lay.elem(lo) * esz, fl ? fl + lay.elem(lo) : nullptr, esz, lay.elem(hi) - lay.elem(lo),
-                             res);
-        take_results(peer, t.sendrecv(peer, res.data(), res.size(), peer, rx.data(), rx.size()), lay.elem(plo),
-                     lay.elem(phi));
+        const auto [data, len] = detail::results_message(o + lay.elem(lo) * esz, fl ? fl + lay.elem(lo) : nullptr, esz,
+                                                         lay.elem(hi) - lay.elem(lo), res);
+        take_results(peer, t.sendrecv(peer, data, len, peer, rx.data(), rx.size()), lay.elem(plo), lay.elem(phi));
       } else if (d >> k & 1) {
         send_results(peer, lay.elem(lo), lay.elem(hi));  // to the root's side, then idle
         return;

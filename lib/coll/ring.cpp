@@ -75,12 +75,12 @@ struct Ring {
   void reduce_scatter(const ReduceOp& op, int c) {
     for (int k = 0; k + 1 < p; ++k) {
       const size_t ss = seg(r + c - 1 - k), rs = seg(r + c - 2 - k);
-      if (acc[ss]) encode_partial(*acc[ss], op, PartialScratch{lanes, doubles}, msg);
+      const size_t len = acc[ss] ? encode_partial(*acc[ss], op, PartialScratch{lanes, doubles}, msg) : 0;
       size_t got = 0;
       if (acc[ss] && acc[rs])
-        got = t.sendrecv(next, msg.data(), msg.size(), prev, rx.data(), rx.size());
+        got = t.sendrecv(next, msg.data(), len, prev, rx.data(), rx.size());
       else if (acc[ss])
-        t.send(next, msg.data(), msg.size());
+        t.send(next, msg.data(), len);
       else if (acc[rs])
         got = t.recv(prev, rx.data(), rx.size());
       if (acc[rs]) merge_partial(*acc[rs], op, rx.data(), got, prev, PartialScratch{lanes, doubles});
@@ -93,17 +93,20 @@ struct Ring {
     for (int k = 0; k + 1 < p; ++k) {
       const size_t ss = seg(r + c - k), rs = seg(r + c - 1 - k);
       const size_t sl = len(ss), rl = len(rs);
-      if (sl) detail::pack_results(o + at[ss] * esz, fl ? fl + at[ss] : nullptr, esz, sl, msg);
+      const auto [sdata, slen] =
+          sl ? detail::results_message(o + at[ss] * esz, fl ? fl + at[ss] : nullptr, esz, sl, msg)
+             : std::pair<const uint8_t*, size_t>{nullptr, 0};
       size_t got = 0;
       if (sl && rl)
-        got = t.sendrecv(next, msg.data(), msg.size(), prev, rx.data(), rx.size());
+        got = t.sendrecv(next, sdata, slen, prev, rx.data(), rx.size());
       else if (sl)
-        t.send(next, msg.data(), msg.size());
+        t.send(next, sdata, slen);
       else if (rl)
         got = t.recv(prev, rx.data(), rx.size());
       if (rl && !detail::unpack_results(rx.data(), got, esz, rl, o + at[rs] * esz, fl ? fl + at[rs] : nullptr))
         throw CollectiveError(std::string(what) + ": rank " + std::to_string(prev) + " sent a result segment of " +
-                              std::to_string(got) + " bytes, expected " + std::to_string(rl * (esz + (fl ? 1 : 0))) +
+                              std::to_string(got) + " bytes, expected " + std::to_string(rl * esz) +
+                              (fl ? " or " + std::to_string(rl * (esz + 1)) + " with flags" : std::string()) +
                               ": every rank must call it with the same op (element size) and count");
     }
   }

@@ -422,7 +422,9 @@ CollReport Group::run(Collective c, const void* in, void* out, size_t count, For
     const OpReport& r = m.via_switch->last();
     rep.overflow = r.overflow, rep.invalid = r.invalid, rep.nan_input = r.nan_input;
   } else if (call.flags) {
-    for (size_t i = 0; i < elems; ++i) {
+    uint8_t any = 0;  // one OR pass first (vectorised): flags are rare, counting them is three passes
+    for (size_t i = 0; i < elems; ++i) any |= call.flags[i];
+    for (size_t i = 0; any && i < elems; ++i) {
       rep.overflow += (call.flags[i] & flag::OVERFLOW) != 0;
       rep.invalid += (call.flags[i] & flag::INVALID) != 0;
       rep.nan_input += (call.flags[i] & flag::NAN_INPUT) != 0;

@@ -5,10 +5,12 @@
 // encoder written here from the layout in docs/ARITHMETIC.md.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "acc_util.hpp"
 #include "coll/partial_message.hpp"
+#include "proto/packed_lanes.hpp"
 #include "proto/partial.hpp"
 
 namespace {
@@ -721,6 +723,18 @@ std::vector<uint8_t> contribution(Format f, uint32_t n, int regime, std::mt19937
 }
 
 // The message of partial_message.hpp by the generic path.
+// A lane value (in units of 2^unit) as a double, when one holds it exactly.
+bool exact_double(const prism::Wide& w, int unit, double* out) {
+  if (w.is_zero()) {
+    *out = 0;
+    return true;
+  }
+  const prism::Wide m = w.magnitude();
+  if (m.msb() - m.lsb() >= 53) return false;
+  *out = std::ldexp(double(m.bits_at(m.lsb())), m.lsb() + unit) * (w.negative() ? -1 : 1);
+  return true;
+}
+
 std::vector<uint8_t> generic_message(const Accumulator& acc, const prism::coll::ReduceOp& op) {
   const uint32_t n = acc.desc().lanes;
   std::vector<LaneExact> lanes(n);
@@ -733,6 +747,22 @@ std::vector<uint8_t> generic_message(const Accumulator& acc, const prism::coll::
   if (prism::lanes_fit_format(lanes.data(), n, prism::unit_exp(op.dtype), ef, &m[12])) {
     m[4] = uint8_t(ef);
     m.resize(12 + size_t(n) * prism::info(ef).bytes);
+    return m;
+  }
+  // Every lane a double (finite, at most 53 bits, sideband at most
+  // NEG_ZERO_ONLY, then a zero): packed lanes; otherwise lane records.
+  std::vector<double> v(n);
+  bool doubles = prism::is_float(op.dtype) && op.policy == Policy::KULISCH_FIXED;
+  for (uint32_t i = 0; i < n && doubles; ++i) {
+    const LaneExact& l = lanes[i];
+    doubles = (l.side == 0 || (l.side == prism::side::NEG_ZERO_ONLY && l.value.is_zero())) &&
+              exact_double(l.value, prism::unit_exp(op.dtype), &v[i]);
+    if (doubles && l.side) v[i] = -0.0;
+  }
+  if (doubles) {
+    m[4] = 0x40;
+    m.resize(std::max(m.size(), 12 + prism::packed_room(n)));
+    m.resize(12 + prism::encode_packed_lanes(v.data(), n, &m[12]));
   } else {
     m.resize(12 + prism::encode_kulisch_lanes(lanes.data(), n, &m[12]));
   }
@@ -745,7 +775,11 @@ bool generic_merge(Accumulator& acc, const prism::coll::ReduceOp& op, const std:
   std::vector<LaneExact> lanes(n);
   const uint8_t* p = m.data() + 12;
   const size_t len = m.size() - 12;
-  if (m[4] == 0) {
+  if (m[4] == 0x40) {
+    std::vector<double> v(n);
+    if (!prism::decode_packed_lanes(p, len, n, prism::unit_exp(op.dtype), v.data())) return false;
+    for (uint32_t i = 0; i < n; ++i) lanes[i] = prism::lane_of_double(v[i], prism::unit_exp(op.dtype));
+  } else if (m[4] == 0) {
     size_t used = 0;
     if (prism::decode_kulisch_lanes(p, len, n, lanes.data(), &used) != PartialError::None || used != len) return false;
   } else if (prism::lanes_from_elements(Format(m[4]), p, n, prism::unit_exp(op.dtype), lanes.data()) !=
@@ -792,7 +826,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
   };
   std::mt19937_64 g(20261203);
   constexpr uint32_t R = 6, n = 300;  // > one 256-lane kernel block
-  int forms[2] = {};                  // messages seen: elements, records
+  int forms[3] = {};                  // messages seen: elements, packed lanes, records
   for (const FastCase& c : cases) {
     for (Exceptions ex : {Exceptions::IEEE, Exceptions::SATURATE}) {
       const prism::coll::ReduceOp op{c.dtype, c.out, c.policy, ex};
@@ -809,7 +843,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
         prism::coll::encode_partial(*sender, op, scratch, fast);
         const auto gen = generic_message(*sender, op);
         ASSERT_EQ(fast, gen) << "encode_partial differs from state() + lanes_fit_format/encode_kulisch_lanes";
-        ++forms[fast[4] == 0 ? 1 : 0];
+        ++forms[fast[4] == 0 ? 2 : fast[4] == 0x40 ? 1 : 0];
 
         // Receivers with 0, 1 or 2 terms of their own, merged twice (the
         // second partial from another sender), then re-encoded.
@@ -828,7 +862,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
         std::vector<uint8_t> m3;
         prism::coll::encode_partial(*a, op, scratch, m3);
         ASSERT_EQ(m3, generic_message(*b, op)) << "re-encoding the merged state";
-        ++forms[m3[4] == 0 ? 1 : 0];
+        ++forms[m3[4] == 0 ? 2 : m3[4] == 0x40 ? 1 : 0];
         // A third partial with specials: what the flags of the first two
         // merges decide (an overflow's infinity against an input one).
         auto third = prism::make_accumulator(d);
@@ -842,7 +876,8 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
     }
   }
   EXPECT_GT(forms[0], 20) << "too few element messages to test that path";
-  EXPECT_GT(forms[1], 20) << "too few lane-record messages to test that path";
+  EXPECT_GT(forms[1], 20) << "too few packed-lane messages to test that path";
+  EXPECT_GT(forms[2], 20) << "too few lane-record messages to test that path";
 }
 
 // fp32 elements finer than a narrower input's lane unit do not decode: the
