@@ -190,7 +190,7 @@ double local_cost(const ReduceOp& node, int p, const uint8_t* x, size_t n, int r
 
 CostParams measure_reduce(const ReduceOp& op, int p, const void* sample, size_t count, int runs) {
   CostParams c;
-  c.out_ratio = double(info(op.out).bytes + 1) / double(info(op.dtype).bytes);  // an element and its status byte
+  c.out_ratio = double(info(op.out).bytes) / double(info(op.dtype).bytes);  // status bytes travel only when set
   if (count < 2) return c;
   // FP32_BINOMIAL runs as FP32_ARRIVAL at each node of a host algorithm.
   ReduceOp node = op;

@@ -6,9 +6,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "coll/algorithms.hpp"
+#include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
 
 namespace prism::coll {
@@ -92,24 +94,27 @@ void chain_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op,
   const int p = t.size(), r = t.rank();
   std::vector<uint8_t> fl(r == 0 ? count : 0);
   chain_reduce(t, in, count, op, out, fl.data(), segments);
-  // Segment by segment, up the chain: [its elements of op.out][its flags].
+  // Segment by segment, up the chain: [its elements of op.out][their flags,
+  // when one is set] (blocks.hpp's results_message), forwarded as received.
   const size_t osz = info(op.out).bytes, m = segments;
   auto* dst = static_cast<uint8_t*>(out);
-  std::vector<uint8_t> buf((count / m + 1) * (osz + 1));
+  std::vector<uint8_t> buf((count / m + 1) * (osz + 1)), own_flags(r != 0 && !flags ? count / m + 1 : 0);
   for (size_t s = 0; s < m; ++s) {
     const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;
     if (n == 0) continue;
-    const size_t len = n * (osz + 1);
+    const uint8_t* data = buf.data();
+    size_t len;
     if (r == 0) {
-      std::memcpy(buf.data(), dst + lo * osz, n * osz);
-      std::memcpy(buf.data() + n * osz, fl.data() + lo, n);
+      std::tie(data, len) = detail::results_message(dst + lo * osz, fl.data() + lo, osz, n, buf);
     } else {
-      const size_t got = t.recv(r - 1, buf.data(), buf.size());
-      if (got != len) wrong_length("chain allreduce", r - 1, got, len);
-      std::memcpy(dst + lo * osz, buf.data(), n * osz);
-      if (flags) std::memcpy(flags + lo, buf.data() + n * osz, n);
+      len = t.recv(r - 1, buf.data(), buf.size());
+      if (!detail::unpack_results(buf.data(), len, osz, n, dst + lo * osz, flags ? flags + lo : own_flags.data()))
+        throw CollectiveError("chain allreduce: rank " + std::to_string(r - 1) + " sent a segment of " +
+                              std::to_string(len) + " bytes, expected " + std::to_string(n * osz) + " or " +
+                              std::to_string(n * (osz + 1)) +
+                              " with flags: every rank must call it with the same op, count and segments");
     }
-    if (r + 1 < p) t.send(r + 1, buf.data(), len);
+    if (r + 1 < p) t.send(r + 1, data, len);
   }
   if (r == 0 && flags && count) std::memcpy(flags, fl.data(), count);
 }
