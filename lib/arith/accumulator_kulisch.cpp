@@ -143,18 +143,11 @@ class KulischWide final : public Accumulator {
     static_assert(std::endian::native == std::endian::little);
     if (sizeof(T) == 8 && f == Format::FP32 &&
         !any_dirty_) {  // fp32 elements from clean lanes: 256 at a time, no branch a lane
-      bool all = true;
+      bool all = true;  // the first block that is not fp32 ends it (most sums: the first)
       for (uint32_t b = 0; b < d_.lanes && all; b += kBlock) {
-        const uint32_t e = std::min(d_.lanes, b + kBlock);
-        bool bad = false;  // a NaN compares unequal too
-        float x[kBlock];   // local: the loop vectorises (elems may alias anything)
-        const T* v = fast_.data() + b;
-        for (uint32_t i = 0; i < e - b; ++i) {
-          x[i] = float(v[i]);
-          bad |= double(x[i]) != v[i];
-        }
-        std::memcpy(elems + size_t(b) * 4, x, size_t(e - b) * 4);
-        all = !bad;
+        const uint32_t n = std::min(kBlock, d_.lanes - b);
+        all = k_.exact_f32(reinterpret_cast<const double*>(fast_.data()) + b, n,
+                           reinterpret_cast<float*>(elems + size_t(b) * 4));
       }
       if (all) return StateForm::Elements;
       if constexpr (sizeof(T) == 8) {

@@ -867,6 +867,18 @@ void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* o
   if (i < n) P().unfix_f64(d + size_t(i) * w, n - i, w, scale, out + i);
 }
 
+bool exact_f32(const double* in, uint32_t n, float* out) {
+  __m256d bad = _mm256_setzero_pd();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d v = _mm256_loadu_pd(in + i);
+    const __m128 f = _mm256_cvtpd_ps(v);
+    _mm_storeu_ps(out + i, f);
+    bad = _mm256_or_pd(bad, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_NEQ_UQ));
+  }
+  return _mm256_testz_pd(bad, bad) && (i == n || P().exact_f32(in + i, n - i, out + i));
+}
+
 void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
   // x >> tz arithmetic: (x ^ s) >> tz logical, ^ s, with s the sign mask.
   const __m256i shuf = lane_shuffle(w, false), zero = _mm256_setzero_si256();
@@ -887,10 +899,10 @@ void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",           any_special,      add_f32,    add_f64,   add_f64_checked,
-                         add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
+  static const Kernels k{"avx2",     any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
+                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
+                         narrow_f64, round_f64,   add_f32_out, add_f64_exact, scan_f64,         fix_f64,
+                         unfix_f64,  exact_f32,   pack_i64};
   return k;
 }
 

@@ -250,6 +250,15 @@ uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   return top;
 }
 
+bool exact_f32(const double* in, uint32_t n, float* out) {
+  bool bad = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = float(in[i]);
+    bad |= double(out[i]) != in[i];
+  }
+  return !bad;
+}
+
 void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
   for (uint32_t i = 0; i < n; ++i) {  // 8 bytes a lane, each store's excess overwritten by the next (or room)
     const int64_t y = x[i] >> tz;
@@ -305,10 +314,10 @@ void not_a_float_format(Format f, const char* kernel) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable",       any_special,      add_f32,    add_f64,   add_f64_checked,
-                         add_f32_checked,  exp_range,        add_i64,    round_f32, odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64, round_f64, add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,    unfix_f64, pack_i64};
+  static const Kernels k{"portable", any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
+                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
+                         narrow_f64, round_f64,   add_f32_out, add_f64_exact, scan_f64,         fix_f64,
+                         unfix_f64,  exact_f32,   pack_i64};
   return k;
 }
 

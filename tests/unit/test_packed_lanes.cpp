@@ -239,3 +239,31 @@ TEST(PackedLanes, RefusesMalformed) {
 }
 
 }  // namespace
+
+namespace {
+
+// exact_f32 (a Kulisch partial's elements from double lanes): whether every
+// lane is exactly a float, and then the floats, in every set.
+TEST(PackedLanes, ExactFloatsOfDoubles) {
+  std::mt19937_64 g(11);
+  for (uint32_t n : {1u, 3u, 4u, 7u, 256u, 301u}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<double> v(n);
+      for (uint32_t i = 0; i < n; ++i) v[i] = double(float(lane(g, 24, int(g() % 20) - 10)));  // fp32 values
+      const uint32_t at = uint32_t(g() % n);
+      if (kind == 1) v[at] = lane(g, 30, 0);        // 30 bits: not a float
+      if (kind == 2) v[at] = std::nan("");          // a NaN is not exact
+      if (kind == 3) v[at] = std::ldexp(1.0, 200);  // beyond fp32
+      for (const prism::Kernels* k : prism::kernel_sets()) {
+        SCOPED_TRACE(std::string(k->name) + " n " + std::to_string(n) + " kind " + std::to_string(kind));
+        std::vector<float> out(n);
+        const bool exact = k->exact_f32(v.data(), n, out.data());
+        EXPECT_EQ(exact, kind == 0);
+        for (uint32_t i = 0; exact && i < n; ++i)  // the floats are specified when every one is exact
+          EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(float(v[i])));
+      }
+    }
+  }
+}
+
+}  // namespace
