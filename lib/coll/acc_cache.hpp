@@ -16,9 +16,10 @@
 // owns its links, so its caches): no global or thread-local state, and no
 // lock (one thread drives a group). Only best_kernels() accumulators.
 //
-// Used by the ring and RHD (p accumulators, or q, per round). The binomial
-// tree (one 4096-lane block) and the chain (one segment's) measured no gain
-// from it on loopback, so they still make theirs per call.
+// Used by every host algorithm: the ring and RHD (p accumulators, or q, per
+// round), the binomial tree (one 4096-lane block) and the chain (one
+// segment's, up to 65536 lanes and more: made per call, a KULISCH one
+// page-faulted in and its bank cleared every call).
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/acc_cache.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/buffer_cache.hpp"
 
@@ -63,7 +64,7 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  std::unique_ptr<Accumulator> acc = make_accumulator(d);
+  AccLease acc(t.accumulators(), d);     // from the group's accumulator cache
   Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
   Reused<double> doubles(t.buffers());
   Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
@@ -71,8 +72,10 @@ void binomial_reduce(Links& t, const void* in, size_t count, const ReduceOp& op,
   const int top = tr.send_step();
   for (size_t off = 0; off < count; off += kBinomialBlock) {
     const uint32_t n = uint32_t(std::min<size_t>(count - off, kBinomialBlock));
-    if (acc->desc().lanes != n) acc = make_accumulator(node_desc(op, tr.p, n));  // the last, shorter block
-    acc->reset();
+    if (acc->desc().lanes != n)
+      acc = AccLease(t.accumulators(), node_desc(op, tr.p, n));  // the last, shorter block (empty)
+    else
+      acc->reset();
     acc->add(src + off * isz, uint32_t(tr.v));
     for (int k = 0; k < top; ++k) {  // receive x_{v+2^k}, lowest step first
       const int child = tr.v + (1 << k);

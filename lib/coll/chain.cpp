@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "coll/acc_cache.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
@@ -49,7 +50,7 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
   const size_t isz = info(op.dtype).bytes, osz = info(op.out).bytes;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  std::unique_ptr<Accumulator> acc;
+  AccLease acc;  // from the group's accumulator cache (a KULISCH one is ~59 bytes a lane: made per call, page faults)
   Reused<LaneExact> lanes(t.buffers());  // from the group's buffer cache
   Reused<double> doubles(t.buffers());
   Reused<uint8_t> msg(t.buffers()), rx(t.buffers());
@@ -57,8 +58,10 @@ void chain_reduce(Links& t, const void* in, size_t count, const ReduceOp& op, vo
   for (size_t s = 0; s < m; ++s) {
     const size_t lo = chain_segment_start(count, m, s), n = chain_segment_start(count, m, s + 1) - lo;
     if (n == 0) continue;
-    if (!acc || acc->desc().lanes != n) acc = make_accumulator(node_desc(op, p, uint32_t(n)));
-    acc->reset();
+    if (!acc || acc->desc().lanes != n)
+      acc = AccLease(t.accumulators(), node_desc(op, p, uint32_t(n)));  // empty
+    else
+      acc->reset();
     acc->add(src + lo * isz, uint32_t(r));
     if (r + 1 < p) {  // the partial of ranks r+1..p-1
       const size_t len = t.recv(r + 1, rx.data(), rx.size());
