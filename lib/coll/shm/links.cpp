@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <string>
 
+#include "coll/job_links.hpp"
 #include "coll/shm/channel.hpp"
 #include "coll/shm/doorbell.hpp"
 #include "coll/tcp/fd.hpp"
@@ -56,10 +57,10 @@ class Watch {
   Fd fd_;
 };
 
-class ShmLinks final : public Links {
+class ShmLinks final : public JobLinks<SendJob, RecvJob> {
  public:
   ShmLinks(int rank, uint64_t group, std::vector<Segment> segs, std::chrono::milliseconds timeout)
-      : rank_(rank), group_(group), timeout_(timeout), segs_(std::move(segs)) {
+      : JobLinks(rank), group_(group), timeout_(timeout), segs_(std::move(segs)) {
     const size_t n = segs_.size();
     me_ = segs_[size_t(rank)].header();
     out_.resize(n), in_.resize(n), watch_.resize(n);
@@ -78,35 +79,10 @@ class ShmLinks final : public Links {
     for (size_t j = 0; j < segs_.size(); ++j)
       if (int(j) != rank_) ring(segs_[j].header());
   }
-  int rank() const override { return rank_; }
   int size() const override { return int(segs_.size()); }
-
-  void send(int peer, const void* data, size_t len) override {
-    check(peer);
-    SendJob s(peer, data, len);
-    run(&s, nullptr);
-  }
-  size_t recv(int peer, void* data, size_t cap) override {
-    check(peer);
-    RecvJob r{peer, static_cast<uint8_t*>(data), cap};
-    run(nullptr, &r);
-    return r.len;
-  }
-  size_t sendrecv(int to, const void* sdata, size_t slen, int from, void* rdata, size_t rcap) override {
-    check(to), check(from);
-    SendJob s(to, sdata, slen);
-    RecvJob r{from, static_cast<uint8_t*>(rdata), rcap};
-    run(&s, &r);
-    return r.len;
-  }
 
  private:
   std::string me() const { return "rank " + to_string(rank_) + " of shared-memory group " + to_string(group_); }
-  void check(int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank_)
-      throw LinkError("rank " + to_string(rank_) + ": no peer " + to_string(peer) + " in a group of " +
-                      to_string(size()));
-  }
   std::string gone_error(int p, const std::string& why) const {
     return me() + ": rank " + to_string(p) + " is gone: " + why;
   }
@@ -134,7 +110,7 @@ class ShmLinks final : public Links {
   }
 
   // Moves s and r along until both are done, reading every peer meanwhile.
-  void run(SendJob* s, RecvJob* r) {
+  void run(SendJob* s, RecvJob* r) override {
     if (r) in_[size_t(r->peer)].attach(*r);
     struct Guard {  // a recv that throws leaves no ring writing into its buffer; a send, no one reading its
       ShmLinks* t;
@@ -207,7 +183,6 @@ class ShmLinks final : public Links {
                       " where at most " + to_string(r->cap) + " were expected");
   }
 
-  int rank_;
   uint64_t group_;
   std::chrono::milliseconds timeout_;
   std::vector<Segment> segs_;  // [rank] is this rank's own

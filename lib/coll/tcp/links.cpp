@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "coll/job_links.hpp"
 #include "coll/tcp/pair.hpp"
 
 namespace prism::coll {
@@ -20,40 +21,15 @@ int ms_until(Clock::time_point t, Clock::time_point now) {
   return int(std::chrono::ceil<std::chrono::milliseconds>(t - now).count());
 }
 
-class TcpLinks final : public Links {
+class TcpLinks final : public JobLinks<SendJob, RecvJob> {
  public:
   TcpLinks(int rank, uint32_t group, std::vector<Fd> fds, std::chrono::milliseconds timeout)
-      : rank_(rank), group_(group), timeout_(timeout), pairs_(fds.size()), stage_(kStage) {
+      : JobLinks(rank), group_(group), timeout_(timeout), pairs_(fds.size()), stage_(kStage) {
     for (size_t j = 0; j < fds.size(); ++j) pairs_[j].adopt(std::move(fds[j]));
   }
-  int rank() const override { return rank_; }
   int size() const override { return int(pairs_.size()); }
 
-  void send(int peer, const void* data, size_t len) override {
-    check(peer);
-    SendJob s(peer, data, len);
-    run(&s, nullptr);
-  }
-  size_t recv(int peer, void* data, size_t cap) override {
-    check(peer);
-    RecvJob r{peer, static_cast<uint8_t*>(data), cap};
-    run(nullptr, &r);
-    return r.len;
-  }
-  size_t sendrecv(int to, const void* sdata, size_t slen, int from, void* rdata, size_t rcap) override {
-    check(to), check(from);
-    SendJob s(to, sdata, slen);
-    RecvJob r{from, static_cast<uint8_t*>(rdata), rcap};
-    run(&s, &r);
-    return r.len;
-  }
-
  private:
-  void check(int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank_)
-      throw LinkError("rank " + to_string(rank_) + ": no peer " + to_string(peer) + " in a group of " +
-                      to_string(size()));
-  }
   std::string gone_error(int p) const {
     return "rank " + to_string(rank_) + " of job " + to_string(group_) + ": rank " + to_string(p) +
            " is gone: " + pairs_[size_t(p)].gone();
@@ -61,7 +37,7 @@ class TcpLinks final : public Links {
   bool read(int p, RecvJob* r) { return pairs_[size_t(p)].read(stage_, r && r->peer == p ? r : nullptr); }
 
   // Moves s and r along until both are done, reading every peer meanwhile.
-  void run(SendJob* s, RecvJob* r) {
+  void run(SendJob* s, RecvJob* r) override {
     if (r) pairs_[size_t(r->peer)].attach(*r);
     struct Guard {  // a recv that throws leaves no pair writing into its buffer
       TcpLinks* t;
@@ -115,7 +91,6 @@ class TcpLinks final : public Links {
                       " where at most " + to_string(r->cap) + " were expected");
   }
 
-  int rank_;
   uint32_t group_;
   std::chrono::milliseconds timeout_;
   std::vector<Pair> pairs_;  // [rank] is never open
