@@ -146,8 +146,7 @@ class KulischWide final : public Accumulator {
       bool all = true;  // the first block that is not fp32 ends it (most sums: the first)
       for (uint32_t b = 0; b < d_.lanes && all; b += kBlock) {
         const uint32_t n = std::min(kBlock, d_.lanes - b);
-        all = k_.exact_f32(reinterpret_cast<const double*>(fast_.data()) + b, n,
-                           reinterpret_cast<float*>(elems + size_t(b) * 4));
+        all = k_.exact_f32(reinterpret_cast<const double*>(fast_.data()) + b, n, elems + size_t(b) * 4);
       }
       if (all) return StateForm::Elements;
       if constexpr (sizeof(T) == 8) {

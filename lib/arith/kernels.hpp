@@ -102,10 +102,10 @@ struct Kernels {
   // unfix_f64: out[i] = x * scale, x the w-byte (1..6) little-endian two's
   // complement integer at d + i * w; 16 bytes must be readable there.
   void (*unfix_f64)(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* out);
-  // exact_f32: out[i] = float(in[i]); whether every lane was exactly a
-  // float (a NaN is not): when not, out is unspecified. Cost (AVX2): ~5
-  // uops per 4 lanes.
-  bool (*exact_f32)(const double* in, uint32_t n, float* out);
+  // exact_f32: float(in[i]) as 4 little-endian bytes at out + 4 i (any
+  // alignment: a message's payload); whether every lane was exactly a float
+  // (a NaN is not): when not, out is unspecified. Cost (AVX2): ~5 uops per 4 lanes.
+  bool (*exact_f32)(const double* in, uint32_t n, uint8_t* out);
   // pack_i64: x[i] >> tz (arithmetic) as w bytes (1..8) at out + i * w,
   // little-endian; out must have 16 bytes of room past n * w.
   void (*pack_i64)(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out);

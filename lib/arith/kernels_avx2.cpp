@@ -867,16 +867,16 @@ void unfix_f64(const uint8_t* d, uint32_t n, uint32_t w, double scale, double* o
   if (i < n) P().unfix_f64(d + size_t(i) * w, n - i, w, scale, out + i);
 }
 
-bool exact_f32(const double* in, uint32_t n, float* out) {
+bool exact_f32(const double* in, uint32_t n, uint8_t* out) {
   __m256d bad = _mm256_setzero_pd();
   uint32_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const __m256d v = _mm256_loadu_pd(in + i);
     const __m128 f = _mm256_cvtpd_ps(v);
-    _mm_storeu_ps(out + i, f);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + size_t(i) * 4), _mm_castps_si128(f));
     bad = _mm256_or_pd(bad, _mm256_cmp_pd(_mm256_cvtps_pd(f), v, _CMP_NEQ_UQ));
   }
-  return _mm256_testz_pd(bad, bad) && (i == n || P().exact_f32(in + i, n - i, out + i));
+  return _mm256_testz_pd(bad, bad) && (i == n || P().exact_f32(in + i, n - i, out + size_t(i) * 4));
 }
 
 void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {

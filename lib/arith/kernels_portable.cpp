@@ -250,11 +250,12 @@ uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   return top;
 }
 
-bool exact_f32(const double* in, uint32_t n, float* out) {
+bool exact_f32(const double* in, uint32_t n, uint8_t* out) {
   bool bad = false;
   for (uint32_t i = 0; i < n; ++i) {
-    out[i] = float(in[i]);
-    bad |= double(out[i]) != in[i];
+    const float x = float(in[i]);
+    std::memcpy(out + size_t(i) * 4, &x, 4);
+    bad |= double(x) != in[i];
   }
   return !bad;
 }
