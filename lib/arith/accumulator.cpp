@@ -44,7 +44,8 @@ bool add_exact_doubles_generic(Accumulator& acc, const double* v, LaneExact* scr
   return acc.add_exact(scratch);
 }
 
-StateForm Accumulator::state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**) const {
+StateForm Accumulator::state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**,
+                                const double**) const {
   return state_as_generic(*this, f, elems, lanes);
 }
 

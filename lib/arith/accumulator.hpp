@@ -44,7 +44,7 @@ namespace prism {
 // lanes_fit_format()): elements of a format when every lane is exactly one;
 // otherwise the exact lanes, as doubles where every lane is one (see
 // state_as()) or as LaneExact; None for a policy without lossless state.
-enum class StateForm : uint8_t { None, Elements, Doubles, Lanes };
+enum class StateForm : uint8_t { None, Elements, Doubles, Pairs, Lanes };
 
 class Accumulator {
  public:
@@ -83,8 +83,12 @@ class Accumulator {
   // `view` (may be null): a family whose lanes are doubles in its own memory
   // may set *view to them and return Doubles without copying them to
   // `doubles` (a NaN lane among them then possible: the caller checks).
-  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles,
-                             const double** view = nullptr) const;
+  // `low` (may be null, with view): a family that holds every lane as two
+  // doubles hi + lo (lo = 0 where the lane is hi alone; |lo| at most half an
+  // ulp of hi otherwise, so a lane with a non-zero lo needs more than 53
+  // bits) may set *view to the his and *low to the los and return Pairs.
+  virtual StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles, const double** view = nullptr,
+                             const double** low = nullptr) const;
   // add_elements_exact: adds desc().lanes elements of `f` (a partial that
   // travelled as elements) as lanes_from_elements() then add_exact() would,
   // `scratch` holding desc().lanes lanes. False when they do not decode

@@ -182,7 +182,8 @@ class Fp32Arrival final : public Accumulator {
   // checked for inputs narrower than fp32), so the elements are the lanes as
   // they are. Cost: a flag scan (only after an op that raised one), the
   // specials screen (AVX2: 32 lanes a step) and a copy.
-  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**) const override {
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**,
+                     const double**) const override {
     if (f != Format::FP32) return state_as_generic(*this, f, elems, lanes);
     settle();
     static_assert(std::endian::native == std::endian::little);

@@ -170,6 +170,27 @@ inline bool wide_to_double(const Wide& v, int unit, double* out) {
   return true;
 }
 
+// v (in units of 2^unit) as hi + lo: hi = v rounded to the nearest double
+// (ties to even), lo = v - hi, when that rest is itself a double. False
+// when v needs more (two doubles do not hold it).
+inline bool wide_to_pair(const Wide& v, int unit, double* hi, double* lo) {
+  *lo = 0;
+  if (wide_to_double(v, unit, hi)) return true;
+  const Wide m = v.magnitude();
+  const int top = m.msb(), cut = top - 52;  // hi's last bit weighs 2^cut
+  uint64_t t = m.bits_at(cut) & ((uint64_t(1) << 53) - 1);
+  const bool half = m.bits_at(cut - 1) & 1, sticky = m.any_below(cut - 1);
+  if (half && (sticky || (t & 1))) ++t;  // to nearest, ties to even (2^53 when it carries: still exact)
+  Wide rest = m;
+  rest.add_shifted(-int64_t(t), cut);
+  double r;
+  if (!wide_to_double(rest, unit, &r)) return false;
+  const double h = std::ldexp(double(t), cut + unit);
+  *hi = v.negative() ? -h : h;
+  *lo = v.negative() ? -r : r;
+  return true;
+}
+
 // Lanes of sums rounded into a narrow float format in one batch (round_f32;
 // double lanes through round_f64, which rounds each sum once). False when a
 // lane is a NaN, an infinity or overflows.

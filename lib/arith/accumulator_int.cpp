@@ -39,7 +39,8 @@ class IntegerSum final : public Accumulator {
 
   // int32 elements when every sum is in int32's range (the generic rule: no
   // sideband, a whole value in [-2^31, 2^31)). Cost: a compare and a store per lane.
-  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**) const override {
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double*, const double**,
+                     const double**) const override {
     if (f != Format::INT32) return state_as_generic(*this, f, elems, lanes);
     bool fit = true;
     for (uint32_t i = 0; i < d_.lanes; ++i) {

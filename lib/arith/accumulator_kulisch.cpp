@@ -12,7 +12,7 @@
 namespace prism::acc {
 namespace {
 
-static_assert(Bank::kAddsBeforeCarry <= std::numeric_limits<uint16_t>::max(), "a lane's add count is 16 bits");
+static_assert(Bank::kAddsBeforeCarry <= std::numeric_limits<uint8_t>::max(), "a lane's add count is 8 bits");
 
 // ---------------------------------------------------------------------------
 // KULISCH_FIXED, wide formats: a fast lane (double for fp32, float for bf16
@@ -31,6 +31,7 @@ class KulischWide final : public Accumulator {
         budget_(kFastBits - info(d.dtype).p - ceil_log2(d.group)),
         special_field_((1u << info(d.dtype).ebits) - 1),
         fast_(d.lanes),
+        low_(sizeof(T) == 8 ? d.lanes : 0),
         bank_(d.lanes),
         adds_(d.lanes),
         dirty_(d.lanes) {
@@ -46,6 +47,10 @@ class KulischWide final : public Accumulator {
     lo_ = ~0u;
     hi_ = 0;
     fresh_ = true;
+    if (any_low_) {
+      low_.fill(T(0));
+      any_low_ = false;
+    }
     if (any_dirty_) {
       for (uint32_t i = 0; i < d_.lanes; ++i)
         if (dirty_[i]) {
@@ -57,7 +62,9 @@ class KulischWide final : public Accumulator {
     }
   }
 
-  size_t bytes_per_lane() const override { return sizeof(T) + sizeof(Bank) + sizeof(uint16_t) + 1; }
+  size_t bytes_per_lane() const override {
+    return (sizeof(T) == 8 ? 2 : 1) * sizeof(T) + sizeof(Bank) + sizeof(uint8_t) + 1;
+  }
 
   // Cost: while every term of the op so far lies in an exponent window the
   // fast lane holds exactly (hi - lo + p + ceil(log2 R) <= 53 for a double,
@@ -101,8 +108,8 @@ class KulischWide final : public Accumulator {
       uint32_t k;
       if constexpr (sizeof(T) == 4)
         k = k_.add_f32_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
-      else
-        k = k_.add_f64_checked(d_.dtype, fast_.data() + b, e + b * sz, n, left);
+      else  // fp32, the only format of double lanes: the sums that round keep their error in low_
+        k = k_.add_f32_pairs(fast_.data() + b, low_.data() + b, e + b * sz, n, left, &any_low_);
       for (uint32_t j = 0; j < k; ++j) {
         const uint32_t lane = b + left[j];
         slow_add(lane, load_bits(d_.dtype, e + lane * sz));
@@ -137,8 +144,24 @@ class KulischWide final : public Accumulator {
   // state (lanes_fit_format, one lane). Doubles where every lane's value is
   // one. Cost per clean lane: a conversion, a compare and a store, stopping
   // at the first lane that is not an element; then a copy as doubles.
-  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles, const double** view) const override {
+  // A lane with a low part after normalize_low() needs more than 53 bits:
+  // no element, no double. Such lanes, with no bank in use, go as Pairs.
+  StateForm state_as(Format f, uint8_t* elems, LaneExact* lanes, double* doubles, const double** view,
+                     const double** low_view) const override {
     settle();
+    fold_banks();
+    normalize_low();
+    if (any_low_) {
+      if constexpr (sizeof(T) == 8) {
+        if (view && low_view && !any_dirty_) {
+          *view = fast_.data();
+          *low_view = low_.data();
+          return StateForm::Pairs;
+        }
+      }
+      state(lanes);
+      return StateForm::Lanes;
+    }
     if (f != Format::FP32 && f != Format::BF16) return state_as_generic(*this, f, elems, lanes);
     static_assert(std::endian::native == std::endian::little);
     if (sizeof(T) == 8 && f == Format::FP32 &&
@@ -193,7 +216,7 @@ class KulischWide final : public Accumulator {
       uint32_t left[kBlock];
       for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
         const uint32_t n = std::min(kBlock, d_.lanes - b);
-        const uint32_t k = k_.add_f64_exact(fast_.data() + b, v + b, n, left);
+        const uint32_t k = k_.add_pairs(fast_.data() + b, low_.data() + b, v + b, n, left, &any_low_);
         for (uint32_t j = 0; j < k; ++j) take_lane(b + left[j], lane_of_double(v[b + left[j]], unit_));
       }
       return true;
@@ -233,7 +256,7 @@ class KulischWide final : public Accumulator {
         uint32_t left[kBlock];
         for (uint32_t b = 0; b < d_.lanes; b += kBlock) {
           const uint32_t n = std::min(kBlock, d_.lanes - b);
-          const uint32_t k = k_.add_f64_checked(Format::FP32, fast_.data() + b, e + size_t(b) * 4, n, left);
+          const uint32_t k = k_.add_f32_pairs(fast_.data() + b, low_.data() + b, e + size_t(b) * 4, n, left, &any_low_);
           for (uint32_t j = 0; j < k; ++j) left_over(b + left[j]);
         }
         return true;
@@ -261,7 +284,7 @@ class KulischWide final : public Accumulator {
       const T f = fast_[i];
       if (std::isnan(f)) {
         special_result(LB::side_of(f), d_.out, d_.exceptions, &bits, &fl);
-      } else if (!dirty_[i]) {  // every addition was exact: the fast lane is the sum
+      } else if (!dirty_[i] && low(i) == 0) {  // every addition was exact: the fast lane is the sum
         const double v = double(f);
         const float fv = float(v);
         if (d_.out == Format::FP32 || double(fv) != v || !round_float_to(d_.out, fv, &bits)) {
@@ -292,6 +315,13 @@ class KulischWide final : public Accumulator {
   // the whole op down the per-lane path (its flag and the exceptions mode).
   bool finalize_plain(uint8_t* out, uint8_t* flags) const {
     if (d_.out != Format::FP32 || any_dirty_) return false;
+    if constexpr (sizeof(T) == 8) {
+      if (any_low_) {  // pairs: hi + lo rounded to odd in a double, then to fp32 (one rounding)
+        if (!narrow_pairs(out)) return false;
+        if (flags) std::memset(flags, 0, d_.lanes);
+        return true;
+      }
+    }
     // Written straight into `out` (little-endian, as the wire): when a lane
     // turns out bad (a NaN-boxed special, an overflow), the per-lane path
     // rewrites every lane.
@@ -315,13 +345,14 @@ class KulischWide final : public Accumulator {
   // bank rewritten one by one. False when the batch meets a NaN or an
   // overflow: the per-lane path does it all.
   bool finalize_mostly_plain(uint8_t* out, uint8_t* flags) const {
-    if (d_.out == Format::FP32 || !is_float(d_.out) || !round_lanes(k_, d_.out, fast_.data(), d_.lanes, out))
-      return false;
+    if (d_.out == Format::FP32 || !is_float(d_.out)) return false;
+    normalize_low();  // a lane's fast value is then its value rounded (lo = 0) or not its value (lo != 0)
+    if (!round_lanes(k_, d_.out, fast_.data(), d_.lanes, out)) return false;
     if (flags) std::memset(flags, 0, d_.lanes);
-    if (!any_dirty_) return true;
+    if (!any_dirty_ && !any_low_) return true;
     const uint32_t osz = info(d_.out).bytes;
     for (uint32_t i = 0; i < d_.lanes; ++i) {
-      if (!dirty_[i]) continue;
+      if (!dirty_[i] && low(i) == 0) continue;
       uint8_t fl = 0;
       store_bits(d_.out, out + i * osz, round_lane(lane_state(i), unit_, d_.out, d_.exceptions, &fl));
       if (flags) flags[i] = fl;
@@ -332,7 +363,9 @@ class KulischWide final : public Accumulator {
   // Every lane's value as a double (see Accumulator::state_as()); false when
   // some lane is a special or needs more than 53 bits.
   bool lanes_as_doubles(double* out) const {
-    if (!any_dirty_) {  // every lane's sum is its fast value: a copy, and no NaN among them
+    normalize_low();
+    if (any_low_) return false;  // a lane needs a second double
+    if (!any_dirty_) {           // every lane's sum is its fast value: a copy, and no NaN among them
       bool nan = false;
       for (uint32_t i = 0; i < d_.lanes; ++i) {
         out[i] = double(fast_[i]);
@@ -373,15 +406,19 @@ class KulischWide final : public Accumulator {
         fast_[i] = s;
         return;
       }
+      if (take_pair(i, b)) return;
     }
     fast_[i] += T(0);
     Bank& bk = bank_[i];
     bk.normalize();
     const bool neg = l.value.negative();
     const Wide m = l.value.magnitude();  // < 2^296, checked by the caller
+    int since = 0;                       // the bank's contract: carries settled every kAddsBeforeCarry adds
     for (int pos = 0; pos <= m.msb(); pos += 32) {
       const int64_t piece = int64_t(m.bits_at(pos) & 0xFFFFFFFFu);
-      if (piece) bk.add(neg ? -piece : piece, pos);
+      if (!piece) continue;
+      bk.add(neg ? -piece : piece, pos);
+      if (++since == Bank::kAddsBeforeCarry) bk.normalize(), since = 0;
     }
     bk.normalize();
     adds_[i] = 0;
@@ -396,9 +433,11 @@ class KulischWide final : public Accumulator {
       l.side = LB::side_of(f);
       return l;
     }
-    l.side = LB::neg_zero(f) ? side::NEG_ZERO_ONLY : 0;
+    const T lo = low(i);
+    l.side = LB::neg_zero(f) && lo == 0 ? side::NEG_ZERO_ONLY : 0;
     if (dirty_[i]) l.value = bank_[i].to_wide();
     add_double_to_wide(l.value, double(f), unit_);
+    if (lo != 0) add_double_to_wide(l.value, double(lo), unit_);
     return l;
   }
 
@@ -420,7 +459,93 @@ class KulischWide final : public Accumulator {
     const T bb = s - a;  // TwoSum: a + b == s + err exactly
     const T err = (a - (s - bb)) + (b - bb);
     a = s;
+    if (add_low(lane, err)) return;
     to_bank(lane, err);
+  }
+
+  // The lane's low part (0 for float lanes, which have none).
+  T low(uint32_t i) const {
+    if constexpr (sizeof(T) == 8)
+      return low_[i];
+    else
+      return T(0);
+  }
+
+  // low_[i] += err when that add is exact (double lanes): the lane's value
+  // is unchanged and no bank is used. False: nothing changed.
+  bool add_low(uint32_t i, T err) {
+    if constexpr (sizeof(T) == 8) {
+      const T l = low_[i], t = l + err;
+      if (t - l != err || t - err != l) return false;
+      low_[i] = t;
+      any_low_ = true;
+      return true;
+    } else {
+      return false;
+    }
+  }
+
+  // Lane i (a number, not a NaN lane) += b for a finite b by TwoSum: the
+  // rounded sum in the fast lane, its exact error into the low part, when
+  // that add is exact. False: nothing changed (the bank's turn).
+  bool take_pair(uint32_t i, T b) {
+    if constexpr (sizeof(T) == 8) {
+      const T a = fast_[i], s = a + b;
+      if (!std::isfinite(s)) return false;
+      const T bb = s - a, err = (a - (s - bb)) + (b - bb);
+      if (!add_low(i, err)) return false;
+      fast_[i] = s;
+      return true;
+    } else {
+      return false;
+    }
+  }
+
+  // Lanes whose bank is in use but whose value two doubles hold go back to
+  // their fast and low parts (hi = the value rounded, lo the rest), the bank
+  // cleared: a partial's form then follows the values alone, not the path
+  // they took. A representation change only (hence const).
+  void fold_banks() const {
+    if constexpr (sizeof(T) == 8) {
+      if (!any_dirty_) return;
+      bool still = false;
+      for (uint32_t i = 0; i < d_.lanes; ++i) {
+        if (!dirty_[i]) continue;
+        const LaneExact l = lane_state(i);
+        double h, lo;
+        if ((l.side & ~side::NEG_ZERO_ONLY) || !wide_to_pair(l.value, unit_, &h, &lo)) {
+          still = true;
+          continue;
+        }
+        fast_[i] = (l.side && h == 0) ? -0.0 : h;
+        low_[i] = lo;
+        if (lo != 0) any_low_ = true;
+        bank_[i].clear();
+        adds_[i] = 0;
+        dirty_[i] = 0;
+      }
+      any_dirty_ = still;
+    }
+  }
+
+  // Every pair as (RN(hi + lo), the exact rest) by TwoSum: a lane's low part
+  // is then non-zero only when its value needs more than 53 bits, and its
+  // fast lane is that value correctly rounded. A NaN lane's low part is
+  // dropped (its value is its specials). Clears any_low_ when no lane keeps one.
+  void normalize_low() const {
+    if constexpr (sizeof(T) == 8) {
+      if (any_low_) any_low_ = k_.normalize_pairs(fast_.data(), low_.data(), d_.lanes);
+    }
+  }
+
+  // FP32 results of pairs (no bank in use): each hi + lo rounded to odd in a
+  // double, then to the nearest float: the exact sum rounded once (53 >= 24 +
+  // 2 bits; kernels.hpp). False when a result is not finite.
+  bool narrow_pairs(uint8_t* out) const {
+    if constexpr (sizeof(T) == 8)
+      return k_.narrow_pairs(fast_.data(), low_.data(), d_.lanes, out);
+    else
+      return false;
   }
 
   void to_bank(uint32_t lane, T v) {
@@ -445,10 +570,16 @@ class KulischWide final : public Accumulator {
   uint32_t lo_, hi_;
   mutable bool fresh_;  // the op has no term yet and fast_ is not written
   mutable Lanes<T> fast_;
-  Lanes<Bank> bank_;
-  bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
-  Lanes<uint16_t> adds_;
-  Lanes<uint8_t> dirty_;
+  // Double lanes: each lane's second double, the exact sum of the rounding
+  // errors of the adds its fast lane could not take exactly (TwoSum), as long
+  // as that sum is itself exact; a lane's value is fast_ + low_ (+ its bank).
+  // Sums over 60 binades stay in two doubles instead of the bank. Float lanes: empty.
+  mutable Lanes<T> low_;
+  mutable bool any_low_ = true;  // some low_ lane may not be 0 (at first: unwritten)
+  mutable Lanes<Bank> bank_;
+  mutable bool any_dirty_ = true;  // some lane's bank is in use (dirty_ has a 1)
+  mutable Lanes<uint8_t> adds_;
+  mutable Lanes<uint8_t> dirty_;
 };
 
 // ---------------------------------------------------------------------------

@@ -4,12 +4,15 @@
 // canonical form of a lane's exact value (in units of the input format's
 // smallest subnormal, 2^unit_exp) used for partials, merging and rounding.
 //
-// Bank: the same range held as 6 signed 64-bit words of 50-bit digits with
-// deferred carries (in the manner of Neal's xsum). Digit k weighs 2^(50k);
-// every add puts at most 2^50 into each word it touches, so 2^12 adds fit
-// in the 13 bits of headroom before carries must be settled (normalize();
+// Bank: the same range held as 5 signed 64-bit words of 60-bit digits with
+// deferred carries (in the manner of Neal's xsum). Digit k weighs 2^(60k);
+// every add puts at most 2^60 into each word it touches, so 4 adds fit in
+// the 3 bits of headroom before carries must be settled (normalize();
 // Bank::kAddsBeforeCarry shows the derivation).
-// 6 x 50 = 300 bits covers FP32's 278 + ceil(log2 65535) = 294 signed bits.
+// 5 x 60 = 300 bits covers FP32's 278 + ceil(log2 65535) = 294 signed bits
+// in 40 bytes: a KulischWide lane (a hi and a lo double, a bank and two
+// bytes) stays within 64 bytes. The bank takes only what the two doubles
+// cannot, so settling carries every 4 of its adds costs little.
 #pragma once
 
 #include <bit>
@@ -98,8 +101,8 @@ struct Wide {
 
 class Bank {
  public:
-  static constexpr int kWords = 6;
-  static constexpr int kDigitBits = 50;
+  static constexpr int kWords = 5;
+  static constexpr int kDigitBits = 60;
   static constexpr int kWordBits = 64;  // int64_t
   // Adds a word takes before its carries must be settled, derived as xsum's
   // XSUM_SMALL_CARRY_TERMS is. After normalize() a word holds a digit in
@@ -107,8 +110,8 @@ class Bank {
   // range); each add() changes every word it touches by at most
   // 2^kDigitBits. So after N adds |word| <= (N + 1) * 2^kDigitBits, which a
   // signed word holds (2^(kWordBits - 1) - 1 at most) while
-  // N + 1 < 2^(kWordBits - 1 - kDigitBits) = 2^13. The largest power of two
-  // below that: N = 2^(kWordBits - 2 - kDigitBits) = 2^12 = 4096.
+  // N + 1 < 2^(kWordBits - 1 - kDigitBits) = 2^3. The largest power of two
+  // below that: N = 2^(kWordBits - 2 - kDigitBits) = 2^2 = 4.
   static constexpr int kAddsBeforeCarry = 1 << (kWordBits - 2 - kDigitBits);
   static constexpr int64_t kDigitMask = (int64_t(1) << kDigitBits) - 1;
   static_assert((__int128(kAddsBeforeCarry) + 1) << kDigitBits <= (__int128(1) << (kWordBits - 1)) - 1,
@@ -132,7 +135,7 @@ class Bank {
     }
     w[k] += int64_t(t);
   }
-  // Settles carries: words 0..4 become digits in [0, 2^50), word 5 takes the sign.
+  // Settles carries: words 0..3 become digits in [0, 2^60), word 4 takes the sign.
   void normalize() {
     for (int k = 0; k < kWords - 1; ++k) {
       const int64_t c = w[k] >> kDigitBits;

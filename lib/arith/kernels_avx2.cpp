@@ -789,6 +789,99 @@ uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left)
   return k;
 }
 
+// Pairs (kernels.hpp): four lanes of hi + lo += b.
+inline uint32_t add_pairs4(double* hi, double* lo, __m256d b, uint32_t base, uint32_t* left, uint32_t k, __m256d& low) {
+  const __m256d a = _mm256_loadu_pd(hi), s = _mm256_add_pd(a, b), bb = _mm256_sub_pd(s, a);
+  const __m256d err = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(b, bb));
+  const __m256d nz = _mm256_cmp_pd(err, _mm256_setzero_pd(), _CMP_NEQ_UQ);  // a NaN too
+  if (_mm256_testz_pd(nz, nz)) {                                            // every add exact: lo untouched
+    _mm256_storeu_pd(hi, s);
+    return k;
+  }
+  const __m256d l = _mm256_loadu_pd(lo), t = _mm256_add_pd(l, err);
+  const __m256d ok = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(t, l), err, _CMP_EQ_OQ),
+                                   _mm256_cmp_pd(_mm256_sub_pd(t, err), l, _CMP_EQ_OQ));
+  _mm256_storeu_pd(hi, _mm256_blendv_pd(a, s, ok));
+  _mm256_storeu_pd(lo, _mm256_blendv_pd(l, t, ok));
+  low = _mm256_or_pd(low, _mm256_and_pd(ok, nz));
+  for (unsigned bad = ~unsigned(_mm256_movemask_pd(ok)) & 0xF; bad; bad &= bad - 1)
+    left[k++] = base + unsigned(__builtin_ctz(bad));
+  return k;
+}
+uint32_t add_pairs(double* hi, double* lo, const double* v, uint32_t n, uint32_t* left, bool* low) {
+  uint32_t i = 0, k = 0;
+  __m256d any = _mm256_setzero_pd();
+  for (; i + 4 <= n; i += 4) k = add_pairs4(hi + i, lo + i, _mm256_loadu_pd(v + i), i, left, k, any);
+  if (!_mm256_testz_pd(any, any)) *low = true;
+  if (i < n) {
+    const uint32_t t = P().add_pairs(hi + i, lo + i, v + i, n - i, left + k, low);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+uint32_t add_f32_pairs(double* hi, double* lo, const uint8_t* e, uint32_t n, uint32_t* left, bool* low) {
+  uint32_t i = 0, k = 0;
+  __m256d any = _mm256_setzero_pd();
+  for (; i + 4 <= n; i += 4)
+    k = add_pairs4(hi + i, lo + i, _mm256_cvtps_pd(_mm_loadu_ps(reinterpret_cast<const float*>(e + size_t(i) * 4))), i,
+                   left, k, any);
+  if (!_mm256_testz_pd(any, any)) *low = true;
+  if (i < n) {
+    const uint32_t t = P().add_f32_pairs(hi + i, lo + i, e + size_t(i) * 4, n - i, left + k, low);
+    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
+    k += t;
+  }
+  return k;
+}
+bool normalize_pairs(double* hi, double* lo, uint32_t n) {
+  const __m256d zero = _mm256_setzero_pd();
+  __m256d any = zero;
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d l = _mm256_loadu_pd(lo + i);
+    const __m256d has = _mm256_cmp_pd(l, zero, _CMP_NEQ_OQ);
+    if (_mm256_testz_pd(has, has)) continue;
+    const __m256d h = _mm256_loadu_pd(hi + i);
+    const __m256d num = _mm256_and_pd(has, _mm256_cmp_pd(h, h, _CMP_ORD_Q));  // a NaN hi's lo is dropped
+    const __m256d s = _mm256_add_pd(h, l), bb = _mm256_sub_pd(s, h);
+    const __m256d err = _mm256_add_pd(_mm256_sub_pd(h, _mm256_sub_pd(s, bb)), _mm256_sub_pd(l, bb));
+    _mm256_storeu_pd(hi + i, _mm256_blendv_pd(h, s, num));
+    const __m256d nl = _mm256_and_pd(num, err);  // 0 where not a number's pair
+    _mm256_storeu_pd(lo + i, nl);
+    any = _mm256_or_pd(any, _mm256_cmp_pd(nl, zero, _CMP_NEQ_OQ));
+  }
+  const bool tail = i < n && P().normalize_pairs(hi + i, lo + i, n - i);
+  return !_mm256_testz_pd(any, any) || tail;
+}
+bool narrow_pairs(const double* hi, const double* lo, uint32_t n, uint8_t* out) {
+  const __m256d zero = _mm256_setzero_pd();
+  const __m256i one = _mm256_set1_epi64x(1), sign = _mm256_set1_epi64x(INT64_MIN);
+  const __m128i ex = _mm_set1_epi32(0x7F800000);
+  __m128i bad = _mm_setzero_si128();
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d h = _mm256_loadu_pd(hi + i), l = _mm256_loadu_pd(lo + i);
+    const __m256d s = _mm256_add_pd(h, l), bb = _mm256_sub_pd(s, h);
+    const __m256d err = _mm256_add_pd(_mm256_sub_pd(h, _mm256_sub_pd(s, bb)), _mm256_sub_pd(l, bb));
+    // Round to odd: where err != 0 and s's last bit is 0, one ulp toward the
+    // exact value: +1 on the bits when err has s's sign (away from 0), else -1.
+    const __m256i sb = _mm256_castpd_si256(s);
+    const __m256i fix = _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_and_si256(sb, one), one),
+                                            _mm256_castpd_si256(_mm256_cmp_pd(err, zero, _CMP_NEQ_OQ)));
+    const __m256i away = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_xor_si256(sb, _mm256_castpd_si256(err)), sign),
+                                            _mm256_setzero_si256());
+    const __m256i step =  // +1 away from 0, -1 (all ones) toward it
+        _mm256_and_si256(fix, _mm256_or_si256(_mm256_andnot_si256(away, _mm256_set1_epi64x(-1)), one));
+    const __m256d odd = _mm256_castsi256_pd(_mm256_add_epi64(sb, step));
+    const __m256d r = _mm256_blendv_pd(odd, h, _mm256_cmp_pd(l, zero, _CMP_EQ_OQ));  // lo == 0: hi, -0 kept
+    const __m128 f = _mm256_cvtpd_ps(r);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + size_t(i) * 4), f);
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(f), ex), ex));
+  }
+  return _mm_testz_si128(bad, bad) && (i == n || P().narrow_pairs(hi + i, lo + i, n - i, out + size_t(i) * 4));
+}
+
 uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   const __m256i mag_mask = _mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll), sign = _mm256_set1_epi64x(INT64_MIN);
   __m256i top = _mm256_setzero_si256(), nz = _mm256_setzero_si256();
@@ -899,10 +992,11 @@ void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",     any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
-                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
-                         narrow_f64, round_f64,   add_f32_out, add_f64_exact, scan_f64,         fix_f64,
-                         unfix_f64,  exact_f32,   pack_i64};
+  static const Kernels k{"avx2",           any_special,      add_f32,       add_f64,         add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,       unfix_f64,       exact_f32,
+                         pack_i64,         add_pairs,        add_f32_pairs, normalize_pairs, narrow_pairs};
   return k;
 }
 

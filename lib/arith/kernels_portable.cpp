@@ -238,6 +238,72 @@ uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left)
   return k;
 }
 
+// Pairs (kernels.hpp). One lane of add_pairs: 0 done, 1 left.
+inline bool add_pair(double& hi, double& lo, double b, bool& low) {
+  const double a = hi, s = a + b, bb = s - a, err = (a - (s - bb)) + (b - bb);
+  if (err == 0) {  // false for a NaN: a NaN operand or an overflow
+    hi = s;
+    return false;
+  }
+  const double l = lo, t = l + err;
+  if (t - l == err && t - err == l) {
+    hi = s;
+    lo = t;
+    low = true;
+    return false;
+  }
+  return true;
+}
+uint32_t add_pairs(double* hi, double* lo, const double* v, uint32_t n, uint32_t* left, bool* low) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (add_pair(hi[i], lo[i], v[i], *low)) left[k++] = i;
+  return k;
+}
+uint32_t add_f32_pairs(double* hi, double* lo, const uint8_t* e, uint32_t n, uint32_t* left, bool* low) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, e + size_t(i) * 4, 4);
+    if (add_pair(hi[i], lo[i], double(x), *low)) left[k++] = i;
+  }
+  return k;
+}
+bool normalize_pairs(double* hi, double* lo, uint32_t n) {
+  bool any = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double l = lo[i];
+    if (l == 0) continue;
+    const double h = hi[i];
+    if (std::isnan(h)) {
+      lo[i] = 0;
+      continue;
+    }
+    const double s = h + l, bb = s - h, err = (h - (s - bb)) + (l - bb);
+    hi[i] = s;
+    lo[i] = err;
+    any |= err != 0;
+  }
+  return any;
+}
+bool narrow_pairs(const double* hi, const double* lo, uint32_t n, uint8_t* out) {
+  bool bad = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double h = hi[i], l = lo[i];
+    double r = h;
+    if (l != 0) {
+      const double s = h + l, bb = s - h, err = (h - (s - bb)) + (l - bb);
+      uint64_t b = std::bit_cast<uint64_t>(s);
+      if (err != 0 && !(b & 1)) b += (err > 0) == (s > 0) ? 1 : uint64_t(-1);  // toward the exact value
+      r = std::bit_cast<double>(b);
+    }
+    const float f = float(r);
+    bad |= !std::isfinite(f);
+    std::memcpy(out + size_t(i) * 4, &f, 4);
+  }
+  return !bad;
+}
+
 uint64_t scan_f64(const double* v, uint32_t n, bool* neg_zero) {
   uint64_t top = 0, nz = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -315,10 +381,11 @@ void not_a_float_format(Format f, const char* kernel) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable", any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
-                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
-                         narrow_f64, round_f64,   add_f32_out, add_f64_exact, scan_f64,         fix_f64,
-                         unfix_f64,  exact_f32,   pack_i64};
+  static const Kernels k{"portable",       any_special,      add_f32,       add_f64,         add_f64_checked,
+                         add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
+                         add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
+                         add_f64_exact,    scan_f64,         fix_f64,       unfix_f64,       exact_f32,
+                         pack_i64,         add_pairs,        add_f32_pairs, normalize_pairs, narrow_pairs};
   return k;
 }
 

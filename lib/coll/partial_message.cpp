@@ -1,5 +1,6 @@
 #include "coll/partial_message.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "proto/packed_lanes.hpp"
@@ -10,6 +11,56 @@ namespace {
 
 constexpr uint8_t kLaneRecords = 0;
 constexpr uint8_t kPackedLanes = 0x40;
+constexpr uint8_t kPackedPairs = 0x41;
+
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+void store_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
+}
+
+// Pairs (see partial_message.hpp): the his packed, then a bitmap of the lanes
+// with a low part and those low parts packed, `compact` holding n doubles of
+// scratch. 0 when a hi is a NaN (a special: no packed form).
+size_t encode_pairs(const double* hi, const double* lo, uint32_t n, double* compact, uint8_t* out) {
+  const size_t hlen = encode_packed_lanes(hi, n, out + 4);
+  if (!hlen) return 0;
+  store_u32(out, uint32_t(hlen));
+  uint8_t* bits = out + 4 + hlen;
+  const uint32_t nbytes = (n + 7) / 8;
+  uint32_t m = 0;
+  for (uint32_t b = 0; b < nbytes; ++b) {
+    uint8_t byte = 0;
+    for (uint32_t j = 0; j < 8 && b * 8 + j < n; ++j) {
+      const double v = lo[b * 8 + j];
+      compact[m] = v;
+      const bool nz = v != 0;
+      m += nz;
+      byte |= uint8_t(nz) << j;
+    }
+    bits[b] = byte;
+  }
+  return 4 + hlen + nbytes + encode_packed_lanes(compact, m, bits + nbytes);
+}
+
+// The low section of a pairs payload [p, p + len): its count of low parts,
+// its bitmap (*bits) and packed lows (*packed, *plen); false when malformed.
+bool pairs_low_section(const uint8_t* p, size_t len, uint32_t n, const uint8_t** bits, uint32_t* m,
+                       const uint8_t** packed, size_t* plen) {
+  if (len < 4) return false;
+  const uint32_t hlen = load_u32(p);
+  const uint32_t nbytes = (n + 7) / 8;
+  if (hlen > len - 4 || len - 4 - hlen < nbytes) return false;
+  *bits = p + 4 + hlen;
+  uint32_t count = 0;
+  for (uint32_t b = 0; b < nbytes; ++b) count += uint32_t(__builtin_popcount((*bits)[b]));
+  if (n % 8 && ((*bits)[nbytes - 1] >> (n % 8))) return false;  // bits past the last lane
+  *m = count;
+  *packed = *bits + nbytes;
+  *plen = len - 4 - hlen - nbytes;
+  return true;
+}
 
 // The element format a partial may travel in when every lane fits it.
 Format element_format(const ReduceOp& op) {
@@ -37,7 +88,10 @@ OpDesc block_desc(const ReduceOp& op, uint32_t group, uint32_t lanes) {
   return d;
 }
 
-size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes) * kMaxLaneBytes; }
+// Lane records take at most kMaxLaneBytes a lane; packed lanes at most 8
+// bytes a lane plus headers, pairs twice that plus a bit: the slack covers
+// short blocks and the packed encoder's 16 bytes of room.
+size_t max_partial_bytes(uint32_t lanes) { return kPartialHeader + size_t(lanes) * kMaxLaneBytes + 64; }
 
 size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch sc, std::vector<uint8_t>& msg) {
   const uint32_t n = acc.desc().lanes;
@@ -57,7 +111,8 @@ size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch
   const Format ef = element_format(op);
   doubles.resize(n);
   const double* view = nullptr;
-  StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data(), &view);
+  const double* low = nullptr;
+  StateForm form = acc.state_as(ef, h + kPartialHeader, scratch.data(), doubles.data(), &view, &low);
   if (form == StateForm::None)
     throw std::logic_error(std::string("a ") + name(acc.desc().policy) + " accumulator has no lossless state to send");
   h[0] = uint8_t(op.dtype);
@@ -75,6 +130,11 @@ size_t encode_partial(const Accumulator& acc, const ReduceOp& op, PartialScratch
     if (const size_t len = encode_packed_lanes(view ? view : doubles.data(), n, h + kPartialHeader))
       return kPartialHeader + len;
     // A lane of the view holds a special: the lanes' exact states instead.
+    acc.state(scratch.data());
+  }
+  if (form == StateForm::Pairs) {
+    h[4] = kPackedPairs;
+    if (const size_t len = encode_pairs(view, low, n, doubles.data(), h + kPartialHeader)) return kPartialHeader + len;
     acc.state(scratch.data());
   }
   h[4] = kLaneRecords;
@@ -110,6 +170,43 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
     if (acc.add_exact_doubles(doubles.data(), scratch.data(), bound)) return;
     throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
   }
+  if (msg[4] == kPackedPairs) {
+    // Everything is decoded and checked before the accumulator changes: the
+    // his into doubles[0, n), the los into doubles[n, n + m).
+    const uint8_t *bits, *packed;
+    uint32_t m;
+    size_t lplen;
+    const int unit = unit_exp(op.dtype);
+    double lbound, hbound;
+    if (!pairs_low_section(p, plen, n, &bits, &m, &packed, &lplen))
+      throw CollectiveError(who + " does not decode: malformed packed pairs");
+    doubles.resize(size_t(n) + m + 1);
+    double* low = doubles.data() + n;
+    if (!decode_packed_lanes(packed, lplen, m, unit, low, best_kernels(), &lbound) ||
+        !decode_packed_lanes(p + 4, load_u32(p), n, unit, doubles.data(), best_kernels(), &hbound))
+      throw CollectiveError(who + " does not decode: malformed packed pairs");
+    bool zero = false;
+    for (uint32_t j = 0; j < m; ++j) zero |= low[j] == 0;
+    if (zero) throw CollectiveError(who + " does not decode: a zero low part in packed pairs");
+    if (!acc.add_exact_doubles(doubles.data(), scratch.data(), hbound))
+      throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+    // The los spread to their lanes: -0 where a lane has none (-0 + x == x
+    // for every x, -0 too). low[m] is readable: the loop reads one ahead.
+    low[m] = -0.0;
+    uint32_t j = 0;
+    for (uint32_t b = 0; b < (n + 7) / 8; ++b) {
+      const uint8_t byte = bits[b];
+      double* o = doubles.data() + size_t(b) * 8;
+      const uint32_t lanes = std::min<uint32_t>(8, n - b * 8);
+      for (uint32_t k = 0; k < lanes; ++k) {
+        const uint32_t on = byte >> k & 1;
+        o[k] = on ? low[j] : -0.0;
+        j += on;
+      }
+    }
+    if (acc.add_exact_doubles(doubles.data(), scratch.data(), lbound)) return;
+    throw CollectiveError(who + " holds a value this op's accumulator cannot take exactly");
+  }
   if (msg[4] == kLaneRecords) {
     // The common Kulisch partial: every lane a double (decode_kulisch_lanes_f64()).
     doubles.resize(n);
@@ -124,7 +221,7 @@ void merge_partial(Accumulator& acc, const ReduceOp& op, const uint8_t* msg, siz
   } else {
     const Format ef = element_format(op);
     if (msg[4] != uint8_t(ef))
-      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0, 64 or " +
+      throw CollectiveError(who + " has payload encoding " + std::to_string(msg[4]) + ", expected 0, 64, 65 or " +
                             std::to_string(uint8_t(ef)));
     if (plen != size_t(n) * info(ef).bytes)
       throw CollectiveError(who + " has " + std::to_string(plen) + " payload bytes for " + std::to_string(n) + " " +

@@ -14,8 +14,12 @@
 //  - encoding = 0x40: packed lanes (proto/packed_lanes.hpp) when every lane
 //    is a double: fixed-point sub-blocks of 256 lanes, each as wide as its
 //    values' range (Kulisch fp32 sums of gradients: about 5 bytes a lane);
+//  - encoding = 0x41: packed pairs (docs/ARITHMETIC.md) when every lane is
+//    two doubles, hi (the lane rounded) + lo (the rest), some lo not 0 (fp32
+//    sums over a wide exponent range): uint32 length, the his packed, a
+//    bitmap of the lanes whose lo is not 0, those los packed;
 //  - encoding = 0: Kulisch lane records (a lane with a special or a flag in
-//    its sideband, or a sum beyond 53 significant bits).
+//    its sideband, or a sum beyond two doubles).
 // The header lets a receiver refuse a partial of another op (ranks called
 // with different descriptions) with a clear error instead of wrong bits.
 #pragma once

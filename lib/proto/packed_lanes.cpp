@@ -92,10 +92,19 @@ bool decode_packed_lanes(const uint8_t* p, size_t len, uint32_t n, int unit, dou
     if (w == kRawDoubles) {
       if (len - at - 1 < size_t(m) * 8) return false;
       std::memcpy(o, p + at + 1, size_t(m) * 8);
-      for (uint32_t i = 0; i < m; ++i) {
-        if (!std::isfinite(o[i]) || !whole_units(o[i], unit)) return false;
-        if (o[i] != 0) top = std::max(top, std::ilogb(o[i]) + 1);
-      }
+      // Finite (the largest magnitude's bits below an infinity's, a NaN's
+      // above), and whole units: a double of 2^(unit + 52) or more always is,
+      // so only a sub-block holding a smaller one is checked lane by lane.
+      bool neg_zero = false;
+      const uint64_t big = k.scan_f64(o, m, &neg_zero);
+      if (big >= 0x7FF0000000000000ull) return false;
+      if (big) top = std::max(top, int(big >> 52) - 1022);  // 2^top above it (a subnormal's field 0 too)
+      const double small = std::ldexp(1.0, unit + 52);
+      bool any_small = false;
+      for (uint32_t i = 0; i < m; ++i) any_small |= std::fabs(o[i]) < small;
+      if (any_small)
+        for (uint32_t i = 0; i < m; ++i)
+          if (!whole_units(o[i], unit)) return false;
       at += 1 + size_t(m) * 8;
       continue;
     }

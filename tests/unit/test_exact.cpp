@@ -1,5 +1,5 @@
 // Exact integers: Wide (384-bit two's complement) and Bank (deferred-carry
-// 50-bit digits), checked against the sign-magnitude bignum of ref.hpp.
+// 60-bit digits), checked against the sign-magnitude bignum of ref.hpp.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -173,7 +173,7 @@ Bank empty_bank() {
   return b;
 }
 
-// The contract of one add: at most 3 words change, each by at most 2^50.
+// The contract of one add: at most 3 words change, each by at most 2^kDigitBits.
 void check_one_add(Bank& bank, Big& want, int64_t v, int shift) {
   const Bank before = bank;
   bank.add(v, shift);
@@ -211,7 +211,7 @@ TEST(Bank, SingleAddsMatchBignum) {
 
 TEST(Bank, ExtremeShiftsAndValues) {
   const int64_t kMax = INT64_MAX;
-  for (int shift : {0, 1, 13, 49, 50, 51, 99, 100, 149, 150, 199, 200, 236}) {
+  for (int shift : {0, 1, 13, 49, 50, 51, 59, 60, 61, 99, 100, 119, 120, 149, 150, 179, 180, 199, 200, 230, 236}) {
     for (int64_t v : {int64_t(1), int64_t(-1), kMax, -kMax, kMax >> 13, -(kMax >> 13), int64_t(1) << 50,
                       -(int64_t(1) << 50), (int64_t(1) << 50) - 1, -((int64_t(1) << 50) - 1)}) {
       Bank b = empty_bank();
@@ -245,6 +245,7 @@ TEST(Bank, NormalizeSettlesDigitsAndKeepsTheValue) {
       const auto [v, shift] = random_term(rng, 240);
       b.add(v, shift);
       want += Big::term(v, shift);
+      if ((k + 1) % Bank::kAddsBeforeCarry == 0) b.normalize();  // the contract
     }
     b.normalize();
     for (int k = 0; k < Bank::kWords - 1; ++k) {
@@ -254,7 +255,7 @@ TEST(Bank, NormalizeSettlesDigitsAndKeepsTheValue) {
     ASSERT_EQ(b.w[Bank::kWords - 1] < 0, want.negative());
     ASSERT_EQ(big_of(b.to_wide()), want);
     ASSERT_EQ(b.is_zero(), want.is_zero());
-    // The digits are the value's base-2^50 expansion: recompute them independently.
+    // The digits are the value's base-2^kDigitBits expansion: recompute them independently.
     Big back;
     for (int k = Bank::kWords; k-- > 0;) back = back.shl(Bank::kDigitBits) + Big(b.w[k]);
     ASSERT_EQ(back, want);
@@ -264,7 +265,9 @@ TEST(Bank, NormalizeSettlesDigitsAndKeepsTheValue) {
 // More adds than kAddsBeforeCarry, with normalize() every kAddsBeforeCarry
 // adds as the contract asks: the headroom must hold in the worst case.
 TEST(Bank, LongSequencesWithNormalizeAsContracted) {
-  ASSERT_EQ(Bank::kAddsBeforeCarry, 4096);
+  // The headroom derivation, independently: (N + 1) digits' worth fits a signed word.
+  ASSERT_LT((__int128(Bank::kAddsBeforeCarry) + 1) << Bank::kDigitBits, __int128(1) << 63);
+  ASSERT_GE((__int128(2 * Bank::kAddsBeforeCarry) + 1) << Bank::kDigitBits, __int128(1) << 63);
   ref::Rng rng(22);
   for (int trial = 0; trial < 12; ++trial) {
     Bank b = empty_bank();
@@ -276,13 +279,13 @@ TEST(Bank, LongSequencesWithNormalizeAsContracted) {
       int64_t v;
       int shift;
       switch (mode) {
-        case 0:  // worst spill, all positive: every word gains ~2^50 per add
+        case 0:  // worst spill, all positive: every word gains ~2^kDigitBits per add
           v = INT64_MAX;
-          shift = 49 + 50 * int(rng() % 4);
+          shift = Bank::kDigitBits - 1 + Bank::kDigitBits * int(rng() % 3);
           break;
         case 1:  // worst spill, all negative
           v = -INT64_MAX;
-          shift = 49 + 50 * int(rng() % 4);
+          shift = Bank::kDigitBits - 1 + Bank::kDigitBits * int(rng() % 3);
           break;
         case 2:  // one fixed position, alternating signs rarely: heavy growth of one digit
           v = (k % 97 == 0) ? -INT64_MAX : INT64_MAX;
@@ -315,9 +318,14 @@ TEST(Bank, CancellationToZeroAndClear) {
     Bank b = empty_bank();
     std::vector<std::pair<int64_t, int>> terms;
     for (int k = 0; k < 50; ++k) terms.push_back(random_term(rng, 280));
-    for (auto [v, s] : terms) b.add(v, s);
+    int since = 0;
+    auto add = [&](int64_t v, int s) {
+      b.add(v, s);
+      if (++since == Bank::kAddsBeforeCarry) b.normalize(), since = 0;  // the contract
+    };
+    for (auto [v, s] : terms) add(v, s);
     std::shuffle(terms.begin(), terms.end(), rng);
-    for (auto [v, s] : terms) b.add(-v, s);
+    for (auto [v, s] : terms) add(-v, s);
     EXPECT_TRUE(big_of(b.to_wide()).is_zero());
     b.normalize();
     EXPECT_TRUE(b.is_zero()) << "normalized zero must be all-zero words";

@@ -735,6 +735,33 @@ bool exact_double(const prism::Wide& w, int unit, double* out) {
   return true;
 }
 
+// v as hi + lo, hi the double nearest v (ties to even), lo = v - hi a
+// double; false when two doubles do not hold v. Found here by trying the two
+// multiples of hi's last place around v and keeping the nearer.
+bool exact_pair(const prism::Wide& w, int unit, double* hi, double* lo) {
+  *lo = 0;
+  if (exact_double(w, unit, hi)) return true;
+  const prism::Wide m = w.magnitude();
+  const int cut = m.msb() - 52;
+  const uint64_t t = m.bits_at(cut) & ((uint64_t(1) << 53) - 1);
+  prism::Wide below = m, above = m;  // m - t 2^cut >= 0, m - (t + 1) 2^cut < 0
+  below.add_shifted(-int64_t(t), cut);
+  above.add_shifted(-int64_t(t + 1), cut);
+  prism::Wide diff = below;  // |below| - |above|
+  diff.add(above);
+  const bool up = diff.is_zero() ? (t & 1) != 0 : !diff.negative();
+  double r;
+  if (!exact_double(up ? above : below, unit, &r)) return false;
+  const double h = std::ldexp(double(up ? t + 1 : t), cut + unit);
+  *hi = w.negative() ? -h : h;
+  *lo = w.negative() ? -r : r;
+  return true;
+}
+
+void put_u32(std::vector<uint8_t>& m, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) m[at + i] = uint8_t(v >> (8 * i));
+}
+
 std::vector<uint8_t> generic_message(const Accumulator& acc, const prism::coll::ReduceOp& op) {
   const uint32_t n = acc.desc().lanes;
   std::vector<LaneExact> lanes(n);
@@ -750,19 +777,41 @@ std::vector<uint8_t> generic_message(const Accumulator& acc, const prism::coll::
     return m;
   }
   // Every lane a double (finite, at most 53 bits, sideband at most
-  // NEG_ZERO_ONLY, then a zero): packed lanes; otherwise lane records.
-  std::vector<double> v(n);
-  bool doubles = prism::is_float(op.dtype) && op.policy == Policy::KULISCH_FIXED;
-  for (uint32_t i = 0; i < n && doubles; ++i) {
+  // NEG_ZERO_ONLY, then a zero): packed lanes; every lane two doubles (hi
+  // the lane rounded, lo the rest), some lo not 0, for fp32 sums (double
+  // lanes): packed pairs; otherwise lane records.
+  std::vector<double> v(n), lo(n);
+  bool doubles = prism::is_float(op.dtype) && op.policy == Policy::KULISCH_FIXED, pairs = doubles;
+  for (uint32_t i = 0; i < n && pairs; ++i) {
     const LaneExact& l = lanes[i];
-    doubles = (l.side == 0 || (l.side == prism::side::NEG_ZERO_ONLY && l.value.is_zero())) &&
-              exact_double(l.value, prism::unit_exp(op.dtype), &v[i]);
-    if (doubles && l.side) v[i] = -0.0;
+    pairs = (l.side == 0 || (l.side == prism::side::NEG_ZERO_ONLY && l.value.is_zero())) &&
+            exact_pair(l.value, prism::unit_exp(op.dtype), &v[i], &lo[i]);
+    doubles = doubles && pairs && lo[i] == 0;
+    if (pairs && l.side) v[i] = -0.0;
   }
+  pairs = pairs && !doubles && op.dtype == Format::FP32;
   if (doubles) {
     m[4] = 0x40;
     m.resize(std::max(m.size(), 12 + prism::packed_room(n)));
     m.resize(12 + prism::encode_packed_lanes(v.data(), n, &m[12]));
+  } else if (pairs) {
+    // Layout (partial_message.hpp): the his' packed length (uint32), the
+    // his packed, a bitmap of the lanes whose lo is not 0, those los packed.
+    m[4] = 0x41;
+    m.resize(12 + 4 + prism::packed_room(n) + (n + 7) / 8 + prism::packed_room(n));
+    const size_t hlen = prism::encode_packed_lanes(v.data(), n, &m[16]);
+    put_u32(m, 12, uint32_t(hlen));
+    size_t at = 16 + hlen;
+    std::vector<double> compact;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (i % 8 == 0) m[at + i / 8] = 0;
+      if (lo[i] != 0) {
+        m[at + i / 8] |= uint8_t(1u << (i % 8));
+        compact.push_back(lo[i]);
+      }
+    }
+    at += (n + 7) / 8;
+    m.resize(at + prism::encode_packed_lanes(compact.data(), uint32_t(compact.size()), &m[at]));
   } else {
     m.resize(12 + prism::encode_kulisch_lanes(lanes.data(), n, &m[12]));
   }
@@ -779,6 +828,30 @@ bool generic_merge(Accumulator& acc, const prism::coll::ReduceOp& op, const std:
     std::vector<double> v(n);
     if (!prism::decode_packed_lanes(p, len, n, prism::unit_exp(op.dtype), v.data())) return false;
     for (uint32_t i = 0; i < n; ++i) lanes[i] = prism::lane_of_double(v[i], prism::unit_exp(op.dtype));
+  } else if (m[4] == 0x41) {
+    const int unit = prism::unit_exp(op.dtype);
+    if (len < 4) return false;
+    const size_t hlen = size_t(p[0]) | size_t(p[1]) << 8 | size_t(p[2]) << 16 | size_t(p[3]) << 24;
+    const size_t nb = (n + 7) / 8;
+    if (hlen > len - 4 || len - 4 - hlen < nb) return false;
+    std::vector<double> v(n);
+    if (!prism::decode_packed_lanes(p + 4, hlen, n, unit, v.data())) return false;
+    const uint8_t* bits = p + 4 + hlen;
+    std::vector<uint32_t> at;
+    for (uint32_t i = 0; i < nb * 8; ++i)
+      if (bits[i / 8] >> (i % 8) & 1) {
+        if (i >= n) return false;
+        at.push_back(i);
+      }
+    std::vector<double> lo(at.size());
+    if (!prism::decode_packed_lanes(bits + nb, len - 4 - hlen - nb, uint32_t(at.size()), unit, lo.data())) return false;
+    for (uint32_t i = 0; i < n; ++i) lanes[i] = prism::lane_of_double(v[i], unit);
+    for (size_t j = 0; j < at.size(); ++j) {
+      if (lo[j] == 0) return false;
+      const LaneExact l = prism::lane_of_double(lo[j], unit);
+      lanes[at[j]].value.add(l.value);
+      lanes[at[j]].side = 0;  // hi + a non-zero lo: not a -0 lane
+    }
   } else if (m[4] == 0) {
     size_t used = 0;
     if (prism::decode_kulisch_lanes(p, len, n, lanes.data(), &used) != PartialError::None || used != len) return false;
@@ -826,7 +899,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
   };
   std::mt19937_64 g(20261203);
   constexpr uint32_t R = 6, n = 300;  // > one 256-lane kernel block
-  int forms[3] = {};                  // messages seen: elements, packed lanes, records
+  int forms[4] = {};                  // messages seen: elements, packed lanes, records, pairs
   for (const FastCase& c : cases) {
     for (Exceptions ex : {Exceptions::IEEE, Exceptions::SATURATE}) {
       const prism::coll::ReduceOp op{c.dtype, c.out, c.policy, ex};
@@ -843,7 +916,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
         prism::coll::encode_partial(*sender, op, scratch, fast);
         const auto gen = generic_message(*sender, op);
         ASSERT_EQ(fast, gen) << "encode_partial differs from state() + lanes_fit_format/encode_kulisch_lanes";
-        ++forms[fast[4] == 0 ? 2 : fast[4] == 0x40 ? 1 : 0];
+        ++forms[fast[4] == 0 ? 2 : fast[4] == 0x40 ? 1 : fast[4] == 0x41 ? 3 : 0];
 
         // Receivers with 0, 1 or 2 terms of their own, merged twice (the
         // second partial from another sender), then re-encoded.
@@ -862,7 +935,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
         std::vector<uint8_t> m3;
         prism::coll::encode_partial(*a, op, scratch, m3);
         ASSERT_EQ(m3, generic_message(*b, op)) << "re-encoding the merged state";
-        ++forms[m3[4] == 0 ? 2 : m3[4] == 0x40 ? 1 : 0];
+        ++forms[m3[4] == 0 ? 2 : m3[4] == 0x40 ? 1 : m3[4] == 0x41 ? 3 : 0];
         // A third partial with specials: what the flags of the first two
         // merges decide (an overflow's infinity against an input one).
         auto third = prism::make_accumulator(d);
@@ -878,6 +951,7 @@ TEST(PartialFast, EncodeAndMergeAreTheGenericPathsBitForBit) {
   EXPECT_GT(forms[0], 20) << "too few element messages to test that path";
   EXPECT_GT(forms[1], 20) << "too few packed-lane messages to test that path";
   EXPECT_GT(forms[2], 20) << "too few lane-record messages to test that path";
+  EXPECT_GT(forms[3], 20) << "too few packed-pair messages to test that path";
 }
 
 // fp32 elements finer than a narrower input's lane unit do not decode: the
