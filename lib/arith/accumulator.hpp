@@ -17,7 +17,10 @@
 //    do exactly, plus a Bank of deferred-carry digits that receives the exact
 //    rounding error of the rest. While the whole op's exponent window proves
 //    every sum exact, the adds are plain vector adds; otherwise each add is
-//    checked (s - a == b and s - b == a). 55-59 bytes per lane.
+//    checked (s - a == b and s - b == a). A double fast lane has a second
+//    double that takes the rounding errors first (TwoSum, while their sum is
+//    exact): sums over 60 binades stay in two doubles, out of the bank.
+//    46 (float) or 58 (double) bytes per lane.
 //  - Integer inputs (any policy): an int64 per lane. 8 bytes per lane.
 //  - FP32_ARRIVAL: a float per lane plus a flag byte. 5 bytes per lane.
 //  - FP32_BINOMIAL: a row per contribution, folded as the tree's subtrees

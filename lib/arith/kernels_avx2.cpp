@@ -789,7 +789,25 @@ uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left)
   return k;
 }
 
-// Pairs (kernels.hpp): four lanes of hi + lo += b.
+// Pairs (kernels.hpp): eight lanes of hi + lo += b, the exactness test
+// first (as checked8's): while every add is exact, lo is not read.
+inline uint32_t add_pairs4(double* hi, double* lo, __m256d b, uint32_t base, uint32_t* left, uint32_t k, __m256d& low);
+inline uint32_t add_pairs8(double* hi, double* lo, __m256d b0, __m256d b1, uint32_t base, uint32_t* left, uint32_t k,
+                           __m256d& low) {
+  const __m256d a0 = _mm256_loadu_pd(hi), a1 = _mm256_loadu_pd(hi + 4);
+  const __m256d s0 = _mm256_add_pd(a0, b0), s1 = _mm256_add_pd(a1, b1);
+  const __m256d ok0 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s0, a0), b0, _CMP_EQ_OQ),
+                                    _mm256_cmp_pd(_mm256_sub_pd(s0, b0), a0, _CMP_EQ_OQ));
+  const __m256d ok1 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s1, a1), b1, _CMP_EQ_OQ),
+                                    _mm256_cmp_pd(_mm256_sub_pd(s1, b1), a1, _CMP_EQ_OQ));
+  if (__builtin_expect((_mm256_movemask_pd(ok0) & _mm256_movemask_pd(ok1)) == 0xF, 1)) {
+    _mm256_storeu_pd(hi, s0);
+    _mm256_storeu_pd(hi + 4, s1);
+    return k;
+  }
+  k = add_pairs4(hi, lo, b0, base, left, k, low);
+  return add_pairs4(hi + 4, lo + 4, b1, base + 4, left, k, low);
+}
 inline uint32_t add_pairs4(double* hi, double* lo, __m256d b, uint32_t base, uint32_t* left, uint32_t k, __m256d& low) {
   const __m256d a = _mm256_loadu_pd(hi), s = _mm256_add_pd(a, b), bb = _mm256_sub_pd(s, a);
   const __m256d err = _mm256_add_pd(_mm256_sub_pd(a, _mm256_sub_pd(s, bb)), _mm256_sub_pd(b, bb));
@@ -811,6 +829,8 @@ inline uint32_t add_pairs4(double* hi, double* lo, __m256d b, uint32_t base, uin
 uint32_t add_pairs(double* hi, double* lo, const double* v, uint32_t n, uint32_t* left, bool* low) {
   uint32_t i = 0, k = 0;
   __m256d any = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8)
+    k = add_pairs8(hi + i, lo + i, _mm256_loadu_pd(v + i), _mm256_loadu_pd(v + i + 4), i, left, k, any);
   for (; i + 4 <= n; i += 4) k = add_pairs4(hi + i, lo + i, _mm256_loadu_pd(v + i), i, left, k, any);
   if (!_mm256_testz_pd(any, any)) *low = true;
   if (i < n) {
@@ -823,6 +843,11 @@ uint32_t add_pairs(double* hi, double* lo, const double* v, uint32_t n, uint32_t
 uint32_t add_f32_pairs(double* hi, double* lo, const uint8_t* e, uint32_t n, uint32_t* left, bool* low) {
   uint32_t i = 0, k = 0;
   __m256d any = _mm256_setzero_pd();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(e + size_t(i) * 4));
+    k = add_pairs8(hi + i, lo + i, _mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+                   _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), i, left, k, any);
+  }
   for (; i + 4 <= n; i += 4)
     k = add_pairs4(hi + i, lo + i, _mm256_cvtps_pd(_mm_loadu_ps(reinterpret_cast<const float*>(e + size_t(i) * 4))), i,
                    left, k, any);
