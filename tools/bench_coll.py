@@ -641,10 +641,20 @@ def json_lines(text: str) -> list[dict]:
     return out
 
 
+def gloo_refuses(dtype: str, torch_version: str) -> bool:
+    """torch 1.x's gloo backend has no bf16 all_reduce on CPU ('Invalid scalar type'): such a cell is
+    not launched. (Launched, a rank was once killed instead of reporting it, which failed the run.)"""
+    return dtype == 'bf16' and torch_version.startswith('1.')
+
+
 def run_baseline(kind: str, mpi_bin: Path, work: Path, p: int, dtype: str, sizes: list[int], target: float,
-                 fixed_repeat: int | None, timeout: float, counter: list[int]) -> dict[int, dict]:
+                 fixed_repeat: int | None, timeout: float, counter: list[int],
+                 torch_version: str = '') -> dict[int, dict]:
     """One launch of a baseline at p ranks for every size (the program sets each size's repeat from
     its warmup, about `target` seconds, 3..20): {bytes: entry}; an entry has 'error' when it failed."""
+    if kind == 'gloo' and gloo_refuses(dtype, torch_version):
+        why = f"torch {torch_version}'s gloo backend has no {dtype} all_reduce on CPU (Invalid scalar type)"
+        return {n: {'error': why, 'unsupported': True, 'command': 'not launched'} for n in sizes}
     common = ['--sizes', ','.join(map(str, sizes)), '--dtype', dtype, '--warmup', '1', '--check']
     common += ['--repeat', str(fixed_repeat)] if fixed_repeat else [
         '--target-seconds', str(target), '--min-repeat', str(MIN_REPEAT), '--max-repeat', str(MAX_REPEAT)]
@@ -1101,7 +1111,7 @@ def compare_main(a, rank_bin: Path, hosts: dict[str, list[str]]) -> int:
                 base: dict = {}
                 for b in baselines:
                     base[b] = run_baseline(b, mpi_bin, work, p, dtype, sizes, a.target_seconds, a.repeat,
-                                           a.timeout * len(sizes), counter)
+                                           a.timeout * len(sizes), counter, torch_version)
                     for n, e in base[b].items():
                         log(f"p={p} n={size_name(n)} {dtype} {BASELINES[b][0]}: "
                             + (f"not measured: {e['error']}" if e.get('unsupported') else
