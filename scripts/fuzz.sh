@@ -23,9 +23,9 @@ OUT=${2:-$ROOT/build-fuzz}
 case "$SECS" in '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, not '$SECS'" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-TARGETS=${FUZZ_TARGETS:-parse partial config}
+TARGETS=${FUZZ_TARGETS:-parse partial message config}
 for t in $TARGETS; do
-  case "$t" in parse | partial | config) ;; *) echo "fuzz.sh: unknown target '$t' (parse partial config)" >&2; exit 2 ;; esac
+  case "$t" in parse | partial | message | config) ;; *) echo "fuzz.sh: unknown target '$t' (parse partial message config)" >&2; exit 2 ;; esac
 done
 JOBS=$(nproc 2>/dev/null || echo 2)
 cd "$ROOT"
@@ -49,7 +49,7 @@ OBJ_FLAGS=("${COMMON[@]}" -fsanitize=fuzzer-no-link)
 LIB_SRCS=(lib/format/format.cpp lib/arith/op.cpp lib/arith/kernels_portable.cpp lib/arith/kernels_avx2.cpp
           lib/arith/accumulator.cpp lib/arith/accumulator_kulisch.cpp lib/arith/accumulator_fp32.cpp
           lib/arith/accumulator_int.cpp lib/arith/lanes.cpp lib/proto/packet.cpp lib/proto/partial.cpp
-          lib/proto/fragment.cpp)
+          lib/proto/fragment.cpp lib/proto/packed_lanes.cpp lib/coll/partial_message.cpp)
 CONFIG_SRC=lib/config/config.cpp
 
 obj_of() { local s=${1#lib/}; s=${s#tests/fuzz/}; echo "$OUT/obj/${s//\//_}.o"; }
@@ -94,7 +94,8 @@ stale() {  # OBJECT SOURCE...
 }
 t_build=$(date +%s)
 mkdir -p "$OUT/obj"
-FUZZ_SRCS=(tests/fuzz/fuzz_parse.cpp tests/fuzz/fuzz_partial.cpp tests/fuzz/fuzz_config.cpp tests/fuzz/seedgen.cpp)
+FUZZ_SRCS=(tests/fuzz/fuzz_parse.cpp tests/fuzz/fuzz_partial.cpp tests/fuzz/fuzz_message.cpp tests/fuzz/fuzz_config.cpp
+           tests/fuzz/seedgen.cpp)
 compiled=0
 for s in "${LIB_SRCS[@]}" "$CONFIG_SRC" "${FUZZ_SRCS[@]}"; do
   stale "$(obj_of "$s")" "$s" || continue
@@ -111,10 +112,11 @@ link_exe() {  # OUTPUT FLAGS-AND-OBJECTS...
   shift
   "$CXX" "${COMMON[@]}" "$@" -o "$out.tmp" && mv -f "$out.tmp" "$out"
 }
-for e in fuzz_parse fuzz_partial fuzz_config seedgen; do [ -x "$OUT/$e" ] || compiled=$((compiled + 1)); done
+for e in fuzz_parse fuzz_partial fuzz_message fuzz_config seedgen; do [ -x "$OUT/$e" ] || compiled=$((compiled + 1)); done
 if [ "$compiled" -gt 0 ]; then
   spawn link_exe "$OUT/fuzz_parse" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_parse.cpp)" "${LIB_OBJS[@]}"
   spawn link_exe "$OUT/fuzz_partial" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_partial.cpp)" "${LIB_OBJS[@]}"
+  spawn link_exe "$OUT/fuzz_message" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_message.cpp)" "${LIB_OBJS[@]}"
   spawn link_exe "$OUT/fuzz_config" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_config.cpp)" "$(obj_of "$CONFIG_SRC")" \
     "${LIB_OBJS[@]}" -lyaml-cpp
   spawn link_exe "$OUT/seedgen" "$(obj_of tests/fuzz/seedgen.cpp)" "${LIB_OBJS[@]}"
@@ -128,7 +130,7 @@ fi
 # --- seed corpus ---------------------------------------------------------------
 SEEDS="$OUT/seeds"
 rm -rf "$SEEDS" "$OUT/gen"
-mkdir -p "$SEEDS/parse" "$SEEDS/partial" "$SEEDS/config" "$OUT/gen"
+mkdir -p "$SEEDS/parse" "$SEEDS/partial" "$SEEDS/message" "$SEEDS/config" "$OUT/gen"
 PCAPS=()
 GEN=build/app/prism-gen
 if [ -x "$GEN" ]; then

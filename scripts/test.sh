@@ -29,11 +29,11 @@ import sys
 from xml.sax.saxutils import escape
 log, rc = open(sys.argv[1]).read(), int(sys.argv[2])
 cases = []
-for t in ("fuzz_parse", "fuzz_partial", "fuzz_config"):
+for t in ("fuzz_parse", "fuzz_partial", "fuzz_message", "fuzz_config"):
     ok = rc == 0 or any(l.startswith(t) and " ok " in l for l in log.splitlines())
     body = "" if ok else f'<failure message="{t} failed">{escape(log[-4000:])}</failure>'
     cases.append(f'<testcase classname="fuzz" name="{t}">{body}</testcase>')
-print(f'<testsuite name="fuzz" tests="3">{"".join(cases)}</testsuite>')
+print(f'<testsuite name="fuzz" tests="4">{"".join(cases)}</testsuite>')
 PY
 fi
 

@@ -3,6 +3,7 @@
 // helpers the families and the partial codecs share.
 #include "arith/accumulator.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "arith/accumulator_impl.hpp"
@@ -40,6 +41,12 @@ LaneExact lane_of_double(double v, int unit) {
 bool add_exact_doubles_generic(Accumulator& acc, const double* v, LaneExact* scratch) {
   const OpDesc& d = acc.desc();
   const int unit = unit_exp(d.dtype);
+  // A value a lane's Wide cannot hold (2^380 units and up: far beyond every
+  // accumulator's range, which add_exact() would refuse) or not a number:
+  // refused here, before it is converted.
+  const double limit = std::ldexp(1.0, 380 + unit);
+  for (uint32_t i = 0; i < d.lanes; ++i)
+    if (!(std::fabs(v[i]) < limit)) return false;
   for (uint32_t i = 0; i < d.lanes; ++i) scratch[i] = lane_of_double(v[i], unit);
   return acc.add_exact(scratch);
 }

@@ -606,6 +606,7 @@ class KulischNarrow final : public Accumulator {
         budget_(24 - info(d.dtype).p - ceil_log2(d.group)),
         special_field_((1u << info(d.dtype).ebits) - 1),
         screen_(d.dtype == Format::E4M3FNUZ || d.dtype == Format::E5M2FNUZ),
+        limit_(std::ldexp(1.0, (sizeof(T) == 8 ? 53 : 24) + unit_)),
         fast_(d.lanes),
         left_(kHalves ? d.lanes : 0) {
     reset();
@@ -696,7 +697,10 @@ class KulischNarrow final : public Accumulator {
       T b = T(bd);
       if (b == 0 && (l.side & side::NEG_ZERO_ONLY)) b = T(-0.0);
       const T s = a + b;
-      if (s - a != b || s - b != a) return false;  // a partial too large to be genuine
+      // A partial too large to be genuine: a sum that rounds, or one beyond the
+      // lane's exact range (which no R inputs reach, and lane records could
+      // not carry).
+      if (s - a != b || s - b != a || !(std::fabs(double(s)) < limit_)) return false;
       next[i] = s;
     }
     std::memcpy(fast_.data(), next.data(), d_.lanes * sizeof(T));
@@ -792,6 +796,7 @@ class KulischNarrow final : public Accumulator {
   int budget_;              // exponent-field span the float lanes hold exactly (kHalves)
   uint32_t special_field_;  // the format's all-ones exponent field
   bool screen_;             // its NaN is not in that field (FNUZ: 0x80): scan for it
+  double limit_;            // 2^(the lane's precision) units: every genuine sum is below
   uint32_t lo_ = ~0u, hi_ = 0;
   bool outgrew_ = false;  // this op's terms left the float window
   uint8_t skip_ = 0;      // ops still to start as doubles

@@ -5,17 +5,22 @@
 // Writes OUTDIR/parse/ (one frame per file: hand-made frames of every kind and
 // encoding, Kulisch fragments, VLAN / IP options / no UDP checksum / padding
 // variants, and up to kPerCapture distinct frames of each capture given) and
-// OUTDIR/partial/ (an option byte followed by Kulisch lane records). File
+// OUTDIR/partial/ (an option byte followed by Kulisch lane records) and
+// OUTDIR/message/ (partial messages of the host collectives). File
 // names are fixed, so running it again rewrites the same files.
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "arith/accumulator.hpp"
+#include "coll/partial_message.hpp"
 #include "proto/fragment.hpp"
 #include "proto/packet.hpp"
 #include "proto/partial.hpp"
@@ -289,6 +294,42 @@ void partial_seeds() {
   write_file("partial", "broken-special.bin", {0x00, 0x01, 0x01, 0x00, 0x05});
 }
 
+// The host collectives' partial messages (fuzz_message: byte 0 the op as
+// fuzz_message.cpp reads it, byte 1 the lane count, byte 2 the encoding, then
+// the payload): each encoding made by encode_partial from real states.
+void message_seeds() {
+  int k = 0;
+  auto put = [&](uint8_t sel, uint32_t n, const Bytes& msg) {
+    Bytes b = {sel, uint8_t(n == 300 ? 0 : n), msg[4]};
+    b.insert(b.end(), msg.begin() + long(coll::kPartialHeader), msg.end());
+    char name[64];
+    std::snprintf(name, sizeof name, "seed-%03d.bin", k++);
+    write_file("message", name, b);
+  };
+  std::mt19937_64 g(5);
+  for (uint32_t n : {1u, 7u, 64u, 300u}) {
+    for (int kind = 0; kind < 4; ++kind) {  // gradient, wide (pairs), specials (records), one rank (elements)
+      coll::ReduceOp op;                    // fp32 -> fp32, KULISCH_FIXED, IEEE: byte 0 = 0
+      const OpDesc d = coll::block_desc(op, 8, n);
+      auto acc = make_accumulator(d);
+      std::vector<float> x(n);
+      for (int r = 0; r < (kind == 3 ? 1 : 4); ++r) {
+        for (uint32_t i = 0; i < n; ++i) {
+          const double m = 1.0 + double(g() >> 11) * 0x1p-53;
+          const int e = kind == 1 ? int(g() % 60) - 30 : -10 - int(g() % 4);
+          x[i] = float(std::ldexp(m, e) * ((g() & 1) ? -1 : 1));
+          if (kind == 2 && i % 5 == 1) x[i] = (i % 10 == 1) ? INFINITY : -0.0f;
+        }
+        acc->add(reinterpret_cast<const uint8_t*>(x.data()), uint32_t(r));
+      }
+      std::vector<LaneExact> lanes;
+      Bytes msg;
+      coll::encode_partial(*acc, op, lanes, msg);
+      put(0x00, n, msg);
+    }
+  }
+}
+
 uint32_t rd32(const uint8_t* p, bool swap) {
   const uint32_t v = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
   return swap ? __builtin_bswap32(v) : v;
@@ -337,6 +378,7 @@ int main(int argc, char** argv) {
   try {
     hand_made();
     partial_seeds();
+    message_seeds();
     for (int i = 2; i < argc; ++i) split_capture(argv[i]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seedgen: %s\n", e.what());

@@ -1095,3 +1095,25 @@ TEST(PartialFast, DoubleLaneRecordsAreTheGenericRecords) {
 }
 
 }  // namespace
+
+// Found by fuzz_message: packed lanes (any finite double) whose values no R
+// inputs reach are refused with a CollectiveError, not taken (an fp16 sum in
+// double lanes took 2^300 and later encoded records no decoder reads) and
+// not converted beyond a Wide's 384 bits (an fp32 sum of 1e300).
+TEST(PartialFast, ValuesBeyondTheOpsRangeAreRefused) {
+  for (Format dt : {Format::FP16, Format::FP32, Format::BF16}) {
+    const prism::coll::ReduceOp op{dt, dt, Policy::KULISCH_FIXED, Exceptions::IEEE};
+    const uint32_t n = 3;
+    for (double big : {std::ldexp(1.0, 300), 1e300, -std::ldexp(1.0, 1000)}) {
+      SCOPED_TRACE(std::string(prism::name(dt)) + " " + std::to_string(big));
+      const double v[n] = {1.0, big, 2.0};
+      std::vector<uint8_t> m = {
+          uint8_t(op.dtype), uint8_t(op.out), uint8_t(op.policy), uint8_t(op.exceptions), 0x40, 0, 0, 0, n, 0, 0, 0};
+      m.resize(12 + prism::packed_room(n));
+      m.resize(12 + prism::encode_packed_lanes(v, n, &m[12]));
+      auto acc = prism::make_accumulator(prism::coll::block_desc(op, 8, n));
+      std::vector<LaneExact> scratch;
+      EXPECT_THROW(prism::coll::merge_partial(*acc, op, m.data(), m.size(), 1, scratch), prism::coll::CollectiveError);
+    }
+  }
+}
