@@ -192,6 +192,18 @@ TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
   // the wire only, p = 6: the ring's 2 (p-1)/p n beats RHD's fold (at p = 8 they tie: RHD, listed first)
   EXPECT_EQ(choose(Problem{AR, 6, 1 << 20, 4, 0}, only(0, 1, 0), hosts).algo, Algorithm::RING);
   EXPECT_EQ(choose(Problem{AR, 8, 1 << 20, 4, 0}, only(0, 1, 0), hosts).algo, Algorithm::RHD);
+  // p = 2: RHD and the ring are one exchange and tie at any parameters; the ring (measured faster)
+  for (const CostParams& c2 : {only(1e-5, 1e-9, 1e-8), only(0, 1, 0), only(1, 0, 0)}) {
+    const auto all = candidates(Problem{AR, 2, 1 << 20, 4, 0}, c2, hosts);
+    double rhd = -1, ring = -2, least = 1e300;
+    for (const Choice& ch : all) {
+      if (ch.algo == Algorithm::RHD) rhd = ch.seconds;
+      if (ch.algo == Algorithm::RING) ring = ch.seconds;
+      least = std::min(least, ch.seconds);
+    }
+    EXPECT_EQ(rhd, ring);
+    if (ring == least) EXPECT_EQ(choose(Problem{AR, 2, 1 << 20, 4, 0}, c2, hosts).algo, Algorithm::RING);
+  }
   // a reduce to rank 3: no chain, no ring
   for (const Choice& c : candidates(Problem{RED, 8, 1000, 4, 3}, only(1, 1, 1), hosts))
     EXPECT_TRUE(c.algo == Algorithm::BINOMIAL || c.algo == Algorithm::RHD) << name(c.algo);
