@@ -116,7 +116,8 @@ struct Ring {
 
 void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const int p = t.size(), r = t.rank();
-  const size_t full = std::min<size_t>(count, kRingBlock);
+  const size_t block = ring_block(p);
+  const size_t full = std::min<size_t>(count, block);
   node_desc(op, p, uint32_t(std::max<size_t>(full, 1)));  // admission, before any message
   if (count == 0) return;
   assert(out);  // check_call's (formats, buffers)
@@ -126,8 +127,8 @@ void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, 
   Ring ring(t, "ring allreduce");
   std::vector<uint8_t> fl(full);
   std::vector<size_t> at(size_t(p) + 1);
-  for (size_t off = 0; off < count; off += kRingBlock) {
-    const size_t nb = std::min<size_t>(count - off, kRingBlock);
+  for (size_t off = 0; off < count; off += block) {
+    const size_t nb = std::min<size_t>(count - off, block);
     for (int s = 0; s <= p; ++s) at[size_t(s)] = coll_block_start(nb, p, s);
     ring.layout(at, &op, osz);
     for (size_t s = 0; s < size_t(p); ++s)
@@ -144,7 +145,7 @@ void ring_allreduce(Links& t, const void* in, size_t count, const ReduceOp& op, 
 void ring_reduce_scatter(Links& t, const void* in, size_t count, const ReduceOp& op, void* out, uint8_t* flags) {
   const char* what = "ring reduce-scatter";
   const int p = t.size(), r = t.rank();
-  const detail::BlockRounds br(count, p, kRingBlock);
+  const detail::BlockRounds br(count, p, ring_block(p));
   node_desc(op, p, uint32_t(std::max<size_t>(std::min(br.piece, br.len(0)), 1)));  // admission first
   if (count == 0) return;
   assert(!br.len(r) || out);  // check_call's
@@ -173,7 +174,7 @@ void ring_allgather(Links& t, const void* my_block, void* out, size_t count, siz
   if (count == 0) return;
   assert(out);
   const int p = t.size(), r = t.rank();
-  const detail::BlockRounds br(count, p, kRingBlock);
+  const detail::BlockRounds br(count, p, ring_block(p));
   const auto* mine = static_cast<const uint8_t*>(my_block);
   auto* dst = static_cast<uint8_t*>(out);
   Ring ring(t, what);
@@ -208,8 +209,8 @@ void run_ring(Context& ctx, const Call& c) {
 std::optional<double> predict_ring(const Problem& pr, const CostParams& c, size_t) {
   using namespace model;
   const double n = double(pr.count) * double(pr.elem_bytes);
-  const double steps = pr.p - 1, B = blocks(pr.count, kRingBlock), frac = steps / pr.p;
-  const double lanes = block_lanes(pr, kRingBlock);
+  const double steps = pr.p - 1, B = blocks(pr.count, ring_block(pr.p)), frac = steps / pr.p;
+  const double lanes = block_lanes(pr, ring_block(pr.p));
   const Rates r = rates(c, lanes);
   // The reduce-scatter's first step passes the rank's own input on, the others sums.
   const double partials = n / pr.p * r.first + (steps - 1) / pr.p * n * r.reduce;

@@ -21,9 +21,9 @@
 //    ..., s-1 mod p): the ring's own bits, the same on every rank (the
 //    allgather copies one rounding to all).
 //
-// The vector goes in blocks of kRingBlock elements, each through the whole
+// The vector goes in blocks of ring_block(p) elements, each through the whole
 // ring before the next; ring_reduce_scatter and ring_allgather go in rounds
-// of about kRingBlock elements, a piece of every rank's block each
+// of about ring_block(p) elements, a piece of every rank's block each
 // (blocks.hpp), and shift the segments by one so that rank r ends with
 // segment r (its block): step k sends (r - 1 - k) and adds (r - 2 - k) in
 // the reduce-scatter, sends (r - k) and takes (r - 1 - k) in the allgather.
@@ -46,7 +46,16 @@ namespace prism::coll {
 // coll::run or a Group. Only an op the arithmetic does not admit is refused
 // (std::invalid_argument) before any message, as check_call does.
 
+// The block: 65536 elements at p = 2, 262144 above. Every block is a full
+// pass of 2(p - 1) steps, each waiting for a peer's wake-up: at p = 3..8 the
+// larger block ran the ring 1.15x (FP32_ARRIVAL) and 1.11x (KULISCH) faster
+// in the median over 1-64 MiB, TCP and shared memory (two bench_coll runs of
+// each; docs/HOST_COLLECTIVES.md); at p = 2, one step each way, it lost
+// 5-17% over shared memory (a KULISCH accumulator of 131072 lanes a segment
+// no longer in cache) for 10-25% over TCP: kept small there.
 inline constexpr uint32_t kRingBlock = 65536;
+inline constexpr uint32_t kRingBlockWide = 262144;
+inline constexpr uint32_t ring_block(int p) { return p <= 2 ? kRingBlock : kRingBlockWide; }
 
 // Every rank gets the sum of every rank's `count` elements of op.dtype (at
 // `in`): `out` gets count elements of op.out and `flags` (may be null) one

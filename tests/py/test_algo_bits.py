@@ -43,7 +43,12 @@ SEED = 1
 # one of 18929 (and 36+ of kBinomialBlock); 65536 % 5 = 1, 18929 % p != 0 for p = 4, 5, 8, so the
 # ring's and RHD's segments are uneven.
 COUNT = 150001
-BLOCK = 65536            # lib/coll/ring.hpp kRingBlock, lib/coll/rhd.hpp kRhdBlock
+BLOCK = 65536            # lib/coll/rhd.hpp kRhdBlock; the ring's at p = 2 (kRingBlock)
+
+
+def ring_block(p: int) -> int:
+    """lib/coll/ring.hpp ring_block(p): kRingBlock at p = 2, kRingBlockWide above."""
+    return 65536 if p <= 2 else 262144
 U = 2.0 ** -24
 RUNS = [('switch', []), ('binomial', []), ('chain', []), ('rhd', []), ('ring', [])]
 TABLES: dict[int, str] = {}
@@ -141,12 +146,13 @@ def chain_order(xs: list[np.ndarray]) -> np.ndarray:
 
 
 def ring_order(xs: list[np.ndarray]) -> np.ndarray:
-    """lib/coll/ring.hpp: per block of BLOCK elements, p segments (n / p, the first n % p one larger);
-    segment s is summed over ranks s, s+1, ..., s-1 (mod p)."""
+    """lib/coll/ring.hpp: per block of ring_block(p) elements, p segments (n / p, the first n % p one
+    larger); segment s is summed over ranks s, s+1, ..., s-1 (mod p)."""
     p, n = len(xs), len(xs[0])
     i = np.arange(n)
-    off = (i // BLOCK) * BLOCK
-    nb = np.minimum(n - off, BLOCK)
+    block = ring_block(p)
+    off = (i // block) * block
+    nb = np.minimum(n - off, block)
     j = i - off
     base, extra = nb // p, nb % p
     big = extra * (base + 1)

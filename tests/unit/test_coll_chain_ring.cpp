@@ -302,7 +302,7 @@ TEST(CollRing, Int32EveryPolicy) {
 TEST(CollRing, TwoBlocks) {
   for (int p : {3, 5})
     check_ring_exact(ReduceOp{Format::FP32, Format::FP32, Policy::KULISCH_FIXED, Exceptions::IEEE}, p,
-                     2 * size_t(prism::coll::kRingBlock) + 5);
+                     2 * size_t(prism::coll::ring_block(p)) + 5);
 }
 
 TEST(CollRing, Fp32WithinRecursiveSummationBound) {

@@ -426,7 +426,7 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, CollMatrix, ::testing::ValuesIn(all_formats
                          [](const ::testing::TestParamInfo<Format>& i) { return std::string(prism::name(i.param)); });
 
 // One bigger case per algorithm: several blocks of every algorithm
-// (kRhdBlock = kRingBlock = 65536, kBinomialBlock = 4096) on 5 ranks, exact
+// (kRhdBlock = 65536, kBinomialBlock = 4096; the ring's 262144 at p = 5: one) on 5 ranks, exact
 // and fp32.
 TEST(CollMatrixBig, SeveralBlocks) {
   const size_t count = 2 * size_t(prism::coll::kRhdBlock) + 7;

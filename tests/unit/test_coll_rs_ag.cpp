@@ -52,7 +52,7 @@ const Algo kAlgos[] = {
     {"rhd", prism::coll::rhd_reduce_scatter, prism::coll::rhd_allgather, prism::coll::rhd_allreduce,
      prism::coll::kRhdBlock},
     {"ring", prism::coll::ring_reduce_scatter, prism::coll::ring_allgather, prism::coll::ring_allreduce,
-     prism::coll::kRingBlock},
+     prism::coll::kRingBlockWide},  // the larger of ring_block(p)'s
 };
 
 struct Result {

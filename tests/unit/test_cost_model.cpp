@@ -97,8 +97,10 @@ TEST(CostModel, BinomialAndChainAreSeed000s) {
 }
 
 TEST(CostModel, AlphaIsPaidPerBlockAndNothingForOneRank) {
-  // 3 ring blocks of 65536: alpha three times, bytes once
-  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * kRingBlock, only(1, 0, 0)), 3 * 6);
+  // 3 ring blocks (65536 elements at p = 2, 262144 above): alpha three times, bytes once
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * size_t(ring_block(4)), only(1, 0, 0)), 3 * 6);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 2, 3 * size_t(kRingBlock), only(1, 0, 0)), 3 * 2);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * size_t(kRingBlock), only(1, 0, 0)), 6);
   // the binomial tree's blocks stream: alpha once per level, as the seed counts it
   EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, only(1, 0, 0)), 2);
   for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
@@ -202,7 +204,9 @@ TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
       least = std::min(least, ch.seconds);
     }
     EXPECT_EQ(rhd, ring);
-    if (ring == least) EXPECT_EQ(choose(Problem{AR, 2, 1 << 20, 4, 0}, c2, hosts).algo, Algorithm::RING);
+    if (ring == least) {
+      EXPECT_EQ(choose(Problem{AR, 2, 1 << 20, 4, 0}, c2, hosts).algo, Algorithm::RING);
+    }
   }
   // a reduce to rank 3: no chain, no ring
   for (const Choice& c : candidates(Problem{RED, 8, 1000, 4, 3}, only(1, 1, 1), hosts))
@@ -244,10 +248,9 @@ Counts observe(int p, size_t count, void (*fn)(Links&, const void*, size_t, cons
 }
 
 TEST(CostModel, RingAndRhdAllreduceSendWhatTheirModelsCount) {
-  const size_t count = 2 * kRingBlock + 1000;  // three blocks
-  const double n = double(count) * 4;
   for (int p : {2, 3, 4, 5, 6, 7, 8}) {
     SCOPED_TRACE(p);
+    const size_t count = 2 * size_t(ring_block(p)) + 1000;  // three ring blocks
     // int32 partials travel as int32 (w = 1, plus a 12-byte header); results alone: no status byte is set (o = 1)
     const Counts ring = observe(p, count, ring_allreduce);
     const double ring_alpha = pred(Algorithm::RING, AR, p, count, only(1, 0, 0));
@@ -258,14 +261,16 @@ TEST(CostModel, RingAndRhdAllreduceSendWhatTheirModelsCount) {
     }
     // RHD: rank 0 is in the block; it also takes the fold's message (p not a power of two),
     // which the model's 2 floor(log p) + 2 counts with its unfold send.
-    const Counts rhd = observe(p, count, rhd_allreduce);
-    const double rhd_alpha = pred(Algorithm::RHD, AR, p, count, only(1, 0, 0));
+    const size_t rcount = 2 * size_t(kRhdBlock) + 1000;  // three RHD blocks
+    const double rn = double(rcount) * 4;
+    const Counts rhd = observe(p, rcount, rhd_allreduce);
+    const double rhd_alpha = pred(Algorithm::RHD, AR, p, rcount, only(1, 0, 0));
     const int q = 1 << int(std::floor(std::log2(p)));
     const int fold = p != q;
     EXPECT_EQ(rhd.sent.at(0) + fold * 3, rhd_alpha);  // the fold's receive, once per block
-    const double rhd_bytes = pred(Algorithm::RHD, AR, p, count, only(0, 1, 0, 1, 1.0));
+    const double rhd_bytes = pred(Algorithm::RHD, AR, p, rcount, only(0, 1, 0, 1, 1.0));
     // the model's bytes: what rank 0 sends, and the fold it receives
-    const double got = double(rhd.bytes_sent.at(0)) + (fold ? n + 12 * 3 : 0);
+    const double got = double(rhd.bytes_sent.at(0)) + (fold ? rn + 12 * 3 : 0);
     EXPECT_NEAR(got, rhd_bytes, 0.01 * rhd_bytes + 3 * 4 * 12) << "rank 0";
   }
 }
