@@ -113,20 +113,27 @@ void add_f64_t(double* acc, const uint8_t* e, uint32_t n) {
   if (i < n) P().add_f64(F, acc + i, e + i * info(F).bytes, uint32_t(n - i));
 }
 
+// s = a + b and the mask of the lanes where that add is exact (s - a == b
+// and s - b == a), eight lanes as two vectors: bit j for lane j.
+inline unsigned exact8(__m256d a0, __m256d a1, __m256d b0, __m256d b1, __m256d& s0, __m256d& s1) {
+  s0 = _mm256_add_pd(a0, b0), s1 = _mm256_add_pd(a1, b1);
+  const __m256d ok0 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s0, a0), b0, _CMP_EQ_OQ),
+                                    _mm256_cmp_pd(_mm256_sub_pd(s0, b0), a0, _CMP_EQ_OQ));
+  const __m256d ok1 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s1, a1), b1, _CMP_EQ_OQ),
+                                    _mm256_cmp_pd(_mm256_sub_pd(s1, b1), a1, _CMP_EQ_OQ));
+  return unsigned(_mm256_movemask_pd(ok0)) | unsigned(_mm256_movemask_pd(ok1)) << 4;
+}
+
 // Eight lanes: keeps a + b where it is exact and leaves the others as they
 // were for the caller. Cost per 8 lanes: 2 loads, 2 adds, 4 subs, 4 compares,
 // 3 ands, 2 stores, 1 movemask + branch (taken only on a special or a sum
 // that would round).
 inline uint32_t checked8(double* acc, __m256d b0, __m256d b1, uint32_t base, uint32_t* left, uint32_t k) {
   const __m256d a0 = _mm256_loadu_pd(acc), a1 = _mm256_loadu_pd(acc + 4);
-  const __m256d s0 = _mm256_add_pd(a0, b0), s1 = _mm256_add_pd(a1, b1);
-  const __m256d ok0 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s0, a0), b0, _CMP_EQ_OQ),
-                                    _mm256_cmp_pd(_mm256_sub_pd(s0, b0), a0, _CMP_EQ_OQ));
-  const __m256d ok1 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s1, a1), b1, _CMP_EQ_OQ),
-                                    _mm256_cmp_pd(_mm256_sub_pd(s1, b1), a1, _CMP_EQ_OQ));
+  __m256d s0, s1;
+  const unsigned good = exact8(a0, a1, b0, b1, s0, s1);
   _mm256_storeu_pd(acc, s0);
   _mm256_storeu_pd(acc + 4, s1);
-  const unsigned good = unsigned(_mm256_movemask_pd(ok0)) | unsigned(_mm256_movemask_pd(ok1)) << 4;
   if (__builtin_expect(good != 0xFF, 0)) {
     alignas(32) double old[8];
     _mm256_store_pd(old, a0);
@@ -795,12 +802,8 @@ inline uint32_t add_pairs4(double* hi, double* lo, __m256d b, uint32_t base, uin
 inline uint32_t add_pairs8(double* hi, double* lo, __m256d b0, __m256d b1, uint32_t base, uint32_t* left, uint32_t k,
                            __m256d& low) {
   const __m256d a0 = _mm256_loadu_pd(hi), a1 = _mm256_loadu_pd(hi + 4);
-  const __m256d s0 = _mm256_add_pd(a0, b0), s1 = _mm256_add_pd(a1, b1);
-  const __m256d ok0 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s0, a0), b0, _CMP_EQ_OQ),
-                                    _mm256_cmp_pd(_mm256_sub_pd(s0, b0), a0, _CMP_EQ_OQ));
-  const __m256d ok1 = _mm256_and_pd(_mm256_cmp_pd(_mm256_sub_pd(s1, a1), b1, _CMP_EQ_OQ),
-                                    _mm256_cmp_pd(_mm256_sub_pd(s1, b1), a1, _CMP_EQ_OQ));
-  if (__builtin_expect((_mm256_movemask_pd(ok0) & _mm256_movemask_pd(ok1)) == 0xF, 1)) {
+  __m256d s0, s1;
+  if (__builtin_expect(exact8(a0, a1, b0, b1, s0, s1) == 0xFF, 1)) {
     _mm256_storeu_pd(hi, s0);
     _mm256_storeu_pd(hi + 4, s1);
     return k;
