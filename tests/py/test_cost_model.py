@@ -25,7 +25,12 @@ import pytest
 import switch_util as su
 
 RANK = su.BUILD / 'app' / 'prism-rank'
-BINOMIAL_BLOCK, RHD_BLOCK, RING_BLOCK = 4096, 65536, 65536
+BINOMIAL_BLOCK, RHD_BLOCK = 4096, 65536
+
+
+def ring_block(p: int) -> int:
+    """lib/coll/ring.hpp ring_block(p): 65536 elements at p = 2, 262144 above."""
+    return 65536 if p <= 2 else 262144
 
 
 def loopback_config(tmp: Path, p: int) -> Path:
@@ -90,7 +95,7 @@ def seed_prediction(algo: str, coll: str, p: int, count: int, esz: int, c: dict,
     if algo == 'ring':
         if coll != 'allreduce':
             return None
-        B = blocks(count, RING_BLOCK)
+        B = blocks(count, ring_block(p))
         return 2 * (p - 1) * B * a + (p - 1) / p * n * (red + res)
     raise AssertionError(algo)
 
