@@ -232,7 +232,9 @@ def test_gso_sends_on_a_clean_path_cost_no_retransmission(make_testbed):
         assert ln['retransmits'] == 0 and ln['status_missing'] == 0, ln
         if not ln['gso_refused']:
             assert ln['gso_sends'] > 0 and ln['gso_datagrams'] > ln['gso_sends'], ln
-            assert ln['send_calls'] < ln['chunks'] / 4, ln
+            # The first window (64 chunks) leaves in one call; later refills follow the RESULTs as
+            # they come, one or many a call as the scheduler has it, so only this bound is certain.
+            assert ln['send_calls'] < ln['chunks'], ln
     check_once(stop(tb)['switch'], 4, n, lines[0]['chunks'])
 
 
