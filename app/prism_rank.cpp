@@ -482,8 +482,8 @@ void report_text(const Run& run, Group& g, const Outcome& oc) {
   if (algo == Algorithm::CHAIN) std::printf("chain segments: %zu\n", oc.ran.segments);
   if (!oc.calibration.empty()) {
     const coll::CostParams c = coll::calibration_from_json(oc.calibration).params;
-    std::printf("model (alpha %.2f us, beta %.3f ns/B, gamma %.3f ns/B, w %.2f, o %.2f", c.alpha * 1e6, c.beta * 1e9,
-                c.gamma * 1e9, c.partial_ratio, c.out_ratio);
+    std::printf("model (alpha %.2f us, beta %.3f ns/B, gap %.2f us, gamma %.3f ns/B, w %.2f, o %.2f", c.alpha * 1e6,
+                c.beta * 1e9, c.gap * 1e6, c.gamma * 1e9, c.partial_ratio, c.out_ratio);
     if (c.have_switch) std::printf(", switch %.1f us + %.3f ns/B", c.switch_alpha * 1e6, c.switch_beta * 1e9);
     std::printf(")%s: predicted", oc.calibration_seconds > 0 ? ", measured in this run" : "");
     for (const Prediction& p : oc.predictions) std::printf(" %s %.6f s", name(p.algorithm), p.seconds);

@@ -484,6 +484,7 @@ def text_table(head, body) -> str:
 def cal_line(cal: dict, op: dict, p: int) -> str:
     return (f"calibration ({op['collective']}, {op['policy']}, {op['dtype']}; p = {p}): alpha {cal['alpha'] * 1e6:.3f} us, "
             f"beta {cal['beta'] * 1e9:.4f} ns/B ({8 / cal['beta'] / 1e9 if cal['beta'] else 0:.1f} Gbit/s), "
+            f"gap {cal.get('gap', 0) * 1e6:.2f} us, "
             f"gamma {cal['gamma'] * 1e9:.3f} ns/B (65536 lanes: {cal.get('gamma_large', cal['gamma']) * 1e9:.3f}), "
             f"w {cal['partial_ratio']:.3f}, o {cal['out_ratio']:.3f}")
 

@@ -456,11 +456,16 @@ class KulischWide final : public Accumulator {
       a = T(0);  // +0: not every term was -0
       return;
     }
-    const T bb = s - a;  // TwoSum: a + b == s + err exactly
-    const T err = (a - (s - bb)) + (b - bb);
+    const T err = two_sum_err(a, b, s);
     a = s;
     if (add_low(lane, err)) return;
     to_bank(lane, err);
+  }
+
+  // TwoSum (Knuth): a + b == s + err exactly, for s = a + b rounded and finite.
+  static T two_sum_err(T a, T b, T s) {
+    const T bb = s - a;
+    return (a - (s - bb)) + (b - bb);
   }
 
   // The lane's low part (0 for float lanes, which have none).
@@ -492,8 +497,7 @@ class KulischWide final : public Accumulator {
     if constexpr (sizeof(T) == 8) {
       const T a = fast_[i], s = a + b;
       if (!std::isfinite(s)) return false;
-      const T bb = s - a, err = (a - (s - bb)) + (b - bb);
-      if (!add_low(i, err)) return false;
+      if (!add_low(i, two_sum_err(a, b, s))) return false;
       fast_[i] = s;
       return true;
     } else {

@@ -86,10 +86,6 @@ struct Kernels {
 
   // Exact partials as doubles (a Kulisch accumulator's lanes, each a finite
   // whole number of lane units) and packed lanes (proto/packed_lanes.hpp).
-  // add_f64_exact: acc[i] += v[i] only where that addition is exact (as
-  // add_f64_checked); returns how many lanes it left unchanged and writes
-  // their indices to `left`. Cost (AVX2): ~13 uops per 4 lanes.
-  uint32_t (*add_f64_exact)(double* acc, const double* v, uint32_t n, uint32_t* left);
   // scan_f64: the largest |v[i]|'s bits (sign cleared); *neg_zero set when
   // a lane is -0 (left unchanged otherwise).
   uint64_t (*scan_f64)(const double* v, uint32_t n, bool* neg_zero);

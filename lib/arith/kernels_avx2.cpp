@@ -785,16 +785,6 @@ uint32_t add_f64_screened(Format f, double* acc, const uint8_t* e, uint32_t n, b
 }
 
 // Exact partials as doubles and packed lanes (kernels.hpp).
-uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
-  uint32_t i = 0, k = 0;
-  for (; i + 8 <= n; i += 8) k = checked8(acc + i, _mm256_loadu_pd(v + i), _mm256_loadu_pd(v + i + 4), i, left, k);
-  if (i < n) {
-    const uint32_t t = P().add_f64_exact(acc + i, v + i, n - i, left + k);
-    for (uint32_t j = 0; j < t; ++j) left[k + j] += i;
-    k += t;
-  }
-  return k;
-}
 
 // Pairs (kernels.hpp): eight lanes of hi + lo += b, the exactness test
 // first (as checked8's): while every add is exact, lo is not read.
@@ -1023,8 +1013,8 @@ const Kernels& avx2_kernels_unchecked() {
   static const Kernels k{"avx2",           any_special,      add_f32,       add_f64,         add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
                          add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,       unfix_f64,       exact_f32,
-                         pack_i64,         add_pairs,        add_f32_pairs, normalize_pairs, narrow_pairs};
+                         scan_f64,         fix_f64,          unfix_f64,     exact_f32,       pack_i64,
+                         add_pairs,        add_f32_pairs,    normalize_pairs, narrow_pairs};
   return k;
 }
 

@@ -226,17 +226,6 @@ bool narrow_f64(const double* in, uint32_t n, float* out) {
 bool round_f64(Format out, const double* in, uint32_t n, uint8_t* dst) {
   return round_f64_by_odd(odd_f64, round_f32, out, in, n, dst);
 }
-uint32_t add_f64_exact(double* acc, const double* v, uint32_t n, uint32_t* left) {
-  uint32_t k = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const double a = acc[i], b = v[i], s = a + b;
-    if (s - a == b && s - b == a)
-      acc[i] = s;
-    else
-      left[k++] = i;
-  }
-  return k;
-}
 
 // Pairs (kernels.hpp). One lane of add_pairs: 0 done, 1 left.
 inline bool add_pair(double& hi, double& lo, double b, bool& low) {
@@ -384,8 +373,8 @@ const Kernels& portable_kernels() {
   static const Kernels k{"portable",       any_special,      add_f32,       add_f64,         add_f64_checked,
                          add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
                          add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
-                         add_f64_exact,    scan_f64,         fix_f64,       unfix_f64,       exact_f32,
-                         pack_i64,         add_pairs,        add_f32_pairs, normalize_pairs, narrow_pairs};
+                         scan_f64,         fix_f64,          unfix_f64,     exact_f32,       pack_i64,
+                         add_pairs,        add_f32_pairs,    normalize_pairs, narrow_pairs};
   return k;
 }
 

@@ -110,8 +110,28 @@ double token_ring(Links& t, int laps) {
   return me == 0 ? median(lap) / p : 0;
 }
 
-// beta (and the points) from ranks 0 and 1 (the others wait); rank 0's points.
-std::vector<PingPoint> measure_link(Links& t, const CalibrateOptions& o, double* alpha, double* beta) {
+// Ranks 0 and 1: `count` messages of `bytes` one way, then 8 bytes back;
+// on rank 0, the median over `trips` of the time per message (0 on rank 1).
+double stream(Links& t, size_t bytes, int count, int trips, std::vector<uint8_t>& buf) {
+  const int me = t.rank(), peer = me ^ 1;
+  std::vector<double> per;
+  for (int i = 0; i < trips; ++i) {
+    if (me == 0) {
+      const auto t0 = Clock::now();
+      for (int k = 0; k < count; ++k) t.send(peer, buf.data(), bytes);
+      if (t.recv(peer, buf.data(), buf.size()) != 8) throw LinkError("calibration: a stream's reply of another size");
+      per.push_back(since(t0) / count);
+    } else {
+      for (int k = 0; k < count; ++k)
+        if (t.recv(peer, buf.data(), buf.size()) != bytes) throw LinkError("calibration: a stream of another size");
+      t.send(peer, buf.data(), 8);
+    }
+  }
+  return median(per);
+}
+
+// beta and the gap (and the points) from ranks 0 and 1 (the others wait); rank 0's points.
+std::vector<PingPoint> measure_link(Links& t, const CalibrateOptions& o, double* alpha, double* beta, double* gap) {
   static constexpr size_t kSizes[] = {8, 64 << 10, 256 << 10, 1 << 20, 4 << 20};
   std::vector<uint8_t> buf(kSizes[std::size(kSizes) - 1], 0x5a);
   std::vector<PingPoint> pts;
@@ -131,6 +151,12 @@ std::vector<PingPoint> measure_link(Links& t, const CalibrateOptions& o, double*
     }
   const double den = k * sxx - sx * sx;
   *beta = den > 0 ? std::max(0.0, (k * sxy - sx * sy) / den) : 0;
+  // The gap: a stream of the binomial tree's blocks (kBinomialBlock fp32
+  // elements), less their bytes and the one round trip it ends with.
+  constexpr size_t kBlockBytes = size_t(kBinomialBlock) * 4;
+  constexpr int kStream = 64;
+  const double per = stream(t, kBlockBytes, kStream, std::max(2, o.round_trips / 2), buf);
+  *gap = std::max(0.0, per - 2 * pts.front().half_rtt / kStream - double(kBlockBytes) * *beta);
   return pts;
 }
 
@@ -220,13 +246,13 @@ Calibration calibrate(Links& t, const ReduceOp& op, const void* sample, size_t c
   // Each figure measured alone, the other ranks waiting, as the model's
   // critical paths assume; the work bound accounts for sharing the cores.
   gather_hosts(t, &c.ranks_per_host, &c.host_cores);
-  double alpha = 0, beta = 0;
-  if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta);
+  double alpha = 0, beta = 0, gap = 0;
+  if (t.rank() < 2) cal.ping = measure_link(t, o, &alpha, &beta, &gap);
   alpha = token_ring(t, 4 * o.round_trips);
   if (t.rank() == 0) {
     const double rph = c.ranks_per_host, cores = c.host_cores;
     c = measure_reduce(op, t.size(), sample, count, o.reduce_runs);
-    c.alpha = alpha, c.beta = beta, c.ranks_per_host = rph, c.host_cores = cores;
+    c.alpha = alpha, c.beta = beta, c.gap = gap, c.ranks_per_host = rph, c.host_cores = cores;
   }
   cal.ping.resize(t.rank() == 0 ? cal.ping.size() : 0);
   static_assert(std::is_trivially_copyable_v<CostParams>);
@@ -237,13 +263,13 @@ Calibration calibrate(Links& t, const ReduceOp& op, const void* sample, size_t c
 std::string to_json(const CostParams& c) {
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"alpha\":%.9g,\"beta\":%.9g,\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,"
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"gap\":%.9g,\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,"
                 "\"gamma_single\":%.9g,"
                 "\"partial_ratio\":%.9g,\"partial_ratio_single\":%.9g,"
                 "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,\"merge_share\":%.9g,"
                 "\"merge_share_single\":%.9g,"
                 "\"have_switch\":%s,\"switch_alpha\":%.9g,\"switch_beta\":%.9g}",
-                c.alpha, c.beta, c.local, c.local_large < 0 ? c.local : c.local_large, c.gamma,
+                c.alpha, c.beta, c.gap, c.local, c.local_large < 0 ? c.local : c.local_large, c.gamma,
                 c.gamma_large < 0 ? c.gamma : c.gamma_large, c.gamma_single < 0 ? c.gamma : c.gamma_single,
                 c.partial_ratio, c.partial_ratio_single < 0 ? c.partial_ratio : c.partial_ratio_single, c.out_ratio,
                 c.ranks_per_host, c.host_cores, c.merge_share, c.merge_share_single, c.have_switch ? "true" : "false",
@@ -282,6 +308,7 @@ CostParams cost_params_from_json(const std::string& text) {
   c.partial_ratio = num("partial_ratio", true);
   c.partial_ratio_single = n["partial_ratio_single"] ? num("partial_ratio_single", false) : c.partial_ratio;
   c.local = num("local", false);
+  c.gap = num("gap", false);  // absent in a file from before it was measured: 0
   c.merge_share = n["merge_share"] ? std::min(1.0, num("merge_share", false)) : 1;
   c.merge_share_single = n["merge_share_single"] ? std::min(1.0, num("merge_share_single", false)) : 1;
   c.local_large = n["local_large"] ? num("local_large", false) : c.local;

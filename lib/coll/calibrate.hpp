@@ -8,6 +8,9 @@
 //  - beta by ping-pong between ranks 0 and 1 over the group's own
 //    Links: the least-squares slope of the half round trip over messages
 //    of 64 KiB to 4 MiB (each size's median of several round trips);
+//  - the gap g by ranks 0 and 1 too: 64 messages of the binomial tree's
+//    blocks (16 KiB) one way and 8 bytes back, the median time per message
+//    less its bytes (beta) and the round trip's share;
 //  - gamma, w and o by the reducers' own code on a sample of rank 0's input:
 //    one accumulator holding x, another holding x + y (y: x shifted by one
 //    element, so the partial is a real sum), and the median time of

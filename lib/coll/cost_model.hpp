@@ -6,6 +6,8 @@
 // Parameters (n: a rank's input bytes; for broadcast and allgather, the bytes
 // every rank ends with):
 //   alpha  seconds per message, one way (half a small ping-pong round trip)
+//   g      seconds per message of a stream of them, beyond their bytes (the
+//          binomial tree's blocks, which do not wait for each other)
 //   beta   seconds per byte on the wire (the ping-pong's slope)
 //   gamma  seconds per input byte reduced: a partial encoded by its sender
 //          and merged into the receiver's accumulator (partial_message.hpp),
@@ -28,7 +30,10 @@
 // through the whole algorithm in exchanges that wait for each other: their
 // alpha terms are paid once per block (B blocks), the n terms once. The
 // binomial tree's blocks of 4096 stream (its sends do not wait), so its alpha
-// is paid once per level, as the seed counts it. With L = ceil(log2 p),
+// is paid once per level, as the seed counts it, and each of its B blocks a
+// gap g at every level (its root takes L of them a block); with more ranks on
+// a host than cores, alpha instead of g (a block's sender is often not
+// running when its taker asks: a wake-up each). With L = ceil(log2 p),
 // k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0),
 // R = w beta + gamma (a partial holding a sum, sent and merged), R1 = w1 beta
 // + gamma1 (a partial of one rank's own input: every algorithm's first hop;
@@ -38,9 +43,9 @@
 //  step per level; the root's level-0 partial is a leaf's own input; its
 //  blocks stream, so the children's encoding overlaps the root's merging and
 //  Rm = w beta + merge_share gamma, Rm1 likewise, are on its path):
-//    reduce     L alpha + n Rm1 + (L - 1) n Rm
-//    broadcast  L (alpha + n beta)
-//    allreduce  reduce + L (alpha + n O)
+//    reduce     L (alpha + B g) + n Rm1 + (L - 1) n Rm
+//    broadcast  L (alpha + B' g + n beta), B' its segments of 16 KiB
+//    allreduce  reduce + L (alpha + B g + n O)
 //  chain (seed 000's pipelined chain in m segments:
 //  T(n, p, m) = (T_start + n/m T_byte)(p + m - 2), paced by its slowest hop:
 //  R from p = 3 on, R1 at p = 2):
@@ -127,6 +132,10 @@ struct CostParams {
   // binomial tree's blocks stream, so a parent merges one block while its
   // child encodes the next: only the merges are on the root's path.
   double merge_share = 1, merge_share_single = 1;
+  // s per message of a stream, beyond its bytes (what the binomial tree's
+  // blocks pay at the rank that takes them: they do not wait, so alpha is
+  // not theirs, but each is still a call and a wake-up).
+  double gap = 0;
   double out_ratio = 1;  // o: result bytes per input byte
   // Ranks that share a host share its cores: the most ranks on one host, and
   // that host's cores (the work bound below).

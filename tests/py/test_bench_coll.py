@@ -55,6 +55,7 @@ def test_quick_run_predicts_and_measures_every_algorithm(tmp_path):
     for cal in cals.values():
         for k in ('alpha', 'beta', 'gamma', 'gamma_large', 'partial_ratio', 'out_ratio'):
             assert cal[k] > 0, cal
+        assert cal['gap'] >= 0, cal  # measured (0 when a stream's messages cost no more than their bytes)
     rows = d['results']
     assert [(x['ranks'], x['bytes']) for x in rows] == [(2, 4096), (2, 262144), (3, 4096), (3, 262144)]
     for row in rows:

@@ -77,11 +77,13 @@ def seed_prediction(algo: str, coll: str, p: int, count: int, esz: int, c: dict,
     k = int(math.floor(math.log2(p)))
     q = 2 ** k
     f = 1 if p != q else 0
-    if algo == 'binomial':  # its blocks stream: alpha once per level, as the seed counts it
-        reduce_ = L * (a + n * red)
+    if algo == 'binomial':  # its blocks stream: alpha once per level, as the seed counts it, and
+        # each block of 4096 elements a gap at each level, up and (allreduce) down again
+        gap = c.get('gap', 0) * blocks(count, 4096)
+        reduce_ = L * (a + gap + n * red)
         if coll == 'reduce':
             return reduce_
-        return reduce_ + L * (a + n * res)
+        return reduce_ + L * (a + gap + n * res)
     if algo == 'chain':
         t_start, t_byte = (2 * a, red + res) if coll == 'allreduce' else (a, red)
         if m is None:
@@ -126,7 +128,7 @@ CALIBRATIONS = {
     # the wire dominates: the ring's and RHD's (p-1)/p win
     'wire': dict(alpha=1e-9, beta=5e-8, gamma=1e-12, partial_ratio=1.0, out_ratio=1.0),
     # in between: the pipelined chain's m matters
-    'mixed': dict(alpha=2e-5, beta=1e-9, gamma=2e-8, partial_ratio=1.9, out_ratio=1.0),
+    'mixed': dict(alpha=2e-5, beta=1e-9, gap=4e-6, gamma=2e-8, partial_ratio=1.9, out_ratio=1.0),
 }
 
 

@@ -103,6 +103,19 @@ TEST(CostModel, AlphaIsPaidPerBlockAndNothingForOneRank) {
   EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 4, 3 * size_t(kRingBlock), only(1, 0, 0)), 6);
   // the binomial tree's blocks stream: alpha once per level, as the seed counts it
   EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, only(1, 0, 0)), 2);
+  // ... and each of its 4 blocks a gap at each of its L levels (allreduce: down as well as up)
+  CostParams g = only(0, 0, 0);
+  g.gap = 1;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 2 * 4);
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, AR, 8, 3 * kBinomialBlock + 1, g), 2 * 3 * 4);
+  // the broadcast's segments are 16 KiB: 3 * 4096 + 1 fp32 elements are 4 of them
+  EXPECT_DOUBLE_EQ(*predict(Algorithm::BINOMIAL, Problem{Collective::BROADCAST, 4, 3 * kBinomialBlock + 1, 4, 0}, g),
+                   2 * 4);
+  // with more ranks on a host than cores, a block waits for a wake-up: alpha, not the gap
+  g.alpha = 3, g.ranks_per_host = 4, g.host_cores = 2;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 2 * 3 + 2 * 4 * 3);
+  g.host_cores = 4;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 2 * 3 + 2 * 4 * 1);
   for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
     EXPECT_EQ(pred(a, AR, 1, 1000, only(1, 1, 1)), 0) << name(a);
 }
@@ -296,7 +309,10 @@ TEST(Calibration, JsonRoundTripAndErrors) {
   c.gamma_single = 1.25e-9, c.partial_ratio_single = 1.0, c.local = 2.5e-10, c.local_large = 5e-10;
   EXPECT_EQ(cost_params_from_json(to_json(c)).local, 2.5e-10);
   EXPECT_EQ(cost_params_from_json(to_json(c)).local_large, 5e-10);
-  c.merge_share = 0.375, c.merge_share_single = 0.75;
+  c.merge_share = 0.375, c.merge_share_single = 0.75, c.gap = 2.5e-6;
+  EXPECT_EQ(cost_params_from_json(to_json(c)).gap, 2.5e-6);
+  // not given (a file from before it was measured): 0
+  EXPECT_EQ(cost_params_from_json(R"({"alpha":1,"beta":1,"gamma":1,"partial_ratio":1,"out_ratio":1})").gap, 0);
   EXPECT_EQ(cost_params_from_json(to_json(c)).merge_share, 0.375);
   EXPECT_EQ(cost_params_from_json(to_json(c)).merge_share_single, 0.75);
   EXPECT_EQ(cost_params_from_json(to_json(c)).gamma_single, 1.25e-9);

@@ -141,46 +141,6 @@ TEST(PackedLanes, EveryShape) {
   }
 }
 
-// v * 2^80 as an integer: exact for the values below (|v| < 2^22, lowest bit >= 2^-80).
-__int128 scaled(double v) {
-  int e;
-  const double f = std::frexp(v, &e);  // v = f * 2^e, |f| in [0.5, 1)
-  const __int128 m = __int128(int64_t(std::ldexp(f, 53)));
-  const int shift = e - 53 + 80;
-  return shift >= 0 ? m * (__int128(1) << shift) : m / (__int128(1) << -shift);  // the low bits are zero
-}
-
-// add_f64_exact adds where the sum is exact (checked here in 128-bit
-// integers) and leaves the rest unchanged, the same in every kernel set.
-TEST(PackedLanes, ExactAddsOfDoubles) {
-  std::mt19937_64 g(7);
-  const uint32_t n = 1003;
-  std::vector<double> acc(n), v(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    acc[i] = lane(g, 24 + int(g() % 30), int(g() % 40) - 20);
-    v[i] = lane(g, 24 + int(g() % 30), int(g() % 40) - 20);
-  }
-  for (const prism::Kernels* k : prism::kernel_sets()) {
-    SCOPED_TRACE(k->name);
-    std::vector<double> a = acc;
-    std::vector<uint32_t> left(n);
-    const uint32_t kept = k->add_f64_exact(a.data(), v.data(), n, left.data());
-    std::vector<bool> is_left(n);
-    for (uint32_t j = 0; j < kept; ++j) is_left[left[j]] = true;
-    uint32_t expect_left = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const double s = acc[i] + v[i];
-      const bool exact = scaled(s) == scaled(acc[i]) + scaled(v[i]);
-      expect_left += !exact;
-      EXPECT_EQ(is_left[i], !exact) << "lane " << i;
-      EXPECT_EQ(a[i], exact ? s : acc[i]) << "lane " << i;
-    }
-    EXPECT_EQ(kept, expect_left);
-    EXPECT_GT(expect_left, 10u) << "too few sums that round to test that path";
-    EXPECT_GT(n - expect_left, 10u) << "too few exact sums";
-  }
-}
-
 TEST(PackedLanes, MinusTwoToTheSixtyThree) {
   // x = -2^63 at scale 2^0: the most negative 8-byte integer.
   std::vector<uint8_t> m = {8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80};
