@@ -249,8 +249,8 @@ Run parse(int argc, char** argv) {
   d.seed = a.num("--seed", 0, UINT64_MAX, 1);
   if (a.has("--data")) {
     const std::string v = a.str("--data");
-    const auto* it = std::find_if(std::begin(app::kDataNames), std::end(app::kDataNames),
-                                  [&](const char* n) { return v == n; });
+    const auto* it =
+        std::find_if(std::begin(app::kDataNames), std::end(app::kDataNames), [&](const char* n) { return v == n; });
     if (it == std::end(app::kDataNames)) fail("--data '" + v + "': expected spread, gradient or wide");
     d.data = app::Data(it - std::begin(app::kDataNames));
     if (a.has("--input")) fail("--data shapes generated data: not with --input");

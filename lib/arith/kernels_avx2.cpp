@@ -1010,11 +1010,10 @@ void pack_i64(const int64_t* x, uint32_t n, int tz, uint32_t w, uint8_t* out) {
 }  // namespace
 
 const Kernels& avx2_kernels_unchecked() {
-  static const Kernels k{"avx2",           any_special,      add_f32,       add_f64,         add_f64_checked,
-                         add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
-                         scan_f64,         fix_f64,          unfix_f64,     exact_f32,       pack_i64,
-                         add_pairs,        add_f32_pairs,    normalize_pairs, narrow_pairs};
+  static const Kernels k{"avx2",     any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
+                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
+                         narrow_f64, round_f64,   add_f32_out, scan_f64,      fix_f64,          unfix_f64,
+                         exact_f32,  pack_i64,    add_pairs,   add_f32_pairs, normalize_pairs,  narrow_pairs};
   return k;
 }
 

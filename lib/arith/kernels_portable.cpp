@@ -370,11 +370,10 @@ void not_a_float_format(Format f, const char* kernel) {
 }
 
 const Kernels& portable_kernels() {
-  static const Kernels k{"portable",       any_special,      add_f32,       add_f64,         add_f64_checked,
-                         add_f32_checked,  exp_range,        add_i64,       round_f32,       odd_f64,
-                         add_f32_screened, add_f64_screened, narrow_f64,    round_f64,       add_f32_out,
-                         scan_f64,         fix_f64,          unfix_f64,     exact_f32,       pack_i64,
-                         add_pairs,        add_f32_pairs,    normalize_pairs, narrow_pairs};
+  static const Kernels k{"portable", any_special, add_f32,     add_f64,       add_f64_checked,  add_f32_checked,
+                         exp_range,  add_i64,     round_f32,   odd_f64,       add_f32_screened, add_f64_screened,
+                         narrow_f64, round_f64,   add_f32_out, scan_f64,      fix_f64,          unfix_f64,
+                         exact_f32,  pack_i64,    add_pairs,   add_f32_pairs, normalize_pairs,  narrow_pairs};
   return k;
 }
 

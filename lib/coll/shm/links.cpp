@@ -13,6 +13,7 @@
 #include "coll/job_links.hpp"
 #include "coll/shm/channel.hpp"
 #include "coll/shm/doorbell.hpp"
+#include "coll/spin.hpp"
 #include "coll/tcp/fd.hpp"
 
 namespace prism::coll::shm {
@@ -22,21 +23,7 @@ using Clock = std::chrono::steady_clock;
 using std::to_string;
 
 constexpr auto kLivenessEvery = std::chrono::milliseconds(100);  // a dead peer is seen within this of a wait
-// Before sleeping on the futex, a wait polls its rings between sched_yield()s for kSpin when the
-// group has no more ranks than this process may use CPUs, kSpinOversubscribed when it has more.
-// Yielding, not pausing: the peer it waits for (or another program) gets the CPU. Measured on 2
-// busy vCPUs, 4 KiB ping-pong one way: pause-spinning 20 us 30 us (200 us when the spin outlasted
-// the peer's time slice), futex at once 9-31 us, yielding 2-3 us. With more ranks than CPUs a long
-// spin costs the ranks that compute (4 ranks' 16 MiB RHD allreduce on 2 vCPUs: 50 us slower than
-// none in 4 runs of 4), a short one does not: 5 us against none, 4 ranks' RHD 1.00-1.06x, 8 ranks'
-// RHD and ring 1.06-2.1x (5 runs of 5), 4- and 8-rank exchanges of 4-64 KiB 1.7-1.9x.
-constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kSpinOversubscribed = std::chrono::microseconds(5);
-
-int cpus_usable() {
-  cpu_set_t set;
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-}
+// Before sleeping on the futex, a wait polls its rings between sched_yield()s (spin.hpp).
 
 // A peer's process, watched through a pidfd (readable once it has exited,
 // zombie or not); kill(pid, 0) where pidfds are missing.
@@ -64,7 +51,7 @@ class ShmLinks final : public JobLinks<SendJob, RecvJob> {
     const size_t n = segs_.size();
     me_ = segs_[size_t(rank)].header();
     out_.resize(n), in_.resize(n), watch_.resize(n);
-    spin_ = int(n) <= cpus_usable() ? kSpin : kSpinOversubscribed;
+    spin_ = spin_for(int(n));
     for (size_t j = 0; j < n; ++j) {
       if (int(j) == rank) continue;
       Header* h = segs_[j].header();

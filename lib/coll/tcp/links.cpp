@@ -1,6 +1,7 @@
 #include "coll/tcp/links.hpp"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "coll/job_links.hpp"
+#include "coll/spin.hpp"
 #include "coll/tcp/pair.hpp"
 
 namespace prism::coll {
@@ -24,7 +26,12 @@ int ms_until(Clock::time_point t, Clock::time_point now) {
 class TcpLinks final : public JobLinks<SendJob, RecvJob> {
  public:
   TcpLinks(int rank, uint32_t group, std::vector<Fd> fds, std::chrono::milliseconds timeout)
-      : JobLinks(rank), group_(group), timeout_(timeout), pairs_(fds.size()), stage_(kStage) {
+      : JobLinks(rank),
+        group_(group),
+        timeout_(timeout),
+        spin_(spin_for(int(fds.size()))),
+        pairs_(fds.size()),
+        stage_(kStage) {
     for (size_t j = 0; j < fds.size(); ++j) pairs_[j].adopt(std::move(fds[j]));
   }
   int size() const override { return int(pairs_.size()); }
@@ -69,9 +76,15 @@ class TcpLinks final : public JobLinks<SendJob, RecvJob> {
       Clock::time_point wake = Clock::time_point::max();
       if (s_wait) wake = std::min(wake, last_s + timeout_);
       if (r_wait) wake = std::min(wake, last_r + timeout_);
+      // Before sleeping in poll(), poll without sleeping between sched_yield()s (spin.hpp).
+      int ready = poll(pf.data(), pf.size(), 0);
+      for (const Clock::time_point spin_end = Clock::now() + spin_; ready == 0 && Clock::now() < spin_end;) {
+        sched_yield();
+        ready = poll(pf.data(), pf.size(), 0);
+      }
       now = Clock::now();
-      if (poll(pf.data(), pf.size(), ms_until(wake, now)) < 0 && errno != EINTR)
-        throw LinkError(me + ": poll(): " + std::strerror(errno));
+      if (ready == 0) ready = poll(pf.data(), pf.size(), ms_until(wake, now));
+      if (ready < 0 && errno != EINTR) throw LinkError(me + ": poll(): " + std::strerror(errno));
       for (size_t i = 0; i < pf.size(); ++i) {
         if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (read(who[i], r) && r_wait && who[i] == r->peer) last_r = Clock::now();
@@ -93,7 +106,8 @@ class TcpLinks final : public JobLinks<SendJob, RecvJob> {
 
   uint32_t group_;
   std::chrono::milliseconds timeout_;
-  std::vector<Pair> pairs_;  // [rank] is never open
+  std::chrono::microseconds spin_;  // spin.hpp
+  std::vector<Pair> pairs_;         // [rank] is never open
   std::vector<uint8_t> stage_;
 };
 

@@ -1,5 +1,6 @@
 // The Links over connected pairs (tcp.hpp's progress rules): every wait is
-// one poll() over all peers, reading what each sends into its queue.
+// one poll() over all peers (after a short spin of non-sleeping polls,
+// spin.hpp), reading what each sends into its queue.
 #pragma once
 
 #include <chrono>
