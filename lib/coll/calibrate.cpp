@@ -263,8 +263,8 @@ Calibration calibrate(Links& t, const ReduceOp& op, const void* sample, size_t c
 std::string to_json(const CostParams& c) {
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"alpha\":%.9g,\"beta\":%.9g,\"gap\":%.9g,\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_"
-                "large\":%.9g,"
+                "{\"alpha\":%.9g,\"beta\":%.9g,\"gap\":%.9g,"
+                "\"local\":%.9g,\"local_large\":%.9g,\"gamma\":%.9g,\"gamma_large\":%.9g,"
                 "\"gamma_single\":%.9g,"
                 "\"partial_ratio\":%.9g,\"partial_ratio_single\":%.9g,"
                 "\"out_ratio\":%.9g,\"ranks_per_host\":%.9g,\"host_cores\":%.9g,\"merge_share\":%.9g,"

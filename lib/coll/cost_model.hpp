@@ -133,8 +133,8 @@ struct CostParams {
   // child encodes the next: only the merges are on the root's path.
   double merge_share = 1, merge_share_single = 1;
   // s per message of a stream, beyond its bytes (what the binomial tree's
-  // blocks pay at the rank that takes them: they do not wait, so alpha is
-  // not theirs, but each is still a call and a wake-up).
+  // blocks pay at the rank that takes them: they do not wait for each
+  // other, so alpha is not theirs, but each is still a call).
   double gap = 0;
   double out_ratio = 1;  // o: result bytes per input byte
   // Ranks that share a host share its cores: the most ranks on one host, and

@@ -21,7 +21,8 @@
 //
 // Progress: sockets are non-blocking and every wait is one poll() over all
 // peers, which first polls without sleeping between sched_yield()s for a few
-// microseconds (coll/spin.hpp: a wake-up costs 10-30 us on a VM). While a rank waits (to send, or to receive from one peer), what
+// microseconds (coll/spin.hpp: a wake-up costs 10-30 us on a VM). While a
+// rank waits (to send, or to receive from one peer), what
 // every peer sends is read into per-peer queues, so no pattern of sends
 // deadlocks (each side drains the other), sendrecv included, and recv(peer)
 // takes the next message from that peer whatever arrived from others
