@@ -1,0 +1,111 @@
+#include "mpi/comm_state.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rendezvous/tcp_store.hpp"
+
+namespace prism::mpi {
+namespace {
+
+int g_keyval = MPI_KEYVAL_INVALID;
+
+int delete_state(MPI_Comm, int, void* value, void*) {
+  delete static_cast<CommState*>(value);  // leaves the group: its links close, its switch job is given back
+  return MPI_SUCCESS;
+}
+
+// Whether every rank of `comm` shares this node.
+bool all_on_one_node(MPI_Comm comm) {
+  MPI_Comm node;
+  PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int here = 0, all = 0;
+  PMPI_Comm_size(node, &here);
+  PMPI_Comm_size(comm, &all);
+  PMPI_Comm_free(&node);
+  return here == all;
+}
+
+// Every rank's outcome: "" where it succeeded, else its message. The first
+// rank's message that failed, or "" when none did.
+std::string agree(MPI_Comm comm, const std::string& mine) {
+  int failed = mine.empty() ? 0 : 1, any = 0, size = 0, rank = 0;
+  PMPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (!any) return {};
+  PMPI_Comm_size(comm, &size);
+  PMPI_Comm_rank(comm, &rank);
+  // The lowest failed rank's message, to everyone.
+  int who = failed ? rank : size, first = size;
+  PMPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, comm);
+  std::vector<char> text(1024, 0);
+  if (rank == first) std::strncpy(text.data(), mine.c_str(), text.size() - 1);
+  PMPI_Bcast(text.data(), int(text.size()), MPI_CHAR, first, comm);
+  return "rank " + std::to_string(first) + " of the communicator: " + text.data();
+}
+
+std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
+  auto st = std::make_unique<CommState>();
+  int inter = 0, size = 0, rank = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter) {
+    st->why_not = "an intercommunicator";
+    return st;
+  }
+  PMPI_Comm_size(comm, &size);
+  PMPI_Comm_rank(comm, &rank);
+  if (size < 2) return st;  // nothing to reduce with anyone: Open MPI's copy
+  const std::string host = !s.host.empty() ? s.host : all_on_one_node(comm) ? "127.0.0.1" : "";
+  // Rank 0 serves the store and tells every rank where.
+  std::string mine;
+  std::shared_ptr<rdv::TcpStore> store;
+  char where[256] = {};
+  if (rank == 0) {
+    try {
+      // Across nodes without PRISM_MPI_HOST: rank 0's host name, as its peers resolve it.
+      char name[200] = {};
+      if (host.empty() && gethostname(name, sizeof name - 1) != 0) throw std::runtime_error("gethostname() failed");
+      const std::string at = host.empty() ? std::string(name) : host;
+      store = std::make_shared<rdv::TcpStore>(at, 0, true);
+      std::snprintf(where, sizeof where, "%s:%u", at.c_str(), unsigned(store->port()));
+    } catch (const std::exception& e) {
+      mine = e.what();
+    }
+  }
+  if (const std::string err = agree(comm, mine); !err.empty()) throw std::runtime_error(err);
+  PMPI_Bcast(where, sizeof where, MPI_CHAR, 0, comm);
+  try {
+    std::string w(where);
+    const size_t colon = w.rfind(':');
+    if (rank != 0)
+      store = std::make_shared<rdv::TcpStore>(w.substr(0, colon), uint16_t(std::stoi(w.substr(colon + 1))), false);
+    GroupOptions o;
+    o.algorithm = s.algorithm;
+    o.host_ip = host;
+    st->group = std::make_unique<Group>(Group::from_store(store, rank, size, o));
+  } catch (const std::exception& e) {
+    mine = e.what();
+  }
+  if (const std::string err = agree(comm, mine); !err.empty()) throw std::runtime_error(err);
+  return st;
+}
+
+}  // namespace
+
+CommState& comm_state(MPI_Comm comm, const Settings& s) {
+  if (g_keyval == MPI_KEYVAL_INVALID) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &g_keyval, nullptr);
+  void* v = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, g_keyval, &v, &found);
+  if (found) return *static_cast<CommState*>(v);
+  std::unique_ptr<CommState> st = set_up(comm, s);
+  CommState* raw = st.release();
+  PMPI_Comm_set_attr(comm, g_keyval, raw);
+  return *raw;
+}
+
+}  // namespace prism::mpi

@@ -1,0 +1,34 @@
+// libprism-mpi's settings, from the environment (read once, at the first
+// collective):
+//   PRISM_MPI        off: every call goes to Open MPI untouched (default on)
+//   PRISM_ALGO       switch|binomial|chain|rhd|ring|auto (default auto)
+//   PRISM_POLICY     kulisch|fp32_arrival|fp32_binomial (default kulisch)
+//   PRISM_MPI_16BIT  bf16|fp16: what MPI_SHORT, MPI_INT16_T and MPI_UINT16_T
+//                    hold (default: none; such calls go to Open MPI)
+//   PRISM_MPI_HOST   the address rank 0 serves the rendezvous store at, and
+//                    every rank's host links' (default: 127.0.0.1 when every
+//                    rank of the communicator shares a node, else found)
+//   PRISM_SWITCH, PRISM_POOL  a switch and its job pool (prism::GroupOptions)
+// A value it does not know is an error naming the variable and the values
+// it takes.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "prism/group.hpp"
+
+namespace prism::mpi {
+
+struct Settings {
+  bool enabled = true;
+  Algorithm algorithm = Algorithm::AUTO;
+  Policy policy = Policy::KULISCH_FIXED;
+  std::optional<Format> half;  // what the 16-bit integer types hold
+  std::string host;
+};
+
+// Throws std::invalid_argument naming the variable.
+Settings settings_from_env();
+
+}  // namespace prism::mpi
