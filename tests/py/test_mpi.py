@@ -1,0 +1,129 @@
+"""libprism-mpi.so under an unmodified MPI program (tests/mpi/allreduce.c), with Open MPI's mpirun:
+MPI_Allreduce of floats through PRISM gives every rank the exact sum rounded once (prism_ref, the
+independent reference model), in place or not, whatever the algorithm or the rank count; what PRISM
+does not take (doubles) goes to Open MPI untouched; a bad setting is an MPI error that says what is
+wrong."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'tools'))
+import prism_ref  # noqa: E402
+import switch_util as su  # noqa: E402
+from bench_util import mpirun_prefix  # noqa: E402
+
+LIB = su.BUILD / 'mpi' / 'libprism-mpi.so'
+PROG = su.BUILD / 'tests' / 'mpi' / 'allreduce'
+
+
+def require():
+    if not shutil.which('mpirun'):
+        pytest.fail('mpirun not found: scripts/setup.sh installs openmpi-bin')
+    for f in (LIB, PROG):
+        if not f.is_file():
+            pytest.fail(f'{f} not built (meson builds it when Open MPI is installed)')
+
+
+def run(tmp: Path, p: int, count: int, seed: int, env: dict | None = None, preload=True,
+        mca: tuple = ()) -> subprocess.CompletedProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    cmd = mpirun_prefix(p) + ['--mca', 'btl', 'self,tcp', '--mca', 'btl_tcp_if_include', 'lo',
+                              '--mca', 'oob_tcp_if_include', 'lo', '--mca', 'mpi_yield_when_idle', '1']
+    for k, v in mca:
+        cmd += ['--mca', k, v]
+    e = dict(os.environ)
+    e.update(env or {})
+    if preload:
+        e['LD_PRELOAD'] = str(LIB)
+        e['LD_LIBRARY_PATH'] = str(su.BUILD / 'lib')
+    for k in ('LD_PRELOAD', 'LD_LIBRARY_PATH', 'PRISM_ALGO', 'PRISM_POLICY', 'PRISM_MPI', 'PRISM_LINKS'):
+        if k in e:
+            cmd += ['-x', k]
+    cmd += [str(PROG), str(count), str(seed), str(tmp)]
+    return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=300)
+
+
+def results(tmp: Path, p: int, count: int):
+    ins = [np.fromfile(tmp / f'in{r}.f32', dtype=np.uint32) for r in range(p)]
+    outs = [np.fromfile(tmp / f'out{r}.f32', dtype=np.uint32) for r in range(p)]
+    d_outs = [np.fromfile(tmp / f'out{r}.f64', dtype=np.uint64) for r in range(p)]
+    assert all(len(o) == 2 * count for o in outs), [len(o) for o in outs]
+    return ins, outs, d_outs
+
+
+def exact(ins) -> np.ndarray:
+    out, flags = prism_ref.reduce('fp32', 'kulisch', 'fp32', 'ieee', [a.tobytes() for a in ins])
+    assert flags == {'overflow': 0, 'invalid': 0, 'nan_input': 0}, flags
+    return np.frombuffer(out, dtype=np.uint32)
+
+
+@pytest.mark.parametrize('p,algo', [(2, 'auto'), (3, 'rhd'), (3, 'ring'), (4, 'auto'), (4, 'binomial'),
+                                    (4, 'chain'), (4, 'ring')])
+def test_float_allreduce_is_the_exact_sum_rounded_once(tmp_path, p, algo):
+    require()
+    count = 70001
+    r = run(tmp_path, p, count, seed=5, env={'PRISM_ALGO': algo})
+    assert r.returncode == 0, r.stdout + r.stderr
+    ins, outs, _ = results(tmp_path, p, count)
+    want = exact(ins)
+    for rank, o in enumerate(outs):
+        assert np.array_equal(o[:count], want), f'rank {rank}: out of place differs from the exact sum'
+        assert np.array_equal(o[count:], want), f'rank {rank}: in place differs from the exact sum'
+    if p >= 3:  # the data are such that the order matters: a plain fp32 sum differs (at p = 2 it is one rounding)
+        naive = np.sum(np.stack([a.view(np.float32) for a in ins]), axis=0, dtype=np.float32).view(np.uint32)
+        assert np.count_nonzero(naive != want) > count // 20
+
+
+def test_open_mpis_algorithms_disagree_and_prism_does_not(tmp_path):
+    """Open MPI's own allreduce algorithms (coll_tuned) give different float sums of the same data;
+    with libprism-mpi every one of those runs gives the exact sum."""
+    require()
+    p, count = 4, 50000
+    plain, prism = [], []
+    for n, alg in enumerate(('1', '3', '4', '6')):  # basic linear, recursive doubling, ring, Rabenseifner
+        mca = (('coll_tuned_use_dynamic_rules', '1'), ('coll_tuned_allreduce_algorithm', alg))
+        for preload, into in ((False, plain), (True, prism)):
+            d = tmp_path / f'{alg}-{int(preload)}'
+            r = run(d, p, count, seed=9, preload=preload, mca=mca)
+            assert r.returncode == 0, r.stdout + r.stderr
+            ins, outs, _ = results(d, p, count)
+            into.append(outs[0][:count])
+    want = exact(ins)
+    assert len({o.tobytes() for o in plain}) > 1, "Open MPI's algorithms agreed: the data do not show the point"
+    assert all(np.array_equal(o, want) for o in prism)
+
+
+def test_doubles_go_to_open_mpi_untouched(tmp_path):
+    """MPI_DOUBLE is not PRISM's (no exact double sum yet): the preloaded run gives Open MPI's own bits."""
+    require()
+    p, count = 3, 20000
+    a, b = tmp_path / 'plain', tmp_path / 'prism'
+    for d, preload in ((a, False), (b, True)):
+        r = run(d, p, count, seed=3, preload=preload)
+        assert r.returncode == 0, r.stdout + r.stderr
+    _, _, plain = results(a, p, count)
+    _, _, prism = results(b, p, count)
+    assert all(np.array_equal(x, y) for x, y in zip(plain, prism))
+
+
+def test_prism_mpi_off_leaves_every_call_to_open_mpi(tmp_path):
+    require()
+    p, count = 3, 20000
+    a, b = tmp_path / 'plain', tmp_path / 'off'
+    assert run(a, p, count, seed=4, preload=False).returncode == 0
+    r = run(b, p, count, seed=4, env={'PRISM_MPI': 'off'})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert results(a, p, count)[1][0].tobytes() == results(b, p, count)[1][0].tobytes()
+
+
+def test_a_bad_setting_is_an_mpi_error_naming_it(tmp_path):
+    require()
+    r = run(tmp_path, 2, 100, seed=1, env={'PRISM_ALGO': 'fastest'})
+    assert r.returncode != 0
+    assert 'PRISM_ALGO=fastest: not one of auto, switch, binomial, chain, rhd, ring' in r.stderr + r.stdout
