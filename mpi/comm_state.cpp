@@ -84,7 +84,7 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
     if (rank != 0)
       store = std::make_shared<rdv::TcpStore>(w.substr(0, colon), uint16_t(std::stoi(w.substr(colon + 1))), false);
     GroupOptions o;
-    o.algorithm = s.algorithm;
+    o.algorithm = Algorithm::AUTO;  // each call names its own (intercept.cpp: PRISM_ALGO where it runs the call)
     o.host_ip = host;
     st->group = std::make_unique<Group>(Group::from_store(store, rank, size, o));
   } catch (const std::exception& e) {

@@ -127,3 +127,48 @@ def test_a_bad_setting_is_an_mpi_error_naming_it(tmp_path):
     r = run(tmp_path, 2, 100, seed=1, env={'PRISM_ALGO': 'fastest'})
     assert r.returncode != 0
     assert 'PRISM_ALGO=fastest: not one of auto, switch, binomial, chain, rhd, ring' in r.stderr + r.stdout
+
+
+COLL = su.BUILD / 'tests' / 'mpi' / 'collectives'
+
+
+def run_collectives(tmp: Path, p: int, count: int, seed: int, env: dict | None = None, preload=True):
+    global PROG
+    saved, PROG = PROG, COLL
+    try:
+        return run(tmp, p, count, seed, env, preload)
+    finally:
+        PROG = saved
+
+
+@pytest.mark.parametrize('p,algo', [(2, 'auto'), (3, 'auto'), (4, 'ring'), (5, 'rhd')])
+def test_every_collective_it_takes(tmp_path, p, algo):
+    """MPI_Reduce (to root 1, in place too), MPI_Reduce_scatter_block (in place too), MPI_Iallreduce:
+    the exact float sum rounded once; MPI_Allreduce of MPI_INT: the integer sum; MPI_Bcast of doubles
+    and MPI_Allgather of ints (in place too): the root's and every rank's bytes."""
+    require()
+    if not COLL.is_file():
+        pytest.fail(f'{COLL} not built')
+    count = 30001 // p * p
+    b = count // p
+    r = run_collectives(tmp_path, p, count, seed=13, env={'PRISM_ALGO': algo})
+    assert r.returncode == 0, r.stdout + r.stderr
+    raw = [np.fromfile(tmp_path / f'in{k}.bin', dtype=np.uint32) for k in range(p)]
+    xs = [a[:count] for a in raw]
+    ks = [a[count:].view(np.int32) for a in raw]
+    want = exact(xs)
+    root = 1 % p
+    red = np.fromfile(tmp_path / f'reduce{root}.bin', dtype=np.uint32)
+    assert np.array_equal(red[:count], want) and np.array_equal(red[count:], want), 'MPI_Reduce'
+    for k in range(p):
+        rsb = np.fromfile(tmp_path / f'rsb{k}.bin', dtype=np.uint32)
+        assert np.array_equal(rsb[:b], want[k * b:(k + 1) * b]), f'rank {k}: MPI_Reduce_scatter_block'
+        assert np.array_equal(rsb[b:], want[k * b:(k + 1) * b]), f'rank {k}: MPI_Reduce_scatter_block in place'
+        assert np.array_equal(np.fromfile(tmp_path / f'iar{k}.bin', dtype=np.uint32), want), f'rank {k}: Iallreduce'
+        isum = np.sum(np.stack([a.astype(np.int64) for a in ks]), axis=0)
+        assert np.array_equal(np.fromfile(tmp_path / f'i32{k}.bin', dtype=np.int32), isum), f'rank {k}: int sum'
+        bc = np.fromfile(tmp_path / f'bcast{k}.bin', dtype=np.float64)
+        assert np.array_equal(bc, xs[p - 1].view(np.float32).astype(np.float64) * 3.0), f'rank {k}: MPI_Bcast'
+        ag = np.fromfile(tmp_path / f'ag{k}.bin', dtype=np.int32)
+        gathered = np.concatenate([ks[u][u * b:(u + 1) * b] for u in range(p)])
+        assert np.array_equal(ag[:count], gathered) and np.array_equal(ag[count:], gathered), f'rank {k}: Allgather'
