@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,33 @@ CollOptions options(Collective c, const Settings& s, int root = 0, std::optional
   return o;
 }
 
+// A sum collective. MPI's result has the input's datatype: an int32 sum
+// that overflows, or an int8 one beyond int8 (summed in int32), is an
+// error, where Open MPI's own sum would wrap silently. `out_elems`: this
+// rank's result's elements (0 where it has none).
+void sum(Group& g, Collective c, const void* in, void* out, size_t count, size_t out_elems, Format f, const Settings& s,
+         int root = 0) {
+  const char* type = f == Format::INT8 ? "8-bit" : "32-bit";
+  if (f != Format::INT8) {
+    const CollReport r = g.run(c, in, out, count, f, options(c, s, root, f));
+    if (f == Format::INT32 && r.overflow)
+      throw std::overflow_error("the sum of these " + std::string(type) + " integers overflows in " +
+                                std::to_string(r.overflow) + " of " + std::to_string(out_elems) +
+                                " elements (PRISM does not wrap it around, as Open MPI's sum would)");
+    return;
+  }
+  std::vector<int32_t> wide(out ? out_elems : 0);
+  g.run(c, in, out ? wide.data() : nullptr, count, f, options(c, s, root, Format::INT32));
+  size_t beyond = 0;
+  for (int32_t v : wide) beyond += v < -128 || v > 127;
+  if (beyond)
+    throw std::overflow_error("the sum of these " + std::string(type) + " integers overflows in " +
+                              std::to_string(beyond) + " of " + std::to_string(out_elems) +
+                              " elements (PRISM does not wrap it around, as Open MPI's sum would)");
+  auto* o = static_cast<int8_t*>(out);
+  for (size_t i = 0; i < wide.size(); ++i) o[i] = int8_t(wide[i]);
+}
+
 // PRISM's message as an MPI error on `comm` (its error handler decides:
 // MPI_ERRORS_ARE_FATAL, the default, aborts the job with the message).
 int fail(MPI_Comm comm, const std::string& what) {
@@ -127,8 +155,8 @@ int greq_cancel(void*, int) { return MPI_SUCCESS; }
 }  // namespace prism::mpi
 
 using namespace prism::mpi;
-using prism::Format;
 using prism::Collective;
+using prism::Format;
 using prism::Group;
 
 extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -139,8 +167,8 @@ extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_
       [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
       [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); },
       [&](Group& g, const Settings& s) {
-        g.allreduce(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count), *f,
-                    options(Collective::ALLREDUCE, s, 0, f));
+        sum(g, Collective::ALLREDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count),
+            size_t(count), *f, s);
       });
 }
 
@@ -153,8 +181,8 @@ extern "C" int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI
       [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
       [&] { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); },
       [&](Group& g, const Settings& s) {
-        g.allreduce(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count), *f,
-                    options(Collective::ALLREDUCE, s, 0, f));
+        sum(g, Collective::ALLREDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count),
+            size_t(count), *f, s);
         PMPI_Grequest_start(greq_query, greq_free, greq_cancel, nullptr, request);
         PMPI_Grequest_complete(*request);
       });
@@ -167,8 +195,9 @@ extern "C" int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Dat
       "MPI_Reduce", comm, [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
       [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); },
       [&](Group& g, const Settings& s) {  // MPI_IN_PLACE (the root's): its input is in recvbuf
-        g.reduce(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count), *f,
-                 options(Collective::REDUCE, s, root, f));
+        const bool at_root = g.rank() == root;
+        sum(g, Collective::REDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, at_root ? recvbuf : nullptr,
+            size_t(count), at_root ? size_t(count) : 0, *f, s, root);
       });
 }
 
@@ -186,8 +215,7 @@ extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int 
           const auto* b = static_cast<const uint8_t*>(recvbuf);
           in.assign(b, b + n * prism::format_bytes(*f));
         }
-        g.reduce_scatter(in.empty() ? sendbuf : in.data(), recvbuf, n, *f,
-                         options(Collective::REDUCE_SCATTER, s, 0, f));
+        sum(g, Collective::REDUCE_SCATTER, in.empty() ? sendbuf : in.data(), recvbuf, n, size_t(recvcount), *f, s);
       });
 }
 

@@ -172,3 +172,40 @@ def test_every_collective_it_takes(tmp_path, p, algo):
         ag = np.fromfile(tmp_path / f'ag{k}.bin', dtype=np.int32)
         gathered = np.concatenate([ks[u][u * b:(u + 1) * b] for u in range(p)])
         assert np.array_equal(ag[:count], gathered) and np.array_equal(ag[count:], gathered), f'rank {k}: Allgather'
+
+
+INTS = su.BUILD / 'tests' / 'mpi' / 'integers'
+
+
+def run_integers(tmp: Path, p: int, mode: str, preload=True) -> subprocess.CompletedProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    cmd = mpirun_prefix(p) + ['--mca', 'btl', 'self,tcp', '--mca', 'btl_tcp_if_include', 'lo',
+                              '--mca', 'oob_tcp_if_include', 'lo', '--mca', 'mpi_yield_when_idle', '1']
+    e = dict(os.environ)
+    if preload:
+        e['LD_PRELOAD'], e['LD_LIBRARY_PATH'] = str(LIB), str(su.BUILD / 'lib')
+        cmd += ['-x', 'LD_PRELOAD', '-x', 'LD_LIBRARY_PATH']
+    return subprocess.run(cmd + [str(INTS), mode, str(tmp)], env=e, capture_output=True, text=True, timeout=120)
+
+
+def test_int8_sums_that_fit_are_exact(tmp_path):
+    require()
+    r = run_integers(tmp_path, 3, 'int8')
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [np.fromfile(tmp_path / f'i8{k}.bin', dtype=np.int8) for k in range(3)]
+    want = np.sum(np.stack([f[:1000].astype(np.int32) for f in files]), axis=0)
+    assert want.min() >= -128 and want.max() <= 127
+    for f in files:
+        assert np.array_equal(f[1000:].astype(np.int32), want)
+
+
+@pytest.mark.parametrize('mode,what', [('int32-over', '32-bit'), ('int8-over', '8-bit')])
+def test_an_integer_sum_beyond_its_type_is_an_error_not_a_wrap(tmp_path, mode, what):
+    """Open MPI wraps the sum around (the program runs and prints it); through PRISM it is an MPI
+    error that says how many elements overflowed."""
+    require()
+    plain = run_integers(tmp_path / 'plain', 2, mode, preload=False)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    r = run_integers(tmp_path / 'prism', 2, mode)
+    assert r.returncode != 0
+    assert f'the sum of these {what} integers overflows in' in r.stderr + r.stdout

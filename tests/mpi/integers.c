@@ -1,0 +1,36 @@
+/* MPI_SUM of integers whose sum fits, or does not fit, the datatype:
+ *   mpirun -np P integers MODE DIR
+ * MODE int8: MPI_INT8_T values in [-40, 40] (sums fit for P <= 3), written to DIR/i8<rank>.bin;
+ * int8-over: 100 from every rank (beyond int8 from P = 2); int32-over: 2^30 from every rank
+ * (beyond int32 from P = 2). Open MPI wraps such sums; libprism-mpi refuses them. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc != 3) MPI_Abort(MPI_COMM_WORLD, 2);
+  enum { N = 1000 };
+  if (!strcmp(argv[1], "int32-over")) {
+    int32_t a[N], b[N];
+    for (int i = 0; i < N; ++i) a[i] = i < 10 ? (1 << 30) : i;
+    MPI_Allreduce(a, b, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d: b[0] = %d\n", rank, b[0]);
+  } else {
+    int8_t a[N], b[N];
+    const int over = !strcmp(argv[1], "int8-over");
+    for (int i = 0; i < N; ++i) a[i] = over ? 100 : (int8_t)((i * 7 + rank * 13) % 81 - 40);
+    MPI_Allreduce(a, b, N, MPI_INT8_T, MPI_SUM, MPI_COMM_WORLD);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/i8%d.bin", argv[2], rank);
+    FILE* f = fopen(path, "wb");
+    fwrite(a, 1, N, f);
+    fwrite(b, 1, N, f);
+    fclose(f);
+  }
+  MPI_Finalize();
+  return 0;
+}
