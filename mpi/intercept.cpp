@@ -44,9 +44,12 @@ const Loaded& loaded() {
 
 // The PRISM format of a predefined datatype under MPI_SUM, or nothing.
 std::optional<Format> format_of(MPI_Datatype t, const Settings& s) {
-  if (t == MPI_FLOAT) return Format::FP32;
-  if (t == MPI_INT || t == MPI_INT32_T) return Format::INT32;
-  if (t == MPI_INT8_T || t == MPI_SIGNED_CHAR) return Format::INT8;
+  int size = 0;
+  PMPI_Type_size(t, &size);
+  // C's and Fortran's (REAL and INTEGER of the default kind when 4 bytes)
+  if (t == MPI_FLOAT || t == MPI_REAL4 || (t == MPI_REAL && size == 4)) return Format::FP32;
+  if (t == MPI_INT || t == MPI_INT32_T || t == MPI_INTEGER4 || (t == MPI_INTEGER && size == 4)) return Format::INT32;
+  if (t == MPI_INT8_T || t == MPI_SIGNED_CHAR || t == MPI_INTEGER1) return Format::INT8;
   if (s.half && (t == MPI_SHORT || t == MPI_INT16_T || t == MPI_UINT16_T)) return s.half;
   return std::nullopt;
 }

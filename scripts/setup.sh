@@ -10,7 +10,7 @@ PKGS=(
   tshark gnuplot-nox clang libclang-rt-14-dev valgrind
   iproute2 iputils-ping nftables ethtool
   librte-net-af-xdp23 libxdp1 libbpf1
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev gfortran   # gfortran: libprism-mpi's Fortran test program (tests/mpi)
   python3-torch   # tools/bench_coll.py --compare: Gloo's allreduce (torch.distributed, gloo, CPU)
 )
 missing=()

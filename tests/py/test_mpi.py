@@ -209,3 +209,40 @@ def test_an_integer_sum_beyond_its_type_is_an_error_not_a_wrap(tmp_path, mode, w
     r = run_integers(tmp_path / 'prism', 2, mode)
     assert r.returncode != 0
     assert f'the sum of these {what} integers overflows in' in r.stderr + r.stdout
+
+
+FORTRAN = su.BUILD / 'tests' / 'mpi' / 'allreduce_f'
+
+
+@pytest.mark.parametrize('p', [2, 3, 4])
+def test_a_fortran_program_goes_through_prism_too(tmp_path, p):
+    """Debian's Fortran bindings call PMPI_Allreduce directly: libprism-mpi wraps their entry points.
+    MPI_ALLREDUCE of REAL out of place and with Fortran's MPI_IN_PLACE, and MPI_REDUCE to rank 0:
+    the exact sum rounded once; without the library Open MPI's sum differs from it (p >= 3)."""
+    require()
+    if not FORTRAN.is_file():
+        pytest.fail(f'{FORTRAN} not built (scripts/setup.sh installs gfortran)')
+    n = 50000
+    global PROG
+    saved, PROG = PROG, FORTRAN
+    try:
+        outs = {}
+        for preload in (True, False):
+            d = tmp_path / str(preload)
+            d.mkdir()
+            r = run(d, p, n, seed=0, preload=preload)
+            assert r.returncode == 0, r.stdout + r.stderr
+            outs[preload] = d
+    finally:
+        PROG = saved
+    d = outs[True]
+    ins = [np.fromfile(d / f'in{k}.f32', dtype=np.uint32) for k in range(p)]
+    want = exact(ins)
+    for k in range(p):
+        o = np.fromfile(d / f'out{k}.f32', dtype=np.uint32)
+        assert len(o) == (3 if k == 0 else 2) * n
+        for part in range(len(o) // n):
+            assert np.array_equal(o[part * n:(part + 1) * n], want), f'rank {k}, result {part}'
+    if p >= 3:
+        plain = np.fromfile(outs[False] / 'out0.f32', dtype=np.uint32)[:n]
+        assert not np.array_equal(plain, want), "Open MPI's own sum was the exact one: the data show nothing"
