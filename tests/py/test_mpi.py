@@ -246,3 +246,23 @@ def test_a_fortran_program_goes_through_prism_too(tmp_path, p):
     if p >= 3:
         plain = np.fromfile(outs[False] / 'out0.f32', dtype=np.uint32)[:n]
         assert not np.array_equal(plain, want), "Open MPI's own sum was the exact one: the data show nothing"
+
+
+def test_16_bit_words_as_bf16_with_prism_mpi_16bit(tmp_path):
+    """PRISM_MPI_16BIT=bf16: MPI_UINT16_T buffers hold bf16 values, summed exactly and rounded once
+    to bf16 (the reference model's bits); without it such a call is Open MPI's integer sum."""
+    require()
+    p, n = 3, 1000
+    e = dict(os.environ, PRISM_MPI_16BIT='bf16')
+    cmd = mpirun_prefix(p) + ['--mca', 'btl', 'self,tcp', '--mca', 'btl_tcp_if_include', 'lo',
+                              '--mca', 'oob_tcp_if_include', 'lo', '--mca', 'mpi_yield_when_idle', '1',
+                              '-x', 'LD_PRELOAD', '-x', 'LD_LIBRARY_PATH', '-x', 'PRISM_MPI_16BIT',
+                              str(INTS), 'bf16', str(tmp_path)]
+    e['LD_PRELOAD'], e['LD_LIBRARY_PATH'] = str(LIB), str(su.BUILD / 'lib')
+    r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [np.fromfile(tmp_path / f'h{k}.bin', dtype=np.uint16) for k in range(p)]
+    out, flags = prism_ref.reduce('bf16', 'kulisch', 'bf16', 'ieee', [f[:n].tobytes() for f in files])
+    want = np.frombuffer(out, dtype=np.uint16)
+    for k, f in enumerate(files):
+        assert np.array_equal(f[n:], want), f'rank {k}'
