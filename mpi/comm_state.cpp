@@ -87,6 +87,7 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
     o.algorithm = Algorithm::AUTO;  // each call names its own (intercept.cpp: PRISM_ALGO where it runs the call)
     o.host_ip = host;
     st->group = std::make_unique<Group>(Group::from_store(store, rank, size, o));
+    st->store = store;
   } catch (const std::exception& e) {
     mine = e.what();
   }

@@ -23,12 +23,14 @@
 
 #include "mpi/settings.hpp"
 #include "prism/group.hpp"
+#include "prism/store.hpp"
 
 namespace prism::mpi {
 
 struct CommState {
-  std::unique_ptr<Group> group;  // null: this communicator's collectives go to Open MPI (PMPI)
-  std::string why_not;           // why, when null ("" for a communicator of one rank)
+  std::shared_ptr<rdv::Store> store;  // the rendezvous store the group was made from (rank 0 serves it)
+  std::unique_ptr<Group> group;       // null: this communicator's collectives go to Open MPI (PMPI)
+  std::string why_not;                // why, when null ("" for a communicator of one rank)
 };
 
 // The communicator's state, set up collectively on the first call. Throws
