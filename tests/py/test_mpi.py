@@ -3,6 +3,7 @@ MPI_Allreduce of floats through PRISM gives every rank the exact sum rounded onc
 independent reference model), in place or not, whatever the algorithm or the rank count; what PRISM
 does not take (doubles) goes to Open MPI untouched; a bad setting is an MPI error that says what is
 wrong."""
+import json
 import os
 import shutil
 import subprocess
@@ -266,3 +267,18 @@ def test_16_bit_words_as_bf16_with_prism_mpi_16bit(tmp_path):
     want = np.frombuffer(out, dtype=np.uint16)
     for k, f in enumerate(files):
         assert np.array_equal(f[n:], want), f'rank {k}'
+
+
+def test_the_osu_style_benchmark_runs_both_ways(tmp_path):
+    """tools/bench_mpi.py --quick: the same program plainly and preloaded, every result checked
+    against the exact sum by the program itself (--check), a row per size and mode."""
+    require()
+    out = tmp_path / 'mpi.json'
+    r = subprocess.run(['/usr/bin/python3', str(Path(__file__).resolve().parents[2] / 'tools' / 'bench_mpi.py'),
+                        '--build', str(su.BUILD), '--quick', '--json', str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(out.read_text())
+    assert {(x['mode'], x['bytes']) for x in d['results']} == \
+        {(m, n) for m in ('mpi_tcp', 'mpi_vader', 'prism', 'prism_a') for n in (4, 4096)}
+    assert all(x['seconds_median'] > 0 for x in d['results'])
