@@ -9,6 +9,16 @@
 #include <stdio.h>
 #include <string.h>
 
+/* DIR/<tag><rank>.bin: the input, then the result (n elements of esz bytes each). */
+static void dump(const char* dir, const char* tag, int rank, const void* a, const void* b, size_t n, size_t esz) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s%d.bin", dir, tag, rank);
+  FILE* f = fopen(path, "wb");
+  fwrite(a, esz, n, f);
+  fwrite(b, esz, n, f);
+  fclose(f);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank;
@@ -22,12 +32,7 @@ int main(int argc, char** argv) {
       a[i] = (uint16_t)(((uint32_t)((i + rank) & 1) << 15) | (e << 7) | m); /* finite bf16 over 40 binades */
     }
     MPI_Allreduce(a, b, N, MPI_UINT16_T, MPI_SUM, MPI_COMM_WORLD);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/h%d.bin", argv[2], rank);
-    FILE* f = fopen(path, "wb");
-    fwrite(a, 2, N, f);
-    fwrite(b, 2, N, f);
-    fclose(f);
+    dump(argv[2], "h", rank, a, b, N, 2);
   } else if (!strcmp(argv[1], "int32-over")) {
     int32_t a[N], b[N];
     for (int i = 0; i < N; ++i) a[i] = i < 10 ? (1 << 30) : i;
@@ -38,12 +43,7 @@ int main(int argc, char** argv) {
     const int over = !strcmp(argv[1], "int8-over");
     for (int i = 0; i < N; ++i) a[i] = over ? 100 : (int8_t)((i * 7 + rank * 13) % 81 - 40);
     MPI_Allreduce(a, b, N, MPI_INT8_T, MPI_SUM, MPI_COMM_WORLD);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/i8%d.bin", argv[2], rank);
-    FILE* f = fopen(path, "wb");
-    fwrite(a, 1, N, f);
-    fwrite(b, 1, N, f);
-    fclose(f);
+    dump(argv[2], "i8", rank, a, b, N, 1);
   }
   MPI_Finalize();
   return 0;
