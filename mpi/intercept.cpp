@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coll/algorithms.hpp"
+#include "group/same_type_sum.hpp"
 #include "mpi/comm_state.hpp"
 #include "mpi/settings.hpp"
 
@@ -83,29 +84,12 @@ CollOptions options(Collective c, const Settings& s, int root = 0, std::optional
   return o;
 }
 
-// A sum collective. MPI's result has the input's datatype: an int32 sum
-// that overflows, or an int8 one beyond int8 (summed in int32), is an
-// error, where Open MPI's own sum would wrap silently. `out_elems`: this
-// rank's result's elements (0 where it has none).
+// A sum collective: MPI's result has the input's datatype (same_type_sum refuses an integer sum
+// that overflows it, where Open MPI's own sum would wrap silently). `out_elems`: this rank's
+// result's elements (0 where it has none).
 void sum(Group& g, Collective c, const void* in, void* out, size_t count, size_t out_elems, Format f, const Settings& s,
          int root = 0) {
-  const auto refuse = [&](uint64_t over) {
-    throw std::overflow_error("the sum of these " + std::string(f == Format::INT8 ? "8-bit" : "32-bit") +
-                              " integers overflows in " + std::to_string(over) + " of " + std::to_string(out_elems) +
-                              " elements (PRISM does not wrap it around, as Open MPI's sum would)");
-  };
-  if (f != Format::INT8) {
-    const CollReport r = g.run(c, in, out, count, f, options(c, s, root, f));
-    if (f == Format::INT32 && r.overflow) refuse(r.overflow);
-    return;
-  }
-  std::vector<int32_t> wide(out ? out_elems : 0);
-  g.run(c, in, out ? wide.data() : nullptr, count, f, options(c, s, root, Format::INT32));
-  size_t beyond = 0;
-  for (int32_t v : wide) beyond += v < -128 || v > 127;
-  if (beyond) refuse(beyond);
-  auto* o = static_cast<int8_t*>(out);
-  for (size_t i = 0; i < wide.size(); ++i) o[i] = int8_t(wide[i]);
+  same_type_sum(g, c, in, out, count, out_elems, f, options(c, s, root, f));
 }
 
 // PRISM's message as an MPI error on `comm` (its error handler decides:

@@ -11,7 +11,10 @@ PKGS=(
   iproute2 iputils-ping nftables ethtool
   librte-net-af-xdp23 libxdp1 libbpf1
   openmpi-bin libopenmpi-dev gfortran   # gfortran: libprism-mpi's Fortran test program (tests/mpi)
-  python3-torch   # tools/bench_coll.py --compare: Gloo's allreduce (torch.distributed, gloo, CPU)
+  # python3-torch (about 800 MB with its dependencies): the prism_torch backend and DDP hook
+  # (python/prism_torch, examples/torch) and Gloo's allreduce in tools/bench_coll.py --compare
+  python3-torch
+  python3-dev pybind11-dev libxxhash-dev   # the `prism` Python package (python/prism: pybind11, XXH3 digests)
 )
 missing=()
 for p in "${PKGS[@]}"; do
