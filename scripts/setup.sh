@@ -15,6 +15,7 @@ PKGS=(
   # (python/prism_torch, examples/torch) and Gloo's allreduce in tools/bench_coll.py --compare
   python3-torch
   python3-dev pybind11-dev libxxhash-dev   # the `prism` Python package (python/prism: pybind11, XXH3 digests)
+  python3-xxhash   # tests/py/test_torch.py: an independent XXH3 to check the digests
 )
 missing=()
 for p in "${PKGS[@]}"; do

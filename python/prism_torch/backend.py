@@ -209,7 +209,9 @@ class ProcessGroupPrism(dist.ProcessGroup):
         self.options = options or Options()
         o = self.options
         ms = int(timeout.total_seconds() * 1000) if timeout else 60000
-        self.group = prism.Group(TorchStore(store), rank, size, algorithm=o.algorithm, candidates=o.candidates,
+        # auto as the group's algorithm: every call names its own (_run: the chosen one where it runs the
+        # collective, auto's choice where it does not, e.g. broadcast with the switch chosen)
+        self.group = prism.Group(TorchStore(store), rank, size, algorithm='auto', candidates=o.candidates,
                                  name=name, switch=o.switch, pool=o.pool, host_ip=o.host_ip,
                                  calibration=o.calibration, connect_timeout_ms=ms, recv_timeout_ms=ms)
         self.digests = collections.deque(maxlen=o.history)  # one record per collective, newest last
