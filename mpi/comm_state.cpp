@@ -59,7 +59,8 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
   PMPI_Comm_size(comm, &size);
   PMPI_Comm_rank(comm, &rank);
   if (size < 2) return st;  // nothing to reduce with anyone: Open MPI's copy
-  const std::string host = !s.host.empty() ? s.host : all_on_one_node(comm) ? "127.0.0.1" : "";
+  const bool one_node = all_on_one_node(comm);
+  const std::string host = !s.host.empty() ? s.host : one_node ? "127.0.0.1" : "";
   // Rank 0 serves the store and tells every rank where.
   std::string mine;
   std::shared_ptr<rdv::TcpStore> store;
@@ -85,7 +86,9 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
       store = std::make_shared<rdv::TcpStore>(w.substr(0, colon), uint16_t(std::stoi(w.substr(colon + 1))), false);
     GroupOptions o;
     o.algorithm = Algorithm::AUTO;  // each call names its own (intercept.cpp: PRISM_ALGO where it runs the call)
-    o.host_ip = host;
+    // Each rank's host links: loopback on one node, else its own address towards the store's host
+    // (found by the group: a rank on another node never listens at rank 0's address).
+    o.host_ip = s.host.empty() && one_node ? "127.0.0.1" : "";
     st->group = std::make_unique<Group>(Group::from_store(store, rank, size, o));
     st->store = store;
   } catch (const std::exception& e) {

@@ -5,9 +5,11 @@
 //   PRISM_POLICY     kulisch|fp32_arrival|fp32_binomial (default kulisch)
 //   PRISM_MPI_16BIT  bf16|fp16: what MPI_SHORT, MPI_INT16_T and MPI_UINT16_T
 //                    hold (default: none; such calls go to Open MPI)
-//   PRISM_MPI_HOST   the address rank 0 serves the rendezvous store at, and
-//                    every rank's host links' (default: 127.0.0.1 when every
-//                    rank of the communicator shares a node, else found)
+//   PRISM_MPI_HOST   the address rank 0 serves the rendezvous store at
+//                    (default: 127.0.0.1 when every rank of the communicator
+//                    shares a node, else rank 0's host name); each rank's host
+//                    links listen at its own address towards it
+//                    (127.0.0.1 on one node)
 //   PRISM_SWITCH, PRISM_POOL  a switch and its job pool (prism::GroupOptions)
 // A value it does not know is an error naming the variable and the values
 // it takes.

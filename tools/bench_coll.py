@@ -64,7 +64,7 @@ algorithm, for p = 2, 4 and 8 (or the ranks given), and measured/predicted again
   --mca btl self,tcp (btl_tcp_if_include lo) --mca mpi_yield_when_idle 1 (at every p: a spinning
   rank at p = 2 on a shared 2-vCPU machine can wait a scheduler slice, ~24 ms, per step, in some
   launches); mpi_sm: the same with --mca btl self,vader; gloo:
-  p processes of /usr/bin/python3 tools/gloo_allreduce.py (torch.distributed, backend gloo, a CPU
+  p processes of /usr/bin/python3 tools/torch_allreduce.py (torch.distributed, backend gloo, a CPU
   tensor, a file store, GLOO_SOCKET_IFNAME=lo). One launch per p and dtype for every size; their
   data are their own (values whose sums are exact), and every result is checked against the
   exact sum (--check in both programs); bf16 runs under MPI as a user-defined sum, and is refused
@@ -575,13 +575,13 @@ SHORT = {'fp32_arrival': 'A', 'kulisch': 'K'}
 BASELINES = {   # name -> (label, what runs it)
     'mpi_tcp': ('MPI tcp', "Open MPI's MPI_Allreduce, --mca pml ob1 --mca btl self,tcp (loopback TCP only)"),
     'mpi_sm': ('MPI sm', "Open MPI's MPI_Allreduce, --mca pml ob1 --mca btl self,vader (shared memory)"),
-    'gloo': ('Gloo', "torch.distributed's gloo backend, all_reduce of a CPU tensor (tools/gloo_allreduce.py)"),
+    'gloo': ('Gloo', "torch.distributed's gloo backend, all_reduce of a CPU tensor (tools/torch_allreduce.py)"),
 }
 # Of each rank's JSON line, what --compare keeps (the rest are the switch path's counters, all zero here)
 # (policy, dtype, out_dtype and bytes are checked against what was asked, then dropped)
 RANK_KEYS = {'rank', 'seconds_min', 'seconds_median', 'cpu_seconds', 'algo', 'segments', 'digest'}
 SYS_PYTHON = '/usr/bin/python3'   # Debian's, with python3-torch (python3 on PATH may be another)
-GLOO = REPO / 'tools' / 'gloo_allreduce.py'
+GLOO = REPO / 'tools' / 'torch_allreduce.py'
 COMPARE_RANKS, COMPARE_SIZES, COMPARE_ALSO, COMPARE_LINKS = '2,4,8', '1MiB,4MiB,16MiB,64MiB', 'bf16:16MiB', 'tcp,shm'
 
 
@@ -668,7 +668,7 @@ def run_baseline(kind: str, mpi_bin: Path, work: Path, p: int, dtype: str, sizes
             cmds = [[SYS_PYTHON, str(GLOO), '--rank', str(r), '--ranks', str(p), '--init', f'file://{store}']
                     + common for r in range(p)]
             env = dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1')
-            command = f'GLOO_SOCKET_IFNAME=lo {SYS_PYTHON} tools/gloo_allreduce.py --rank R --ranks {p} ' \
+            command = f'GLOO_SOCKET_IFNAME=lo {SYS_PYTHON} tools/torch_allreduce.py --rank R --ranks {p} ' \
                       f'--init file://STORE ' + ' '.join(common)
         else:
             btl = 'self,tcp' if kind == 'mpi_tcp' else 'self,vader'

@@ -122,7 +122,7 @@ SYS_PYTHON = '/usr/bin/python3'   # Debian's, where python3-torch is installed
 
 
 def exact_sum(n: int, ranks: int, dtype: str):
-    """The exact allreduce of tools/mpi/mpi_allreduce.cpp's and tools/gloo_allreduce.py's data, computed
+    """The exact allreduce of tools/mpi/mpi_allreduce.cpp's and tools/torch_allreduce.py's data, computed
     here from the formula (integers, then scaled), independently of both programs' own checks."""
     import numpy as np
     i = np.arange(n, dtype=np.uint64)

@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'tools'))
 import prism_ref  # noqa: E402
 import switch_util as su  # noqa: E402
 from bench_util import mpirun_prefix  # noqa: E402
+from test_pool import pool_yaml  # noqa: E402
+from testbed import make_testbed, skip_unless_possible  # noqa: E402,F401
 
 LIB = su.BUILD / 'mpi' / 'libprism-mpi.so'
 PROG = su.BUILD / 'tests' / 'mpi' / 'allreduce'
@@ -282,3 +284,47 @@ def test_the_osu_style_benchmark_runs_both_ways(tmp_path):
     assert {(x['mode'], x['bytes']) for x in d['results']} == \
         {(m, n) for m in ('mpi_tcp', 'mpi_vader', 'prism', 'prism_a') for n in (4, 4096)}
     assert all(x['seconds_median'] > 0 for x in d['results'])
+
+
+AGENT = Path(__file__).resolve().parents[1] / 'mpi' / 'netns_agent.sh'
+
+
+def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_rhd_and_ring(make_testbed, tmp_path):
+    """mpirun in rank 0's namespace starts every other rank's daemon in that rank's namespace (as ssh
+    would on another machine: tests/mpi/netns_agent.sh), Open MPI's TCP over the testbed's bridge.
+    Rank 0 serves the store at its own address (PRISM_MPI_HOST); every rank's host links listen at
+    its own. With PRISM_ALGO=switch the job comes from the switch's pool and is given back."""
+    require()
+    skip_unless_possible()
+    p, count = 3, 30011
+    tb = make_testbed(ranks=p, layout='bridge', settings={'pools': pool_yaml(1000, 2, 4, '10.88.0.0/24')})
+    netns_map, log = tb.dir / 'netns.map', tb.dir / 'launches.log'
+    netns_map.write_text(''.join(f'{r.ip} {r.ns}\n' for r in tb.ranks))
+    switch = tb.substitute('{switch_ip}', tb.ranks[0]) + ':20562'
+    sent = []  # the switch's RESULTs after each run: the switch reduces, RHD and the ring do not use it
+    for algo in ('switch', 'rhd', 'ring'):
+        out = tmp_path / algo
+        out.mkdir()
+        env = dict(os.environ, PRISM_NETNS_MAP=str(netns_map), PRISM_NETNS_LOG=str(log), LD_PRELOAD=str(LIB),
+                   LD_LIBRARY_PATH=str(su.BUILD / 'lib'), PRISM_MPI_HOST=tb.ranks[0].ip, PRISM_ALGO=algo,
+                   PRISM_SWITCH=switch if algo == 'switch' else '', PRISM_POOL='1000' if algo == 'switch' else '0')
+        cmd = ['ip', 'netns', 'exec', tb.ranks[0].ns] + mpirun_prefix(p) + [
+            '--host', ','.join(f'{r.ip}:1' for r in tb.ranks), '--mca', 'plm_rsh_agent', str(AGENT),
+            '--mca', 'btl', 'self,tcp', '--mca', 'btl_tcp_if_include', 'prism0', '--mca', 'oob_tcp_if_include',
+            'prism0']
+        for k in ('LD_PRELOAD', 'LD_LIBRARY_PATH', 'PRISM_MPI_HOST', 'PRISM_ALGO', 'PRISM_SWITCH', 'PRISM_POOL'):
+            cmd += ['-x', k]
+        r = subprocess.run(cmd + [str(PROG), str(count), '11', str(out)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, f'{algo}: {r.stdout}{r.stderr}'
+        ins, outs, _ = results(out, p, count)
+        want = exact(ins)
+        for rank, o in enumerate(outs):
+            assert np.array_equal(o[:count], want) and np.array_equal(o[count:], want), f'{algo}, rank {rank}'
+        reducers = tb.telemetry('switch', ['/prism/reducers'])['/prism/reducers']
+        sent.append(sum(v for k, v in reducers.items() if k.endswith('_results_sent')))
+    launched = {line.split()[1] for line in log.read_text().splitlines()}
+    assert launched >= {r.ns for r in tb.ranks[1:]}, f'the daemons did not start in the ranks\' namespaces: {launched}'
+    pools = tb.telemetry('switch', ['/prism/pools'])['/prism/pools']
+    assert pools['pool1000']['allocated'] == 1 and pools['pool1000']['released'] == 1, pools
+    assert sent == [sent[0]] * 3 and sent[0] > 0, f'results the switch sent after switch, rhd, ring: {sent}'

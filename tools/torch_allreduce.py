@@ -59,6 +59,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument('--init', required=True, help='torch init_method: file:///PATH or tcp://127.0.0.1:PORT')
     ap.add_argument('--sizes', default='1048576', help='bytes per rank, comma-separated')
     ap.add_argument('--dtype', default='fp32', choices=['fp32', 'bf16'])
+    ap.add_argument('--backend', default='gloo', choices=['gloo', 'prism'])
+    ap.add_argument('--build', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build'),
+                    help='where prism_torch was built (--backend prism)')
     ap.add_argument('--repeat', type=int, default=5)
     ap.add_argument('--warmup', type=int, default=1)
     ap.add_argument('--target-seconds', type=float, default=0)
@@ -72,11 +75,15 @@ def main(argv: list[str]) -> int:
         import torch
         import torch.distributed as dist
     except ImportError as e:
-        print(f'gloo_allreduce: {e}: install Debian\'s python3-torch (scripts/setup.sh)', file=sys.stderr)
+        print(f'torch_allreduce: {e}: install Debian\'s python3-torch (scripts/setup.sh)', file=sys.stderr)
         return 2
     torch.set_num_threads(a.threads)
     os.environ.setdefault('GLOO_SOCKET_IFNAME', 'lo')
-    dist.init_process_group('gloo', init_method=a.init, rank=a.rank, world_size=a.ranks)
+    if a.backend == 'prism':
+        sys.path.insert(0, os.path.join(a.build, 'python'))
+        import prism_torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(a.backend, init_method=a.init, rank=a.rank, world_size=a.ranks)
+    ctl = dist.new_group(backend='gloo') if a.backend != 'gloo' else None  # the bookkeeping's
     tdtype = {'fp32': torch.float32, 'bf16': torch.bfloat16}[a.dtype]
     esz = 4 if a.dtype == 'fp32' else 2
     status = 0
@@ -85,7 +92,8 @@ def main(argv: list[str]) -> int:
         n = nbytes // esz
         src = torch.from_numpy(values(0, n, a.rank, a.dtype, np).astype(np.float32)).to(tdtype)
         buf = src.clone()
-        out = {'impl': 'gloo', 'ranks': a.ranks, 'dtype': a.dtype, 'bytes': n * esz, 'warmup': warmup,
+        out = {'impl': a.backend, 'policy': os.environ.get('PRISM_POLICY', 'kulisch') if a.backend == 'prism' else None,
+               'ranks': a.ranks, 'dtype': a.dtype, 'bytes': n * esz, 'warmup': warmup,
                'timing': 'back_to_back', 'torch': torch.__version__}
         try:
             own, warm, cpu = [], 0.0, 0.0
@@ -104,12 +112,12 @@ def main(argv: list[str]) -> int:
                 it += 1
                 if a.target_seconds > 0 and it == warmup:   # the slowest warmup decides, on every rank
                     w = torch.tensor([warm], dtype=torch.float64)
-                    dist.all_reduce(w, op=dist.ReduceOp.MAX)
+                    dist.all_reduce(w, op=dist.ReduceOp.MAX, group=ctl)
                     w = float(w[0])
                     reps = a.max_repeat if w <= 0 else round(a.target_seconds / w)
                     reps = max(a.min_repeat, min(max(a.min_repeat, a.max_repeat), reps))
         except RuntimeError as e:
-            out['error'] = f'torch {torch.__version__} gloo allreduce of {a.dtype}: {e}'
+            out['error'] = f'torch {torch.__version__} {a.backend} allreduce of {a.dtype}: {e}'
             out['unsupported'] = 'Invalid scalar type' in str(e)
             if a.rank == 0:
                 print(json.dumps(out), flush=True)
@@ -118,9 +126,9 @@ def main(argv: list[str]) -> int:
             os._exit(3 if out['unsupported'] else 1)
         own.sort()
         worst = torch.tensor([own[len(own) // 2], own[0]], dtype=torch.float64)   # this rank's median, min
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=ctl)
         cpu_all = torch.tensor([cpu], dtype=torch.float64)
-        dist.all_reduce(cpu_all, op=dist.ReduceOp.SUM)
+        dist.all_reduce(cpu_all, op=dist.ReduceOp.SUM, group=ctl)
         out.update({'repeat': reps, 'seconds_min': float(worst[1]), 'seconds_median': float(worst[0]),
                     'gbit_s': n * esz * 8 / float(worst[0]) / 1e9, 'cpu_seconds': float(cpu_all[0])})
         res = buf.float().numpy()
@@ -128,7 +136,7 @@ def main(argv: list[str]) -> int:
             lo, hi = n * a.rank // a.ranks, n * (a.rank + 1) // a.ranks
             want = sum(values(lo, hi, r, a.dtype, np) for r in range(a.ranks))
             bad = torch.tensor([int(np.count_nonzero(res[lo:hi].astype(np.float64) != want))], dtype=torch.int64)
-            dist.all_reduce(bad, op=dist.ReduceOp.SUM)
+            dist.all_reduce(bad, op=dist.ReduceOp.SUM, group=ctl)
             out['checked'] = True
             out['check_differ'] = int(bad[0])
             if out['check_differ']:
