@@ -48,12 +48,14 @@ def main() -> int:
     ap.add_argument('--bucket-cap-mb', type=float, default=25.0)
     ap.add_argument('--jitter', type=int, default=0, help='seed of the random sleeps (0: none)')
     ap.add_argument('--out', help="rank 0 writes the final weights' bytes here")
-    ap.add_argument('--digests', help='rank 0 writes each step\'s collective records (JSON lines) here')
+    ap.add_argument('--digests', help="rank 0 writes its collectives' records, digests on (JSON lines), here")
     a = ap.parse_args()
     if a.hook and a.backend != 'gloo':
         ap.error('--hook runs over a gloo process group: add --backend gloo')
     torch.set_num_threads(1)  # the same kernels (and so the same local gradients) every run
 
+    if a.digests:
+        os.environ['PRISM_TORCH_DIGEST'] = '1'
     import prism_torch  # registers the backend
     dist.init_process_group(a.backend)
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -65,7 +67,6 @@ def main() -> int:
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     teacher = torch.randn(32, 10, generator=torch.Generator().manual_seed(7))
     jitter = random.Random(a.jitter * 1000 + rank) if a.jitter else None
-    records = []
     for step in range(a.steps):
         x, y = batch(rank, step, teacher)
         loss = torch.nn.functional.mse_loss(net(x), y)
@@ -74,16 +75,14 @@ def main() -> int:
             time.sleep(jitter.uniform(0, 0.003))
         loss.backward()
         opt.step()
-        if a.backend == 'prism' or a.hook:
-            records.append(prism_torch.last_digest(state))
     weights = torch.cat([p.detach().reshape(-1) for p in net.module.parameters()])
     if rank == 0:
         if a.out:
             with open(a.out, 'wb') as f:
                 f.write(weights.numpy().tobytes())
-        if a.digests:
+        if a.digests and (a.backend == 'prism' or a.hook):
             with open(a.digests, 'w') as f:
-                f.writelines(json.dumps(r) + '\n' for r in records)
+                f.writelines(json.dumps(r) + '\n' for r in prism_torch.records(state))
         how = 'gloo' + (' + prism hook' if a.hook else '') if a.backend == 'gloo' else 'prism'
         det = prism_torch.determinism(state) if (a.backend == 'prism' or a.hook) else 'none (gloo)'
         print(f'{how}: {size} ranks, {a.steps} steps, bucket {a.bucket_cap_mb} MB, loss {loss.item():.6f}, '

@@ -5,7 +5,7 @@ a DDP communication hook, both over libprism's exact collectives.
     dist.init_process_group('prism')                   # torchrun's env://; the switch via PRISM_SWITCH/PRISM_POOL
     dist.all_reduce(grad)                              # exact: the same bits whatever the order or algorithm
     prism_torch.determinism()                          # 'exact'
-    prism_torch.last_digest()                          # the last result's XXH3-64, to log
+    prism_torch.last_record()['digest']                # the last result's XXH3-64 (PRISM_TORCH_DIGEST=1)
 
 Options (policy, algorithm, switch, pool, log) come from the environment or
 from `init_process_group('prism', pg_options=prism_torch.Options(...))`.
@@ -47,11 +47,17 @@ def determinism(group=None) -> str:
     return 'none'
 
 
-def last_digest(group=None) -> dict | None:
-    """The record of the group's last collective: seq, collective, dtype, count, policy, algorithm,
-    seconds and digest (XXH3-64 of this rank's result); None before the first."""
-    d = _prism_group(group).digests
+def last_record(group=None) -> dict | None:
+    """The record of the group's last collective: seq, collective, rank, dtype, count, policy,
+    algorithm, seconds, and digest (XXH3-64 of this rank's result, 16 hex digits; None unless
+    digests are on: PRISM_TORCH_DIGEST=1 or Options(digest=True)); None before the first."""
+    d = _prism_group(group).records
     return d[-1] if d else None
+
+
+def records(group=None) -> list[dict]:
+    """The group's last records (Options.history of them, 1024 by default), oldest first."""
+    return list(_prism_group(group).records)
 
 
 def all_reduce(tensor: torch.Tensor, *, out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:

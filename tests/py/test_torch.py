@@ -107,7 +107,7 @@ TORCH_FORMAT = {'float32': 'fp32', 'float16': 'fp16', 'bfloat16': 'bf16', 'int32
 def test_every_collective_gives_the_reference_models_bits_on_every_rank(tmp_path, p, algo):
     require()
     reports = worker(tmp_path, p, ('fp32', 'fp16', 'bf16', 'int32', 'int8', 'avg', 'reduce', 'rs', 'bytes', 'strided',
-                                   'async', 'bf16_fp32'), {'PRISM_ALGO': algo})
+                                   'async', 'bf16_fp32'), {'PRISM_ALGO': algo, 'PRISM_TORCH_DIGEST': '1'})
     for name, dtype in (('fp32', 'fp32'), ('fp16', 'fp16'), ('bf16', 'bf16'), ('strided', 'fp32'),
                         ('async0', 'fp32'), ('async1', 'fp32'), ('async2', 'fp32')):
         want = exact(dtype, ins(tmp_path, name, p))
@@ -158,6 +158,7 @@ def test_what_prism_does_not_take_is_refused_and_says_what_to_do(tmp_path):
         assert e['int8_overflow'].startswith('OverflowError: the sum of these 8-bit integers overflows in 6 of 6')
         assert e['int32_overflow'].startswith('OverflowError: the sum of these 32-bit integers overflows in 6 of 6')
         assert rep['after_errors'] == [2.0, 2.0, 2.0], 'the group works after refusals'
+        assert rep['records'][-1]['digest'] is None, 'digests are off unless asked for'
 
 
 def test_a_bad_setting_is_an_error_naming_it(tmp_path):
@@ -259,7 +260,8 @@ def test_through_a_switch_pool_the_weights_are_the_host_algorithms_whatever_the_
         bad = [run for run in runs if run.rc != 0]
         assert not bad, '\n'.join(f'rank {run.rank}: exit {run.rc}\n{run.stdout}{run.stderr[-3000:]}' for run in bad)
         records = [json.loads(line) for line in dig.read_text().splitlines()]
-        assert records and all(rec['algorithm'] == 'switch' for rec in records), records
+        sums = [rec for rec in records if rec['collective'] == 'allreduce']
+        assert sums and all(rec['algorithm'] == 'switch' and len(rec['digest']) == 16 for rec in sums), records
         assert out.read_bytes() == host, f'arbiter seed {seed}: the switch gave other weights than the host ring'
         pools = tb.telemetry('switch', ['/prism/pools'])['/prism/pools']
         assert pools['pool1000']['allocated'] == 1 and pools['pool1000']['released'] == 1, pools

@@ -138,7 +138,7 @@ CASES.update({'reduce': case_reduce, 'rs': case_reduce_scatter, 'bytes': case_by
 dist.init_process_group('prism')
 for c in sys.argv[2:] or list(CASES):
     CASES[c]()
-    report['records'].append(prism_torch.last_digest())
+    report['records'].append(prism_torch.last_record())
 dist.barrier()
 report['determinism'] = prism_torch.determinism()
 report['options'] = vars(dist.distributed_c10d._get_default_group().options)
