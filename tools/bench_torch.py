@@ -7,8 +7,9 @@ recomputed with numpy from every rank's generator), p processes started together
   gloo       torch's own gloo backend (GLOO_SOCKET_IFNAME=lo)
   prism      prism_torch's backend: PRISM_POLICY=kulisch (exact), PRISM_ALGO=auto
   prism_a    the same with PRISM_POLICY=fp32_arrival (not exact)
-Time per collective: after warmups, each rank times its own collectives back to back; the figure
-is the slowest rank's median. One intra-op thread per rank.
+Time per collective: after 3 warmups (the first carries auto's calibration), each rank times its own
+collectives back to back, as many as fill --target-seconds by the last warmup (5 to 2000); the
+figure is the slowest rank's median. One intra-op thread per rank.
 
   tools/bench_torch.py --ranks 2,4 --json torch.json --markdown
   tools/bench_torch.py --quick        # p = 2; 4 B and 4 KiB (the test suite's smoke run)
@@ -45,7 +46,8 @@ def run(build: Path, mode: str, p: int, sizes: list[int], target: float) -> list
     init = f'tcp://127.0.0.1:{free_port()}'
     procs = [subprocess.Popen(['/usr/bin/python3', str(PROG), '--rank', str(r), '--ranks', str(p), '--init', init,
                                '--backend', 'gloo' if mode == 'gloo' else 'prism', '--build', str(build),
-                               '--sizes', ','.join(map(str, sizes)), '--target-seconds', str(target), '--check'],
+                               '--sizes', ','.join(map(str, sizes)), '--target-seconds', str(target), '--warmup', '3',
+                               '--min-repeat', '5', '--max-repeat', '2000', '--check'],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(p)]
     outs = [q.communicate(timeout=900) + (q.returncode,) for q in procs]
     bad = [(r, o) for r, o in enumerate(outs) if o[2] != 0]

@@ -8,7 +8,7 @@ collectives: one rank of P; tools/bench_coll.py --compare starts P of them besid
 
 Each rank allreduces (sum, in place, as torch.distributed does) a CPU tensor of each size: --warmup
 untimed collectives, then --repeat timed ones back to back, each rank timing its own (no barrier
-between them, as prism-rank). --target-seconds: the repeat from the slowest rank's warmup (about T
+between them, as prism-rank). --target-seconds: the repeat from the slowest rank's last warmup (about T
 seconds measured), the same on every rank. Rank 0 prints one JSON object per size: the slowest
 rank's median and min of its own times (seconds_median, seconds_min), Gbit/s (input bytes / that
 median), CPU seconds of every rank, and a digest (BLAKE2b-64 of the result's bytes).
@@ -105,12 +105,12 @@ def main(argv: list[str]) -> int:
                 dist.all_reduce(buf, op=dist.ReduceOp.SUM)
                 t = time.perf_counter() - t0
                 if it < warmup:
-                    warm = max(warm, t)
+                    warm = t   # the last warmup's: the first may carry one-time set-up (auto's calibration)
                 else:
                     own.append(t)
                     cpu += cpu_now() - c0
                 it += 1
-                if a.target_seconds > 0 and it == warmup:   # the slowest warmup decides, on every rank
+                if a.target_seconds > 0 and it == warmup:   # the slowest rank's decides, on every rank
                     w = torch.tensor([warm], dtype=torch.float64)
                     dist.all_reduce(w, op=dist.ReduceOp.MAX, group=ctl)
                     w = float(w[0])

@@ -14,8 +14,6 @@ import atexit
 import collections
 import json
 import os
-import queue
-import threading
 import weakref
 from datetime import timedelta
 
@@ -23,6 +21,8 @@ import torch
 import torch.distributed as dist
 
 import prism
+
+from .calls import Calls
 
 # torch dtype -> PRISM format, for the sums. Broadcast and allgather move bytes: any dtype.
 SUM_DTYPES = {torch.float32: 'fp32', torch.float16: 'fp16', torch.bfloat16: 'bf16', torch.int32: 'int32',
@@ -153,37 +153,6 @@ class _Contiguous:
             self.t.copy_(self.c)
 
 
-class Work(dist.Work):
-    """A call's work. wait() raises the call's error (1.13's `_create_work_from_future` work returns
-    as if it had succeeded); get_future() is what DDP's reducer takes."""
-
-    def __init__(self, fut: torch.futures.Future, live: set):
-        super().__init__()
-        self.fut = fut
-        self._taken = False
-        # A caller in C++ (DDP's reducer) holds only the C++ half of this object: the Python half, where
-        # get_future is, lives in `live` until the call is done and its outcome taken.
-        self._live = live
-        live.add(self)
-        fut.add_done_callback(lambda _: self._taken and live.discard(self))
-
-    def wait(self, timeout=None) -> bool:
-        try:
-            self.fut.wait()
-        finally:
-            self._live.discard(self)
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        self._taken = True
-        if self.fut.done():
-            self._live.discard(self)
-        return self.fut
-
-    def is_completed(self) -> bool:
-        return self.fut.done()
-
-
 _groups = weakref.WeakSet()  # closed at exit: the pooled job is given back, the links closed
 
 
@@ -191,22 +160,6 @@ _groups = weakref.WeakSet()  # closed at exit: the pooled job is given back, the
 def _close_all():
     for g in list(_groups):
         g.close()
-
-
-def _serve(calls: queue.SimpleQueue):
-    """A group's thread: its calls in the order they were made."""
-    while True:
-        call = calls.get()
-        if call is None:
-            return
-        fn, fut, tensors = call
-        try:
-            fn()
-        except Exception as e:  # the work's wait() raises it, with PRISM's message
-            fut.set_exception(e)
-        else:
-            fut.set_result(tensors)
-        del call, fn, fut, tensors
 
 
 class ProcessGroupPrism(dist.ProcessGroup):
@@ -225,10 +178,7 @@ class ProcessGroupPrism(dist.ProcessGroup):
         self._seq = 0
         self._log = open(o.log, 'a', buffering=1) if o.log else None
         self._closed = False
-        self._live = set()
-        self._calls = queue.SimpleQueue()
-        self._thread = threading.Thread(target=_serve, args=(self._calls,), name=f'prism-pg{rank}', daemon=True)
-        self._thread.start()
+        self._calls = Calls(f'prism-pg{rank}')
         _groups.add(self)
 
     # --- torch's interface ---
@@ -321,8 +271,7 @@ class ProcessGroupPrism(dist.ProcessGroup):
         if self._closed:
             return
         self._closed = True
-        self._calls.put(None)
-        self._thread.join()
+        self._calls.close()
         self.group.close()
         if self._log:
             self._log.close()
@@ -333,9 +282,7 @@ class ProcessGroupPrism(dist.ProcessGroup):
     def _submit(self, what: str, fn, tensors):
         if self._closed:
             _refuse(f'{what}: this group is closed')
-        fut = torch.futures.Future()
-        self._calls.put((fn, fut, tensors))
-        return Work(fut, self._live)
+        return self._calls.submit(fn, tensors)
 
     def sum_into(self, t: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         """prism_torch.all_reduce's: the exact sum of `t` rounded once to `out_dtype`, in a new tensor."""
