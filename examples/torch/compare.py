@@ -118,7 +118,7 @@ def main() -> int:
     rows = []
     print(f'{a.ranks} ranks, {a.steps} steps of DDP training; each row against its reference\'s weights')
     print(f'{"run":<56} {"weights":<17} {"same bits":<10} {"max ULP":>8} {"differ":>8}   '
-          f'{"vs exact: max ULP":>17} {"differ":>8}')
+          f'{"vs exact: max ULP":>17} {"differ":>8} {"ms/step":>8}')
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, ref, policy, algorithm, extra) in enumerate(runs):
             out = Path(tmp) / f'w{i}.bin'
@@ -128,7 +128,7 @@ def main() -> int:
             weights[label] = w
             ref_label = runs[ref][0] if isinstance(ref, int) else ref
             row = {'run': label, 'reference': ref_label, 'weights_digest': line.split('weights ')[1].split(',')[0],
-                   'elements': int(w.size)}
+                   'elements': int(w.size), 'ms_per_step': float(line.split(', ')[-1].split(' ms')[0])}
             cells = f'{"(ref)":<10} {"":>8} {"":>8}'
             if ref_label:
                 ulp, differ = drift(w, weights[ref_label])
@@ -139,7 +139,9 @@ def main() -> int:
                 ulp, differ = drift(w, exact)
                 row.update(max_ulp_vs_exact=ulp, elements_differing_vs_exact=differ)
                 cells += f'   {ulp:>17} {differ:>8}'
-            print(f'{label:<56} {row["weights_digest"]:<17} {cells}')
+            else:
+                cells += f'   {"":>17} {"":>8}'
+            print(f'{label:<56} {row["weights_digest"]:<17} {cells} {row["ms_per_step"]:>8.1f}')
             rows.append(row)
     if a.json:
         Path(a.json).write_text(json.dumps({'ranks': a.ranks, 'steps': a.steps, 'rows': rows}, indent=1) + '\n')

@@ -107,7 +107,7 @@ TORCH_FORMAT = {'float32': 'fp32', 'float16': 'fp16', 'bfloat16': 'bf16', 'int32
 def test_every_collective_gives_the_reference_models_bits_on_every_rank(tmp_path, p, algo):
     require()
     reports = worker(tmp_path, p, ('fp32', 'fp16', 'bf16', 'int32', 'int8', 'avg', 'reduce', 'rs', 'bytes', 'strided',
-                                   'async', 'bf16_fp32'), {'PRISM_ALGO': algo, 'PRISM_TORCH_DIGEST': '1'})
+                                   'async', 'bf16_fp32', 'subgroup'), {'PRISM_ALGO': algo, 'PRISM_TORCH_DIGEST': '1'})
     for name, dtype in (('fp32', 'fp32'), ('fp16', 'fp16'), ('bf16', 'bf16'), ('strided', 'fp32'),
                         ('async0', 'fp32'), ('async1', 'fp32'), ('async2', 'fp32')):
         want = exact(dtype, ins(tmp_path, name, p))
@@ -130,6 +130,11 @@ def test_every_collective_gives_the_reference_models_bits_on_every_rank(tmp_path
     whole = exact('fp32', ins(tmp_path, 'rs', p))
     for r in range(p):
         assert read(tmp_path, 'rs', 'out', r) == whole[r * 777 * 4:(r + 1) * 777 * 4], r
+    # a group of the even ranks beside the default one: their exact sum; the odd ranks keep their input
+    members = list(range(0, p, 2))
+    want = exact('fp32', [read(tmp_path, 'sub', 'in', r) for r in members]) if len(members) > 1 else None
+    for r in range(p):
+        assert read(tmp_path, 'sub', 'out', r) == (want if r in members and want else read(tmp_path, 'sub', 'in', r)), r
     # broadcast and allgather move any dtype's bytes
     for r in range(p):
         assert np.array_equal(np.frombuffer(read(tmp_path, 'bcast', 'out', r), np.int64), np.arange(10) * p)

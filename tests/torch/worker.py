@@ -132,7 +132,19 @@ def case_errors():
     report['after_errors'] = x.tolist()
 
 
-CASES.update({'reduce': case_reduce, 'rs': case_reduce_scatter, 'bytes': case_bytes, 'strided': case_strided,
+def case_subgroup():
+    # a second prism group over the even ranks, from the same torch store (new_group's prefix)
+    members = list(range(0, size, 2))
+    sub = dist.new_group(ranks=members, backend='prism')
+    x = data('sub', torch.float32, 5003)
+    save('sub', x, 'in')
+    if rank in members:
+        dist.all_reduce(x, group=sub)
+        report['sub_determinism'] = prism_torch.determinism(sub)
+    save('sub', x, 'out')
+
+
+CASES.update({'subgroup': case_subgroup, 'reduce': case_reduce, 'rs': case_reduce_scatter, 'bytes': case_bytes, 'strided': case_strided,
               'async': case_async, 'bf16_fp32': case_bf16_fp32, 'errors': case_errors})
 
 dist.init_process_group('prism')
