@@ -51,7 +51,10 @@ class Options:
         self.policy = policy or _env('PRISM_POLICY', 'kulisch')
         self.algorithm = algorithm or _env('PRISM_ALGO', 'auto')
         self.switch = switch if switch is not None else _env('PRISM_SWITCH')
-        self.pool = pool if pool is not None else int(_env('PRISM_POOL', '0'))
+        try:
+            self.pool = pool if pool is not None else int(_env('PRISM_POOL', '0'))
+        except ValueError:
+            raise ValueError(f'prism: PRISM_POOL={_env("PRISM_POOL")!r}: a pool id (an integer)') from None
         self.host_ip = host_ip if host_ip is not None else _env('PRISM_HOST_IP')
         self.calibration = calibration
         self.candidates = list(candidates or [])

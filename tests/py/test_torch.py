@@ -166,11 +166,16 @@ def test_what_prism_does_not_take_is_refused_and_says_what_to_do(tmp_path):
         assert rep['records'][-1]['digest'] is None, 'digests are off unless asked for'
 
 
-def test_a_bad_setting_is_an_error_naming_it(tmp_path):
+@pytest.mark.parametrize('var,value,message', [
+    ('PRISM_ALGO', 'fastest', "algorithm 'fastest' is not one of auto, switch, binomial, chain, rhd, ring"),
+    ('PRISM_POLICY', 'exactish', "policy 'exactish' is not one of kulisch, fp32_arrival, fp32_binomial"),
+    ('PRISM_POOL', 'first', "PRISM_POOL='first': a pool id (an integer)"),
+    ('PRISM_TORCH_DIGEST', 'yes', "PRISM_TORCH_DIGEST='yes': 1 (digest every result) or 0")])
+def test_a_bad_setting_is_an_error_naming_it(tmp_path, var, value, message):
     require()
-    outs = launch(2, [str(WORKER), str(tmp_path), 'fp32'], {'PRISM_ALGO': 'fastest'}, timeout=120)
+    outs = launch(2, [str(WORKER), str(tmp_path), 'fp32'], {var: value}, timeout=120)
     for rc, _, err in outs:
-        assert rc != 0 and "algorithm 'fastest' is not one of auto, switch, binomial, chain, rhd, ring" in err, err
+        assert rc != 0 and message in err, err
 
 
 @pytest.mark.parametrize('policy,algo,level', [('fp32_binomial', 'binomial', 'reproducible'),
@@ -270,3 +275,15 @@ def test_through_a_switch_pool_the_weights_are_the_host_algorithms_whatever_the_
         assert out.read_bytes() == host, f'arbiter seed {seed}: the switch gave other weights than the host ring'
         pools = tb.telemetry('switch', ['/prism/pools'])['/prism/pools']
         assert pools['pool1000']['allocated'] == 1 and pools['pool1000']['released'] == 1, pools
+
+
+def test_the_osu_style_benchmark_runs_both_backends(tmp_path):
+    require()
+    out = tmp_path / 'torch.json'
+    r = subprocess.run([PY, str(REPO / 'tools' / 'bench_torch.py'), '--quick', '--json', str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())['results']
+    assert {(x['mode'], x['bytes']) for x in res} == {(m, n) for m in ('gloo', 'prism', 'prism_a') for n in (4, 4096)}
+    assert all(x['checked'] and x['seconds_median'] > 0 for x in res), res
+    assert 'prism ÷ gloo (speed)' in r.stdout
