@@ -37,7 +37,9 @@ E named(const char* what, const std::string& v) {
   throw std::invalid_argument(std::string(what) + " '" + v + "': not one of " + choices<E>(", "));
 }
 
-Algorithm algorithm_named(const std::string& v) { return v == "auto" ? Algorithm::AUTO : named<Algorithm>("algorithm", v); }
+Algorithm algorithm_named(const std::string& v) {
+  return v == "auto" ? Algorithm::AUTO : named<Algorithm>("algorithm", v);
+}
 
 // A Python object's set/get/add/check as a store. Its methods run with the GIL taken (the group calls
 // them from whichever thread it runs on); a Python exception becomes the StoreError that names the key.
@@ -79,9 +81,10 @@ std::shared_ptr<rdv::Store> python_store(py::object o) {
 // A group and the lock that keeps it to one thread at a time.
 class PyGroup {
  public:
-  PyGroup(py::object store, int rank, int size, const std::string& algorithm, const std::vector<std::string>& candidates,
-          const std::string& name, const std::string& switch_address, uint32_t pool, const std::string& host_ip,
-          const std::string& calibration, uint32_t connect_timeout_ms, uint32_t recv_timeout_ms) {
+  PyGroup(py::object store, int rank, int size, const std::string& algorithm,
+          const std::vector<std::string>& candidates, const std::string& name, const std::string& switch_address,
+          uint32_t pool, const std::string& host_ip, const std::string& calibration, uint32_t connect_timeout_ms,
+          uint32_t recv_timeout_ms) {
     GroupOptions o;
     o.algorithm = algorithm_named(algorithm);
     for (const std::string& c : candidates) o.candidates.push_back(algorithm_named(c));
@@ -134,9 +137,9 @@ class PyGroup {
       Group& g = group();
       if (same_type && (c == Collective::ALLREDUCE || c == Collective::REDUCE || c == Collective::REDUCE_SCATTER)) {
         const size_t p = size_t(g.size()), me = size_t(g.rank());
-        const size_t mine = c == Collective::ALLREDUCE       ? count
-                            : c == Collective::REDUCE        ? (g.rank() == root ? count : 0)
-                                                             : count / p + (me < count % p);
+        const size_t mine = c == Collective::ALLREDUCE ? count
+                            : c == Collective::REDUCE  ? (g.rank() == root ? count : 0)
+                                                       : count / p + (me < count % p);
         r = same_type_sum(g, c, ip, mine ? op : nullptr, count, mine, f, o);
       } else {
         r = g.run(c, ip, op, count, f, o);
