@@ -217,17 +217,19 @@ def test_an_integer_sum_beyond_its_type_is_an_error_not_a_wrap(tmp_path, mode, w
 FORTRAN = su.BUILD / 'tests' / 'mpi' / 'allreduce_f'
 
 
-@pytest.mark.parametrize('p', [2, 3, 4])
-def test_a_fortran_program_goes_through_prism_too(tmp_path, p):
-    """Debian's Fortran bindings call PMPI_Allreduce directly: libprism-mpi wraps their entry points.
-    MPI_ALLREDUCE of REAL out of place and with Fortran's MPI_IN_PLACE, and MPI_REDUCE to rank 0:
-    the exact sum rounded once; without the library Open MPI's sum differs from it (p >= 3)."""
+@pytest.mark.parametrize('p,binding', [(2, 'mpi'), (3, 'mpi'), (4, 'mpi'), (3, 'mpi_f08'), (4, 'mpi_f08')])
+def test_a_fortran_program_goes_through_prism_too(tmp_path, p, binding):
+    """Debian's Fortran bindings call PMPI_Allreduce directly: libprism-mpi wraps their entry points
+    (`use mpi`'s mpi_allreduce_, `use mpi_f08`'s mpi_allreduce_f08_). MPI_ALLREDUCE of REAL out of
+    place and with Fortran's MPI_IN_PLACE, and MPI_REDUCE to rank 0: the exact sum rounded once;
+    without the library Open MPI's sum differs from it (p >= 3)."""
     require()
-    if not FORTRAN.is_file():
-        pytest.fail(f'{FORTRAN} not built (scripts/setup.sh installs gfortran)')
+    prog = FORTRAN.with_name('allreduce_f08') if binding == 'mpi_f08' else FORTRAN
+    if not prog.is_file():
+        pytest.fail(f'{prog} not built (scripts/setup.sh installs gfortran)')
     n = 50000
     global PROG
-    saved, PROG = PROG, FORTRAN
+    saved, PROG = PROG, prog
     try:
         outs = {}
         for preload in (True, False):

@@ -3,9 +3,14 @@
 ! writing its input and results (tests/py/test_mpi.py checks them).
 !   mpirun -np P allreduce_f COUNT SEED DIR
 ! writes DIR/in<rank>.f32 and DIR/out<rank>.f32: the allreduce out of place,
-! in place, then (rank 0) the reduce.
+! in place, then (rank 0) the reduce. Built twice: with `use mpi`, and with
+! -DF08 as `use mpi_f08` (typed handles; its own entry points, mpi_*_f08_).
 program allreduce_f
+#ifdef F08
+  use mpi_f08
+#else
   use mpi
+#endif
   implicit none
   integer :: ierr, rank, n, seed, i, u
   real, allocatable :: x(:), y(:)
