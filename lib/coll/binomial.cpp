@@ -175,22 +175,22 @@ std::optional<double> predict_binomial(const Problem& pr, const CostParams& c, s
   const double merge = c.partial_ratio * c.beta + c.merge_share * (r.reduce - c.partial_ratio * c.beta);
   const double merge1 = w1 * c.beta + c.merge_share_single * (r.first - w1 * c.beta);
   // Each block is a message at every level: the root takes L of them a block,
-  // and gives L. A block costs the stream's gap; with more ranks on a host
-  // than cores, a wake-up (alpha): the rank that sends it is often not
-  // running when the one that takes it asks.
+  // and gives L. A block costs the stream's gap (and, with more ranks on a
+  // host than cores, sometimes a wake-up: each is a message waited for).
   const double B = blocks(pr.count, kBinomialBlock), segs = blocks(size_t(n), size_t(kBinomialBlock) * 4);
-  const double g = c.ranks_per_host > c.host_cores ? std::max(c.gap, c.alpha) : c.gap;
+  const double g = c.gap;
   const double reduce = L * (c.alpha + B * g) + n * merge1 + (L - 1) * n * merge;
   std::optional<double> path;
+  double waits = 0;
   switch (pr.coll) {
-    case Collective::REDUCE: path = reduce; break;
-    case Collective::BROADCAST: path = L * (c.alpha + segs * g + n * r.raw); break;
-    case Collective::ALLREDUCE: path = reduce + L * (c.alpha + B * g + n * r.result); break;
-    case Collective::BARRIER: path = 2 * L * c.alpha; break;
+    case Collective::REDUCE: waits = L * (1 + B), path = reduce; break;
+    case Collective::BROADCAST: waits = L * (1 + segs), path = L * (c.alpha + segs * g + n * r.raw); break;
+    case Collective::ALLREDUCE: waits = 2 * L * (1 + B), path = reduce + L * (c.alpha + B * g + n * r.result); break;
+    case Collective::BARRIER: waits = 2 * L, path = 2 * L * c.alpha; break;
     case Collective::REDUCE_SCATTER:
     case Collective::ALLGATHER: break;
   }
-  return host(pr, c, path, double(pr.p / 2), lanes);
+  return host(pr, c, path, waits, double(pr.p / 2), lanes);
 }
 
 }  // namespace prism::coll

@@ -198,7 +198,10 @@ std::optional<double> predict_chain(const Problem& pr, const CostParams& c, size
   const double lanes = double(pr.count) / double(segments);
   const auto terms = chain_terms(pr, c, lanes);
   const double n = double(pr.count) * double(pr.elem_bytes);
-  return model::host(pr, c, chain_model_time(n, pr.p, double(segments), terms->first, terms->second), 1, lanes);
+  // Each of the p + m - 2 stages waits for a message (allreduce: two, its reduce and its broadcast).
+  const double waits = (pr.coll == Collective::ALLREDUCE ? 2 : 1) * (pr.p + double(segments) - 2);
+  return model::host(pr, c, chain_model_time(n, pr.p, double(segments), terms->first, terms->second), waits, 1,
+                     lanes);
 }
 
 }  // namespace prism::coll

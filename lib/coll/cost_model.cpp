@@ -55,15 +55,19 @@ double total_work(const Problem& pr, const CostParams& c, double n, double own, 
 
 }  // namespace
 
-std::optional<double> host(const Problem& pr, const CostParams& c, std::optional<double> path, double own, double lanes,
-                           double extra_work) {
+std::optional<double> host(const Problem& pr, const CostParams& c, std::optional<double> path, double waits, double own,
+                           double lanes, double extra_work) {
   if (!path) return std::nullopt;
   if (pr.p == 1) return 0.0;
   const double n = double(pr.count) * double(pr.elem_bytes);
   // Each rank's own input (not a broadcast's or an allgather's: those only move bytes).
   const double mine = reduces(pr.coll) ? n * local_at(c, lanes) : 0;
   const double share = std::max(1.0, c.ranks_per_host) / (double(pr.p) * std::max(1.0, c.host_cores));
-  return std::max(*path + mine, (total_work(pr, c, n, own, lanes) + extra_work + pr.p * mine) * share);
+  // With more ranks than cores, a rank that waits for a message finds its sender off a core with
+  // the odds of a rank being off one, and pays a wake-up (alpha) on top of the host's work.
+  const double off = c.ranks_per_host > c.host_cores ? 1 - c.host_cores / c.ranks_per_host : 0;
+  return std::max(*path + mine,
+                  (total_work(pr, c, n, own, lanes) + extra_work + pr.p * mine) * share + off * waits * c.alpha);
 }
 
 }  // namespace model

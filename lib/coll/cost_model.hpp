@@ -31,9 +31,7 @@
 // alpha terms are paid once per block (B blocks), the n terms once. The
 // binomial tree's blocks of 4096 stream (its sends do not wait), so its alpha
 // is paid once per level, as the seed counts it, and each of its B blocks a
-// gap g at every level (its root takes L of them a block); with more ranks on
-// a host than cores, alpha instead of g (a block's sender is often not
-// running when its taker asks: a wake-up each). With L = ceil(log2 p),
+// gap g at every level (its root takes L of them a block). With L = ceil(log2 p),
 // k = floor(log2 p), q = 2^k, f = 1 when p is not a power of two (else 0),
 // R = w beta + gamma (a partial holding a sum, sent and merged), R1 = w1 beta
 // + gamma1 (a partial of one rank's own input: every algorithm's first hop;
@@ -96,7 +94,14 @@
 // (gamma at the algorithm's accumulator size). With one rank per core it
 // never binds (a rank's share is at most its critical path); with more
 // ranks than cores (the benchmark's p > 2 on two vCPUs) it is Brent's lower
-// bound T >= T_1 / P.
+// bound T >= T_1 / P, and to it come the wake-ups: each message the
+// algorithm waits for, one after another (its critical path's alpha terms:
+// the ring 2 (p-1) B, RHD (2k + 2f) B, the chain 2 (p + m - 2), the binomial
+// tree 2 L (1 + B) for an allreduce), finds its sender off a core with the
+// odds 1 - host_cores / ranks_per_host and costs alpha:
+//    T = max(path, W * share + (1 - host_cores / ranks_per_host) * waits * alpha)
+// (tools/auto_replay.py scores this against recorded runs: 70% -> 78% of
+// cells within 10% of the fastest over six runs, docs/HOST_COLLECTIVES.md).
 // With p = 1 every collective costs 0 (no message).
 #pragma once
 
@@ -197,8 +202,8 @@ Rates rates(const CostParams& c, double lanes);
 // carry one rank's own input, the accumulators have `lanes` lanes and
 // `extra_work` seconds of the algorithm's own are added to the group's work
 // (p = 1: 0).
-std::optional<double> host(const Problem& pr, const CostParams& c, std::optional<double> path, double own, double lanes,
-                           double extra_work = 0);
+std::optional<double> host(const Problem& pr, const CostParams& c, std::optional<double> path, double waits, double own,
+                           double lanes, double extra_work = 0);
 
 }  // namespace model
 

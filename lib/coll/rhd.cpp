@@ -445,20 +445,27 @@ std::optional<double> predict_rhd(const Problem& pr, const CostParams& c, size_t
   // the rank's own input.
   const double partials = f ? n * r.first + half * n * r.reduce : n / 2 * r.first + (half - 0.5) * n * r.reduce;
   std::optional<double> path;
+  double waits = 0;  // messages waited for, one after another (each alpha)
   switch (pr.coll) {
-    case Collective::ALLREDUCE: path = (2 * k + 2 * f) * B * c.alpha + partials + (f + half) * n * r.result; break;
-    case Collective::REDUCE: path = (2 * k + f) * B * c.alpha + partials + half * n * r.result; break;
-    case Collective::BROADCAST:
-      path = ceil_log2(pr.p) * (blocks(size_t(n), kRhdBlock * 4) * c.alpha + n * r.raw);
+    case Collective::ALLREDUCE:
+      waits = (2 * k + 2 * f) * B, path = waits * c.alpha + partials + (f + half) * n * r.result;
       break;
-    case Collective::REDUCE_SCATTER: path = f ? uneven(r.first, r.reduce, r.result) : k * B * c.alpha + partials; break;
-    case Collective::ALLGATHER: path = f ? uneven(r.raw, r.raw, r.raw) : k * B * c.alpha + half * n * r.raw; break;
+    case Collective::REDUCE: waits = (2 * k + f) * B, path = waits * c.alpha + partials + half * n * r.result; break;
+    case Collective::BROADCAST:
+      waits = ceil_log2(pr.p) * blocks(size_t(n), kRhdBlock * 4), path = waits * c.alpha + ceil_log2(pr.p) * n * r.raw;
+      break;
+    case Collective::REDUCE_SCATTER:
+      waits = (k + 2 * f) * B, path = f ? uneven(r.first, r.reduce, r.result) : waits * c.alpha + partials;
+      break;
+    case Collective::ALLGATHER:
+      waits = (k + 2 * f) * B, path = f ? uneven(r.raw, r.raw, r.raw) : waits * c.alpha + half * n * r.raw;
+      break;
     case Collective::BARRIER: break;
   }
   // Of the p - 1 partials per element, the fold's r and half of the rest carry one rank's own input.
   const double own = (pr.p - q) + (q - (pr.p - q)) / 2.0;
   // The gather of reduce's result blocks to the root is work too.
-  return host(pr, c, path, own, lanes, pr.coll == Collective::REDUCE ? n * r.result : 0);
+  return host(pr, c, path, waits, own, lanes, pr.coll == Collective::REDUCE ? n * r.result : 0);
 }
 
 }  // namespace prism::coll

@@ -215,15 +215,16 @@ std::optional<double> predict_ring(const Problem& pr, const CostParams& c, size_
   // The reduce-scatter's first step passes the rank's own input on, the others sums.
   const double partials = n / pr.p * r.first + (steps - 1) / pr.p * n * r.reduce;
   std::optional<double> path;
+  double waits = 0;  // messages waited for, one after another (each alpha)
   switch (pr.coll) {
-    case Collective::ALLREDUCE: path = 2 * steps * B * c.alpha + partials + frac * n * r.result; break;
-    case Collective::REDUCE_SCATTER: path = steps * B * c.alpha + partials; break;
-    case Collective::ALLGATHER: path = steps * B * c.alpha + frac * n * r.raw; break;
+    case Collective::ALLREDUCE: waits = 2 * steps * B, path = waits * c.alpha + partials + frac * n * r.result; break;
+    case Collective::REDUCE_SCATTER: waits = steps * B, path = waits * c.alpha + partials; break;
+    case Collective::ALLGATHER: waits = steps * B, path = waits * c.alpha + frac * n * r.raw; break;
     case Collective::REDUCE:
     case Collective::BROADCAST:
     case Collective::BARRIER: break;
   }
-  return host(pr, c, path, 1, lanes);
+  return host(pr, c, path, waits, 1, lanes);
 }
 
 }  // namespace prism::coll

@@ -16,7 +16,7 @@ Every collective runs in libprism with the GIL released. Errors: prism.Error
 """
 from __future__ import annotations
 
-from ._prism import Error, StoreError, digest as _digest, format_bytes, runs  # noqa: F401
+from ._prism import Error, StoreError, digest as _digest, format_bytes, predict, runs  # noqa: F401
 from ._prism import Group as _Group
 
 ALGORITHMS = ('auto', 'switch', 'binomial', 'chain', 'rhd', 'ring')

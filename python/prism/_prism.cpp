@@ -20,6 +20,8 @@
 #include "arith/op.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/call.hpp"
+#include "coll/calibrate.hpp"
+#include "coll/cost_model.hpp"
 #include "format/format.hpp"
 #include "group/same_type_sum.hpp"
 #include "prism/group.hpp"
@@ -232,6 +234,28 @@ PYBIND11_MODULE(_prism, m) {
       },
       py::arg("algorithm"), py::arg("collective"), py::arg("root") = 0,
       "whether `algorithm` runs `collective` at `root` (the switch's reduce: any root; the chain: rank 0's)");
+  m.def(
+      "predict",
+      [](const std::string& calibration, const std::string& collective, int p, size_t count, size_t elem_bytes,
+         const std::vector<std::string>& algorithms) {
+        coll::Problem pr;
+        pr.coll = prism::python::named<Collective>("collective", collective);
+        pr.p = p;
+        pr.count = count;
+        pr.elem_bytes = elem_bytes;
+        std::vector<Algorithm> allowed;
+        for (const std::string& a : algorithms) allowed.push_back(prism::python::algorithm_named(a));
+        const coll::CostParams c = coll::calibration_from_json(calibration).params;
+        py::dict out;
+        for (const coll::Choice& ch : coll::candidates(pr, c, allowed)) out[algorithm_name(ch.algo)] = ch.seconds;
+        const coll::Choice best = coll::choose(pr, c, allowed);
+        out["auto"] = algorithm_name(best.algo);
+        return out;
+      },
+      py::arg("calibration"), py::arg("collective"), py::arg("p"), py::arg("count"), py::arg("elem_bytes") = 4,
+      py::arg("algorithms") = std::vector<std::string>{"binomial", "chain", "rhd", "ring"},
+      "the cost model's predicted seconds per algorithm from a calibration file's text, and auto's choice "
+      "('auto'): tools/auto_replay.py replays auto on recorded measurements");
   m.def(
       "format_bytes", [](const std::string& f) { return format_bytes(prism::python::named<Format>("format", f)); },
       py::arg("format"));

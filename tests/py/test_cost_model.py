@@ -18,6 +18,7 @@ import math
 import os
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ import pytest
 import switch_util as su
 
 RANK = su.BUILD / 'app' / 'prism-rank'
+REPO = Path(__file__).resolve().parents[2]
 BINOMIAL_BLOCK, RHD_BLOCK = 4096, 65536
 
 
@@ -290,3 +292,17 @@ def test_reduce_scatter_blocks_put_together_are_the_allreduce(tmp_path):
         # blocks in rank order, the first count % p one element larger
         assert [len(x) // 4 for x in parts] == [count // p + (r < count % p) for r in range(p)], algo
         assert b''.join(parts) == whole, algo
+
+
+def test_auto_replay_scores_this_model_on_recorded_runs():
+    """tools/auto_replay.py: auto's choice from each recorded calibration, scored against the times
+    the run measured. Its count of what the run itself chose is the run's own summary's."""
+    runs = sorted((REPO / 'docs' / 'data').glob('host_collectives*.json'))
+    env = dict(os.environ, PYTHONPATH=str(su.BUILD / 'python'))
+    r = subprocess.run([sys.executable, str(REPO / 'tools' / 'auto_replay.py'), *map(str, runs)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for path in runs:
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith(str(path)))
+        s = json.loads(path.read_text())['summary']['auto']['both']
+        assert f"{s['within_10pct']}/{s['cells']} chosen in the run" in line, (line, s)

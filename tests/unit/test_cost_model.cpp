@@ -111,11 +111,13 @@ TEST(CostModel, AlphaIsPaidPerBlockAndNothingForOneRank) {
   // the broadcast's segments are 16 KiB: 3 * 4096 + 1 fp32 elements are 4 of them
   EXPECT_DOUBLE_EQ(*predict(Algorithm::BINOMIAL, Problem{Collective::BROADCAST, 4, 3 * kBinomialBlock + 1, 4, 0}, g),
                    2 * 4);
-  // with more ranks on a host than cores, a block waits for a wake-up: alpha, not the gap
-  g.alpha = 3, g.ranks_per_host = 4, g.host_cores = 2;
-  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 2 * 3 + 2 * 4 * 3);
-  g.host_cores = 4;
+  // with alpha: once per level, and the gap per block
+  g.alpha = 3;
   EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 2 * 3 + 2 * 4 * 1);
+  // with more ranks on a host than cores, each of its L (1 + B) messages waited for finds its sender
+  // off a core half the time (4 ranks, 2 cores) and pays alpha: 0.5 * 2 * 5 * 3 = 15 > the path's 14
+  g.ranks_per_host = 4, g.host_cores = 2;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::BINOMIAL, RED, 4, 3 * kBinomialBlock + 1, g), 0.5 * 2 * 5 * 3);
   for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING})
     EXPECT_EQ(pred(a, AR, 1, 1000, only(1, 1, 1)), 0) << name(a);
 }
@@ -186,7 +188,7 @@ TEST(CostModel, TheBinomialRootPaysOnlyForMerging) {
 TEST(CostModel, SharedCoresBoundEveryAlgorithmByTheWork) {
   const size_t count = 1 << 20;
   const double n = 4.0 * count;
-  CostParams c = only(1e-9, 1e-9, 4e-9, 2, 1.25);  // red = 6 ns/B, res = 1.25 ns/B
+  CostParams c = only(0, 1e-9, 4e-9, 2, 1.25);  // red = 6 ns/B, res = 1.25 ns/B; no alpha (its wake-ups: below)
   const double work = 7 * n * (6e-9 + 1.25e-9);
   for (Algorithm a : {Algorithm::BINOMIAL, Algorithm::CHAIN, Algorithm::RHD, Algorithm::RING}) {
     const double alone = pred(a, AR, 8, count, c);
@@ -198,6 +200,28 @@ TEST(CostModel, SharedCoresBoundEveryAlgorithmByTheWork) {
   c.ranks_per_host = 8, c.host_cores = 2;
   // the ring's critical path is its share of the work: on two cores the work bound is 4x it
   EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 8, count, c), work / 2);
+}
+
+// With more ranks on a host than cores, every message an algorithm waits for (each alpha of its
+// critical path) finds its sender off a core with odds 1 - cores / ranks, and costs a wake-up
+// (alpha) on top of the host's work. Where the work binds, alpha 1 against alpha 0 adds that much.
+TEST(CostModel, SharedCoresAddAWakeUpPerMessageWaitedFor) {
+  CostParams c = only(1, 1, 0), none = only(0, 1, 0);
+  for (CostParams* x : {&c, &none}) x->ranks_per_host = 8, x->host_cores = 2;  // off a core: 3/4
+  const auto wake = [&](Algorithm a, int p, size_t m = 0) {
+    c.ranks_per_host = none.ranks_per_host = p;
+    return pred(a, AR, p, 1000, c, m) - pred(a, AR, p, 1000, none, m);
+  };
+  // 1000 elements are one block of each: the ring 2 (p-1) exchanges, RHD 2 log2 p (and 2 for the
+  // fold at p = 6), the binomial tree 2 L (1 + B) messages, the chain 2 (p + m - 2)
+  EXPECT_DOUBLE_EQ(wake(Algorithm::RING, 8), 0.75 * 14);
+  EXPECT_DOUBLE_EQ(wake(Algorithm::RHD, 8), 0.75 * 6);
+  EXPECT_DOUBLE_EQ(wake(Algorithm::BINOMIAL, 8), 0.75 * 12);
+  EXPECT_DOUBLE_EQ(wake(Algorithm::CHAIN, 8, 4), 0.75 * 20);
+  EXPECT_DOUBLE_EQ(wake(Algorithm::RHD, 6), 2.0 / 3 * 6);
+  // one rank per core: alpha is on the critical path only, which the work does not exceed
+  c.ranks_per_host = 8, c.host_cores = 8;
+  EXPECT_DOUBLE_EQ(pred(Algorithm::RING, AR, 8, 1000, c), 14 + 4000.0 / 8 + 6.0 / 8 * 4000 + 7.0 / 8 * 4000);
 }
 
 TEST(CostModel, AutoTakesTheLeastPredictionAndTheSwitchWhenItIsFaster) {
