@@ -18,16 +18,14 @@ when idle (--mca mpi_yield_when_idle 1).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_util import machine_info, mpirun_prefix, parse_size, size_name  # noqa: E402
+from bench_util import mpirun_prefix, osu_main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ('mpi_tcp', 'mpi_vader', 'prism', 'prism_a')
@@ -56,53 +54,8 @@ def run(build: Path, mode: str, p: int, sizes: list[int], target: float) -> list
     return rows
 
 
-def cell(row: dict) -> str:
-    t = row['seconds_median']
-    return f'{t * 1e6:.1f} µs' if row['bytes'] < (1 << 20) else f"{row['bytes'] * 8 / t / 1e9:.2f} Gbit/s"
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--build', default=str(REPO / 'build'))
-    ap.add_argument('--ranks', default='2,4')
-    ap.add_argument('--sizes', default=SIZES)
-    ap.add_argument('--modes', default=','.join(MODES))
-    ap.add_argument('--target-seconds', type=float, default=0.2)
-    ap.add_argument('--quick', action='store_true', help='p = 2; 4 B and 4 KiB')
-    ap.add_argument('--json', help='write every figure here')
-    ap.add_argument('--markdown', action='store_true', help='print the table as Markdown')
-    a = ap.parse_args()
-    build = Path(a.build)
-    ranks = [2] if a.quick else [int(x) for x in a.ranks.split(',')]
-    sizes = [4, 4096] if a.quick else [parse_size(x, 1) for x in a.sizes.split(',')]
-    modes = [m for m in a.modes.split(',') if m]
-    for m in modes:
-        if m not in MODES:
-            ap.error(f'--modes: {m} is not one of {", ".join(MODES)}')
-    t0 = time.time()
-    results = []
-    for p in ranks:
-        for m in modes:
-            for row in run(build, m, p, sizes, a.target_seconds):
-                results.append(dict(mode=m, ranks=p, bytes=row['bytes'], seconds_median=row['seconds_median'],
-                                    seconds_min=row['seconds_min'], repeat=row['repeat']))
-                print(f"bench_mpi: p={p} {size_name(row['bytes'])} {m}: {cell(row)}", file=sys.stderr)
-    by = {(r['ranks'], r['bytes'], r['mode']): r for r in results}
-    # speed ratios (the baseline's time over PRISM's): above 1, PRISM is faster
-    pairs = [(m, b) for m in modes if m.startswith('prism') for b in ('mpi_tcp', 'mpi_vader') if b in modes]
-    head = ['p', 'n'] + modes + [f'{m} ÷ {b} (speed)' for m, b in pairs]
-    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---:|' * len(head)]
-    for p in ranks:
-        for n in sizes:
-            row = [str(p), size_name(n)] + [cell(by[(p, n, m)]) for m in modes]
-            row += [f"{by[(p, n, b)]['seconds_median'] / by[(p, n, m)]['seconds_median']:.2f}" for m, b in pairs]
-            lines.append('| ' + ' | '.join(row) + ' |')
-    table = '\n'.join(lines)
-    print(table if a.markdown else table.replace('|', ' '))
-    if a.json:
-        Path(a.json).write_text(json.dumps(dict(machine=machine_info(), seconds=round(time.time() - t0, 1),
-                                                ranks=ranks, sizes=sizes, modes=modes, results=results), indent=1))
-    return 0
+    return osu_main('bench_mpi', __doc__, MODES, SIZES, ('mpi_tcp', 'mpi_vader'), run, REPO / 'build')
 
 
 if __name__ == '__main__':
