@@ -166,6 +166,21 @@ def test_what_prism_does_not_take_is_refused_and_says_what_to_do(tmp_path):
         assert rep['records'][-1]['digest'] is None, 'digests are off unless asked for'
 
 
+@pytest.mark.parametrize('links', ['shm', 'tcp'])
+def test_a_rank_that_dies_is_an_error_naming_it_not_a_hang(tmp_path, links):
+    require()
+    p = 3
+    outs = launch(p, [str(WORKER), str(tmp_path), 'peer_dies'], {'PRISM_LINKS': links}, timeout=120)
+    assert all(rc == 0 for rc, _, _ in outs), outs
+    errs = []
+    for r in range(p - 1):  # (a survivor that saw the error first exits too: another may name it)
+        rep = json.loads((tmp_path / f'report{r}.json').read_text())
+        errs.append(rep['errors']['peer_died'])
+        assert errs[-1] and errs[-1].startswith('Error: ') and ' is gone' in errs[-1], errs[-1]
+        assert rep['seconds_to_error'] < 30, rep  # detected, not a timeout (torch's default is 30 minutes)
+    assert any(f'rank {p - 1} is gone' in e for e in errs), errs
+
+
 @pytest.mark.parametrize('var,value,message', [
     ('PRISM_ALGO', 'fastest', "algorithm 'fastest' is not one of auto, switch, binomial, chain, rhd, ring"),
     ('PRISM_POLICY', 'exactish', "policy 'exactish' is not one of kulisch, fp32_arrival, fp32_binomial"),

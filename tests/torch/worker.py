@@ -11,6 +11,7 @@ case's error (type: message) where it raised, the digests and determinism.
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -144,7 +145,21 @@ def case_subgroup():
     save('sub', x, 'out')
 
 
-CASES.update({'subgroup': case_subgroup, 'reduce': case_reduce, 'rs': case_reduce_scatter, 'bytes': case_bytes, 'strided': case_strided,
+def case_peer_dies():
+    # the last rank exits after a first collective: the others' next one fails, naming it, at once
+    x = torch.ones(100)
+    dist.all_reduce(x)
+    if rank == size - 1:
+        os._exit(0)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    errors('peer_died', lambda: dist.all_reduce(x))
+    report['seconds_to_error'] = time.monotonic() - t0
+    (OUT / f'report{rank}.json').write_text(json.dumps(report))
+    os._exit(0)  # the group is broken: no barrier
+
+
+CASES.update({'peer_dies': case_peer_dies, 'subgroup': case_subgroup, 'reduce': case_reduce, 'rs': case_reduce_scatter, 'bytes': case_bytes, 'strided': case_strided,
               'async': case_async, 'bf16_fp32': case_bf16_fp32, 'errors': case_errors})
 
 dist.init_process_group('prism')
