@@ -3,10 +3,10 @@
 A Python subclass of torch.distributed.ProcessGroup (the route PyTorch's own
 test_c10d_pypg.py takes), not a C++ one: 1.13's C++ ProcessGroup interface
 becomes `Backend` in 2.x, while this class uses only what both keep (the
-subclass, `_create_work_from_future`). The collective itself runs in libprism
-with the GIL released, on one thread per group that takes the calls in the
-order they were made (as Gloo's does), so work completes asynchronously and may
-be waited for in any order.
+ProcessGroup and Work subclasses, register_backend). The collective itself runs
+in libprism with the GIL released, in the order the calls were made, on the
+group's own thread or on the thread that waits for it (calls.py), so work
+completes asynchronously and may be waited for in any order.
 """
 from __future__ import annotations
 
