@@ -295,8 +295,8 @@ def test_through_a_switch_pool_the_weights_are_the_host_algorithms_whatever_the_
 def test_the_osu_style_benchmark_runs_both_backends(tmp_path):
     require()
     out = tmp_path / 'torch.json'
-    r = subprocess.run([PY, str(REPO / 'tools' / 'bench_torch.py'), '--quick', '--json', str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([PY, str(REPO / 'tools' / 'bench_torch.py'), '--quick', '--build', str(su.BUILD),
+                        '--json', str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())['results']
     assert {(x['mode'], x['bytes']) for x in res} == {(m, n) for m in ('gloo', 'prism', 'prism_a') for n in (4, 4096)}
