@@ -291,14 +291,16 @@ def test_the_osu_style_benchmark_runs_both_ways(tmp_path):
 AGENT = Path(__file__).resolve().parents[1] / 'mpi' / 'netns_agent.sh'
 
 
-def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_rhd_and_ring(make_testbed, tmp_path):
+@pytest.mark.parametrize('p', [2, 3, 4])
+def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_rhd_and_ring(make_testbed, tmp_path,
+                                                                                             p):
     """mpirun in rank 0's namespace starts every other rank's daemon in that rank's namespace (as ssh
     would on another machine: tests/mpi/netns_agent.sh), Open MPI's TCP over the testbed's bridge.
     Rank 0 serves the store at its own address (PRISM_MPI_HOST); every rank's host links listen at
     its own. With PRISM_ALGO=switch the job comes from the switch's pool and is given back."""
     require()
     skip_unless_possible()
-    p, count = 3, 30011
+    count = 30011
     tb = make_testbed(ranks=p, layout='bridge', settings={'pools': pool_yaml(1000, 2, 4, '10.88.0.0/24')})
     netns_map, log = tb.dir / 'netns.map', tb.dir / 'launches.log'
     netns_map.write_text(''.join(f'{r.ip} {r.ns}\n' for r in tb.ranks))
