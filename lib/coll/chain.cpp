@@ -200,8 +200,7 @@ std::optional<double> predict_chain(const Problem& pr, const CostParams& c, size
   const double n = double(pr.count) * double(pr.elem_bytes);
   // Each of the p + m - 2 stages waits for a message (allreduce: two, its reduce and its broadcast).
   const double waits = (pr.coll == Collective::ALLREDUCE ? 2 : 1) * (pr.p + double(segments) - 2);
-  return model::host(pr, c, chain_model_time(n, pr.p, double(segments), terms->first, terms->second), waits, 1,
-                     lanes);
+  return model::host(pr, c, chain_model_time(n, pr.p, double(segments), terms->first, terms->second), waits, 1, lanes);
 }
 
 }  // namespace prism::coll

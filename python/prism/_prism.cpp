@@ -19,8 +19,8 @@
 
 #include "arith/op.hpp"
 #include "coll/algorithms.hpp"
-#include "coll/call.hpp"
 #include "coll/calibrate.hpp"
+#include "coll/call.hpp"
 #include "coll/cost_model.hpp"
 #include "format/format.hpp"
 #include "group/same_type_sum.hpp"
