@@ -162,6 +162,8 @@ def test_what_prism_does_not_take_is_refused_and_says_what_to_do(tmp_path):
         assert 'send is not supported' in e['send'] and 'gloo' in e['send']
         assert e['int8_overflow'].startswith('OverflowError: the sum of these 8-bit integers overflows in 6 of 6')
         assert e['int32_overflow'].startswith('OverflowError: the sum of these 32-bit integers overflows in 6 of 6')
+        assert "the tensor is on meta; the prism backend reduces CPU tensors" in e['not_cpu'], e['not_cpu']
+        assert 'sparse tensors are not supported' in e['sparse'], e['sparse']
         assert rep['after_errors'] == [2.0, 2.0, 2.0], 'the group works after refusals'
         assert rep['records'][-1]['digest'] is None, 'digests are off unless asked for'
 

@@ -127,6 +127,8 @@ def case_errors():
     errors('send', lambda: dist.send(torch.ones(1), dst=(rank + 1) % size))
     errors('int8_overflow', lambda: dist.all_reduce(torch.full((6,), 100, dtype=torch.int8)))
     errors('int32_overflow', lambda: dist.all_reduce(torch.full((6,), 2**30, dtype=torch.int32)))
+    errors('not_cpu', lambda: dist.all_reduce(torch.ones(3, device='meta')))  # as a CUDA tensor would be
+    errors('sparse', lambda: dist.all_reduce(torch.ones(3).to_sparse()))
     # the group still works after refusals and a failed sum
     x = torch.ones(3)
     dist.all_reduce(x)
