@@ -92,6 +92,18 @@ void sum(Group& g, Collective c, const void* in, void* out, size_t count, size_t
   same_type_sum(g, c, in, out, count, out_elems, f, options(c, s, root, f));
 }
 
+// Whether PRISM takes an MPI_SUM of `count` elements of `t` (the same on every rank: MPI requires
+// the arguments to agree); sets `f` to their format when it does.
+auto takes_sum(MPI_Op op, int count, MPI_Datatype t, std::optional<Format>& f) {
+  return [=, &f](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(t, s)).has_value(); };
+}
+
+// MPI_Allreduce's and MPI_Iallreduce's sum (MPI_IN_PLACE: the input is in recvbuf).
+void allreduce(Group& g, const Settings& s, const void* sendbuf, void* recvbuf, int count, Format f) {
+  sum(g, Collective::ALLREDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count), size_t(count), f,
+      s);
+}
+
 // PRISM's message as an MPI error on `comm` (its error handler decides:
 // MPI_ERRORS_ARE_FATAL, the default, aborts the job with the message).
 int fail(MPI_Comm comm, const std::string& what) {
@@ -148,13 +160,9 @@ extern "C" int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_
                              MPI_Comm comm) {
   std::optional<Format> f;
   return call(
-      "MPI_Allreduce", comm,
-      [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
+      "MPI_Allreduce", comm, takes_sum(op, count, datatype, f),
       [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); },
-      [&](Group& g, const Settings& s) {
-        sum(g, Collective::ALLREDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count),
-            size_t(count), *f, s);
-      });
+      [&](Group& g, const Settings& s) { allreduce(g, s, sendbuf, recvbuf, count, *f); });
 }
 
 // The request is complete when it is returned: PRISM's collective ran here.
@@ -162,12 +170,10 @@ extern "C" int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI
                               MPI_Comm comm, MPI_Request* request) {
   std::optional<Format> f;
   return call(
-      "MPI_Iallreduce", comm,
-      [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
+      "MPI_Iallreduce", comm, takes_sum(op, count, datatype, f),
       [&] { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); },
       [&](Group& g, const Settings& s) {
-        sum(g, Collective::ALLREDUCE, sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, size_t(count),
-            size_t(count), *f, s);
+        allreduce(g, s, sendbuf, recvbuf, count, *f);
         PMPI_Grequest_start(greq_query, greq_free, greq_cancel, nullptr, request);
         PMPI_Grequest_complete(*request);
       });
@@ -177,7 +183,7 @@ extern "C" int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Dat
                           MPI_Comm comm) {
   std::optional<Format> f;
   return call(
-      "MPI_Reduce", comm, [&](const Settings& s) { return op == MPI_SUM && count > 0 && (f = format_of(datatype, s)); },
+      "MPI_Reduce", comm, takes_sum(op, count, datatype, f),
       [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); },
       [&](Group& g, const Settings& s) {  // MPI_IN_PLACE (the root's): its input is in recvbuf
         const bool at_root = g.rank() == root;
@@ -190,8 +196,7 @@ extern "C" int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int 
                                         MPI_Op op, MPI_Comm comm) {
   std::optional<Format> f;
   return call(
-      "MPI_Reduce_scatter_block", comm,
-      [&](const Settings& s) { return op == MPI_SUM && recvcount > 0 && (f = format_of(datatype, s)); },
+      "MPI_Reduce_scatter_block", comm, takes_sum(op, recvcount, datatype, f),
       [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
       [&](Group& g, const Settings& s) {
         const size_t n = size_t(recvcount) * size_t(g.size());
