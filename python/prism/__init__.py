@@ -12,7 +12,8 @@ delta) -> int and check(key) -> bool. `prism_torch` passes torch's own store.
 
 Every collective runs in libprism with the GIL released. Errors: prism.Error
 (a collective or a link failed), prism.StoreError (the rendezvous), ValueError
-(a bad name or buffer), OverflowError (an integer sum beyond its type).
+(a bad name or buffer: not a C-contiguous numpy array, or a read-only one for
+a call that writes into it), OverflowError (an integer sum beyond its type).
 """
 from __future__ import annotations
 
@@ -26,12 +27,17 @@ POLICIES = ('kulisch', 'fp32_arrival', 'fp32_binomial')
 _NUMPY_FORMATS = {'float32': 'fp32', 'float16': 'fp16', 'int32': 'int32', 'int8': 'int8'}
 
 
-def _numpy_buffer(a):
+def _numpy_buffer(a, written: bool = False):
+    """The array's address, size and PRISM format; `written`: the call writes its result into `a`."""
     import numpy as np
     if not isinstance(a, np.ndarray):
         raise ValueError(f'a numpy array is needed, not {type(a).__name__}')
     if not a.flags.c_contiguous:
         raise ValueError('the array is not contiguous: pass np.ascontiguousarray(a)')
+    if written and not a.flags.writeable:
+        raise ValueError('the array is read-only (a.flags.writeable is False; np.frombuffer of bytes makes such '
+                         'arrays) and the result is written into it: pass a writeable copy, b = a.copy(), and read '
+                         'the result from b')
     fmt = _NUMPY_FORMATS.get(a.dtype.name)
     if fmt is None:
         raise ValueError(f'dtype {a.dtype.name}: PRISM reduces {", ".join(_NUMPY_FORMATS)}')
@@ -46,11 +52,12 @@ class Group(_Group):
 
     def allreduce(self, a, *, policy: str = 'kulisch', algorithm: str | None = None) -> dict:
         """In place: `a` becomes the sum of every rank's `a`, rounded once to a's dtype."""
-        addr, n, fmt = _numpy_buffer(a)
+        addr, n, fmt = _numpy_buffer(a, written=True)
         return self.run('allreduce', addr, addr, n, fmt, policy=policy, algorithm=algorithm, same_type=True)
 
     def broadcast(self, a, *, root: int = 0) -> dict:
-        addr, n, fmt = _numpy_buffer(a)
+        """In place: `a` becomes the root's `a` (every rank's must be writeable, the root's too)."""
+        addr, n, fmt = _numpy_buffer(a, written=True)
         return self.run('broadcast', addr, addr, n, fmt, root=root)
 
     def barrier(self) -> dict:

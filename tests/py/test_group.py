@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -144,3 +146,41 @@ def test_two_groups_started_at_once_take_two_pooled_jobs_beside_a_declared_one(m
         assert run.rc == 0, f'rank {run.rank}: exit {run.rc}\n{run.stdout}{run.stderr}'
         assert json.loads(run.stdout.strip().splitlines()[-1])['job'] == 7
     stop(tb)
+
+
+def test_python_refuses_to_write_the_result_into_a_read_only_array(tmp_path):
+    """prism.Group.allreduce and .broadcast work in place: an array numpy marks read-only (here one
+    over a bytes object, which C code must not change) is a ValueError that says what to do, and the
+    bytes stay as they were; a writeable array of a one-rank group is its own sum."""
+    code = f'''
+import numpy as np, prism
+g = prism.Group('file://{tmp_path}/store', 0, 1)
+data = bytes(range(64))
+a = np.frombuffer(data, dtype=np.float32)
+for call in (g.allreduce, g.broadcast):
+    try:
+        call(a)
+        print(call.__name__, 'took it')
+    except ValueError as e:
+        print(call.__name__, 'refused:', e)
+b = np.arange(16, dtype=np.float32)
+b.flags.writeable = False
+try:
+    g.allreduce(b)
+    print('view took it')
+except ValueError as e:
+    print('view refused:', e)
+print('unchanged' if data == bytes(range(64)) else 'changed')
+c = np.arange(16, dtype=np.float32)
+g.allreduce(c)
+print('sum', c.tolist() == list(range(16)))
+'''
+    r = subprocess.run([sys.executable, '-c', code], env=dict(os.environ, PYTHONPATH=str(su.BUILD / 'python')),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    for what in ('allreduce', 'broadcast', 'view'):
+        line = next(ln for ln in lines if ln.startswith(what + ' '))
+        assert line.startswith(what + ' refused: the array is read-only'), r.stdout
+        assert 'copy()' in line, line
+    assert 'unchanged' in lines and 'sum True' in lines, r.stdout
