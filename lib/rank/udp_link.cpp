@@ -54,8 +54,10 @@ UdpLink::UdpLink(const std::string& local_ip, uint16_t local_port, const std::st
   const sockaddr_in local = address(local_ip, local_port, "the rank's");
   fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) fail_errno("socket(AF_INET, SOCK_DGRAM)", "the system is out of sockets?");
+  // No SO_REUSEADDR: on UDP it would let any local user's socket that sets
+  // it too bind this ip:port (no uid check) and take the switch's RESULTs or
+  // send as this rank; UDP has no TIME_WAIT for it to help with.
   const int one = 1;
-  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   const int pmtu = IP_PMTUDISC_DO;  // DF: a packet that does not fit fails here, not at the switch
   setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
   size_buffers(256, 1500);  // until the communicator knows its window and the path's MTU

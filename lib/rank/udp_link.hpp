@@ -1,8 +1,8 @@
-// The rank's kernel UDP socket: bound to the rank's registered address,
-// connected to the switch's (its base udp_port, where every reply comes
-// from: the kernel then drops datagrams from anyone else), DF set (the
-// switch refuses IP fragments), and batched I/O so a window of chunks costs a
-// few system calls, not one per packet:
+// The rank's kernel UDP socket: bound to the rank's registered address
+// (alone: no SO_REUSEADDR, so while it is open no other socket, whoever's,
+// can bind that ip:port and take the switch's replies), connected to the switch's (its base udp_port, where every reply
+// comes from: the kernel then drops datagrams from anyone else), DF set (the switch refuses IP fragments), and batched
+// I/O so a window of chunks costs a few system calls, not one per packet:
 // - sends: a run of equal-size datagrams to one of the switch's ports goes as
 //   one UDP GSO message (UDP_SEGMENT: the kernel cuts it into the datagrams,
 //   headers and bodies gathered from where they are, no copy), several runs

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -176,4 +177,31 @@ TEST(UdpLink, CoalescedReceivesAreCutIntoTheDatagramsSent) {
   if (gso && link.gro()) {
     EXPECT_EQ(link.counters().gro_datagrams, 21u) << "loopback keeps a GSO message whole";
   }
+}
+
+// F5: the rank's socket does not set SO_REUSEADDR, so another local program
+// (any user: Linux checks no uid for SO_REUSEADDR on UDP) that sets it cannot
+// bind the rank's registered ip:port and take its RESULTs or send as it.
+TEST(UdpLink, NoOtherSocketCanBindTheRanksAddress) {
+  Plain sw;
+  UdpLink link("127.0.0.1", 0, "127.0.0.1", sw.port);
+  // The link's own address: the first datagram from it tells.
+  const std::vector<uint8_t> hello(8, 1);
+  const UdpLink::Datagram d{hello.data(), hello.size(), nullptr, 0, 0};
+  ASSERT_EQ(link.send(&d, 1), 1u);
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  std::vector<uint8_t> b(100);
+  ASSERT_EQ(recvfrom(sw.fd, b.data(), b.size(), 0, reinterpret_cast<sockaddr*>(&me), &len), 8);
+  ASSERT_NE(me.sin_port, 0);
+
+  const int thief = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(thief, 0);
+  const int one = 1;
+  ASSERT_EQ(setsockopt(thief, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+  const int rc = bind(thief, reinterpret_cast<sockaddr*>(&me), sizeof me);
+  const int e = errno;
+  close(thief);
+  EXPECT_EQ(rc, -1) << "a second socket bound the rank's 127.0.0.1:" << ntohs(me.sin_port);
+  EXPECT_EQ(e, EADDRINUSE);
 }
