@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -35,6 +36,27 @@ std::string quoted(std::string_view key) {
   return q;
 }
 
+// What to do about a store file someone else could have written.
+constexpr const char* kPrivate =
+    ": a store file must be this user's alone (anyone who can write it can plant records, e.g. another "
+    "address for a rank's links). Put it in a private directory (mkdir -m 0700; not /tmp itself), or "
+    "delete what is there if it is yours";
+
+// The file opened at `path` is one only this user can have written.
+void check_ours(const std::string& path, const struct stat& st) {
+  const std::string where = "file store " + path + ": ";
+  if (!S_ISREG(st.st_mode)) throw StoreError(where + "not a regular file" + kPrivate);
+  if (st.st_uid != geteuid())
+    throw StoreError(where + "owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+                     std::to_string(geteuid()) + ")" + kPrivate);
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    throw StoreError(where + "writable by " + (st.st_mode & S_IWOTH ? "every user" : "its group") + " (mode " + mode +
+                     ")" + kPrivate);
+  }
+}
+
 }  // namespace
 
 // flock() held while it lives: shared for reading, exclusive for writing.
@@ -56,15 +78,19 @@ FileStore::FileStore(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw StoreError("file store: an empty path: give a file every rank can reach");
   std::lock_guard<std::mutex> guard(mu_);
   for (;;) {
-    fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    // A link at the path is refused, not followed (it could lead to any file
+    // of this user's); a new file is this user's alone.
+    fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd_ && errno == ELOOP) throw StoreError("file store " + path_ + ": it is a symbolic link" + kPrivate);
     if (!fd_) fail("cannot open it (is its directory there, writable, and on a filesystem every rank sees?)");
-    Lock lock(*this, true);
-    // The last user of an earlier job may have deleted the file between our
-    // open and our lock: count in only where the path still leads.
     struct stat mine {
     }, there{};
     if (fstat(fd_.get(), &mine) != 0) fail("fstat()");
-    if (stat(path_.c_str(), &there) != 0 || mine.st_ino != there.st_ino || mine.st_dev != there.st_dev) continue;
+    check_ours(path_, mine);
+    Lock lock(*this, true);
+    // The last user of an earlier job may have deleted the file between our
+    // open and our lock: count in only where the path still leads.
+    if (lstat(path_.c_str(), &there) != 0 || mine.st_ino != there.st_ino || mine.st_dev != there.st_dev) continue;
     read_new();
     add_locked(kUsers, 1);
     return;

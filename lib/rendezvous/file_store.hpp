@@ -9,6 +9,13 @@
 // get() re-reads the file with a short sleep between tries (1 ms, doubling
 // up to 50 ms) until the key appears or the timeout passes.
 //
+// Trust: whoever can write the file can plant records (another rank's
+// address), so it must be this user's alone: a new file is created 0600, and
+// a symbolic link at the path, a file another user owns, or one its group or
+// everyone may write is refused (StoreError saying so). Keep it in a private
+// directory (mode 0700), not in /tmp itself, where anyone may create the path
+// first.
+//
 // Lifetime: each FileStore counts itself in (key "filestore/users") and out;
 // the last one out deletes the file, so the next job starts clean. A file
 // left by a job that crashed holds its old values: give each job a fresh
@@ -27,7 +34,8 @@ namespace prism::rdv {
 
 class FileStore final : public Store {
  public:
-  // Opens (creating) `path`. Throws StoreError naming it.
+  // Opens (creating, mode 0600) `path`. Throws StoreError naming it: it cannot
+  // be opened, or it is not this user's alone (see Trust above).
   explicit FileStore(std::string path);
   ~FileStore() override;
 

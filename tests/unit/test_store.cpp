@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -540,6 +541,86 @@ TEST(FileStore, TheLastUserDeletesTheFileSoTheNextJobStartsClean) {
 TEST(FileStore, UnreachablePathIsAClearError) {
   const std::string e = error_of([] { make_file_store("/nonexistent-dir/for/sure/store"); });
   EXPECT_EQ(has(e, "file store /nonexistent-dir/for/sure/store: cannot open it"), "");
+}
+
+// F23: a store file is only trusted when no one else can have written it: a
+// link at the path (another user pointing it at a file of ours), a file others
+// may write (pre-created with mode 0666 to plant records), or one another user
+// owns are refused with what is wrong and what to do, and left as they were.
+std::string contents(const std::string& path) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char b[256];
+    for (size_t n; (n = std::fread(b, 1, sizeof b, f)) > 0;) s.append(b, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
+void write_file(const std::string& path, const std::string& text, mode_t mode) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  ASSERT_EQ(chmod(path.c_str(), mode), 0);  // past the umask
+}
+
+TEST(FileStore, ALinkAtThePathIsRefused) {
+  TempDir d;
+  const std::string victim = d.file("victim"), path = d.file("job");
+  write_file(victim, "precious", 0600);
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  const std::string e = error_of([&] { make_file_store(path); });
+  EXPECT_EQ(has(e, "file store " + path + ": "), "");
+  EXPECT_EQ(has(e, "symbolic link"), "");
+  EXPECT_EQ(has(e, "private directory"), "");
+  EXPECT_EQ(contents(victim), "precious");
+  struct stat st {};
+  EXPECT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link is left for its owner to see";
+}
+
+TEST(FileStore, AFileOthersCanWriteIsRefused) {
+  TempDir d;
+  for (const mode_t mode : {mode_t(0666), mode_t(0620), mode_t(0602)}) {
+    const std::string path = d.file("job" + std::to_string(mode));
+    write_file(path, "", mode);
+    const std::string e = error_of([&] { make_file_store(path); });
+    EXPECT_EQ(has(e, "file store " + path + ": "), "") << std::oct << mode;
+    EXPECT_EQ(has(e, "writable by"), "") << std::oct << mode;
+    EXPECT_EQ(has(e, "private directory"), "") << std::oct << mode;
+    EXPECT_EQ(contents(path), "") << "nothing written to a refused file";
+  }
+}
+
+TEST(FileStore, AFileAnotherUserOwnsIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root";
+  TempDir d;
+  const std::string path = d.file("job");
+  write_file(path, "", 0600);
+  ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+  const std::string e = error_of([&] { make_file_store(path); });
+  EXPECT_EQ(has(e, "file store " + path + ": "), "");
+  EXPECT_EQ(has(e, "owned by uid 65534"), "");
+  EXPECT_EQ(contents(path), "");
+}
+
+TEST(FileStore, ANewFileIsPrivateAndAnOwnPrivateFileIsUsed) {
+  TempDir d;
+  const mode_t old = umask(0);  // the store's own mode, not the umask's
+  const std::string path = d.file("job");
+  {
+    auto s = make_file_store(path);
+    struct stat st {};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+  }
+  umask(old);
+  const std::string mine = d.file("mine");
+  write_file(mine, "", 0640);  // readable by the group, written by us alone: fine
+  auto s = make_file_store(mine);
+  s->set("k", "v");
+  EXPECT_EQ(s->get_string("k", 1s), "v");
 }
 
 // --- The callback store alone.
