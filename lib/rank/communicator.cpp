@@ -44,14 +44,9 @@ std::string list_chunks(const Op& op, size_t limit) {
   return s;
 }
 
-}  // namespace
-
-Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
-    : ep(e),
-      tune(t),
-      link(e.local_ip, e.local_port, e.switch_ip, e.switch_port, t.gso),
-      rtt(uint64_t(t.rto_initial_ms) * 1000000, uint64_t(t.rto_min_ms) * 1000000, uint64_t(t.rto_max_ms) * 1000000),
-      next_op(t.first_op) {
+// The arguments, checked before the socket is bound: a bad one is
+// INVALID_ARGUMENT even while another communicator holds the address.
+const Endpoints& checked(const Endpoints& e, const Tuning& t) {
   if (e.group == 0) throw Error(Errc::INVALID_ARGUMENT, "the job's group (R) must be 1 or more");
   if (e.rank >= e.group)
     throw Error(Errc::INVALID_ARGUMENT,
@@ -64,6 +59,17 @@ Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
     throw Error(Errc::INVALID_ARGUMENT, "the switch's shard ports " + std::to_string(e.switch_port) + " + 0.." +
                                             std::to_string(e.switch_shards - 1) +
                                             " run past 65535: check switch_port and switch_shards");
+  return e;
+}
+
+}  // namespace
+
+Communicator::Impl::Impl(const Endpoints& e, const Tuning& t)
+    : ep(checked(e, t)),
+      tune(t),
+      link(e.local_ip, e.local_port, e.switch_ip, e.switch_port, t.gso),
+      rtt(uint64_t(t.rto_initial_ms) * 1000000, uint64_t(t.rto_min_ms) * 1000000, uint64_t(t.rto_max_ms) * 1000000),
+      next_op(t.first_op) {
   // The quota can always complete a window (docs/PROTOCOL.md, Windows and pacing).
   // Adaptive: the job's ranks share the switch port's receive ring (and the
   // kernel queues before it), so R windows together stay within kPortBudget.
