@@ -5,6 +5,7 @@
 #include <array>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -162,6 +163,12 @@ struct Communicator::Impl {
   std::vector<std::array<uint8_t, wire::kHeaderSize>> heads;  // headers of the batch being sent
   std::array<rank::UdpLink::Datagram, kMaxBatch> dgrams{};
   std::vector<Pending> batch;
+  // The switch's id, the sender of its RESULTs, NACKs and STATUS
+  // (docs/PROTOCOL.md). Endpoints do not carry it: the first RESULT taken
+  // (its job, op, chunk and descriptor those of a chunk this rank sent)
+  // names it, and from then on an answer from the switch's address under
+  // another sender is not the switch's (stray): a blind forger must guess it too.
+  std::optional<uint16_t> switch_id;
   Stats stats;
 };
 

@@ -368,6 +368,7 @@ void Communicator::Impl::on_result(Op& op, const wire::Parsed& p, uint64_t t) {
   if (p.h.count != n || p.h.out_dtype != op.desc.out_dtype || p.h.dtype != op.desc.dtype ||
       p.h.policy != op.desc.policy || p.h.group != op.desc.group)
     return void(++stats.stray);  // not an answer to what this rank sent
+  if (!switch_id) switch_id = p.h.sender;
   rank::Chunk& ch = op.chunks[c];
   if (ch.done) return void(++stats.duplicate_results);
   if (op.out) std::memcpy(op.out + first * op.out_bytes, p.payload, n * op.out_bytes);
@@ -502,6 +503,12 @@ void Communicator::Impl::receive(int wait_ms, uint64_t t) {
     stats.bytes_received += len;
     wire::Parsed p;
     if (len == 0 || wire::parse_message({link.data(i), len}, &p, false) != wire::Refusal::OK || p.h.job != ep.job) {
+      ++stats.stray;
+      continue;
+    }
+    // RESULT, NACK and STATUS come from the switch under its id: once it is
+    // known, one under another sender is someone else's (F4).
+    if (switch_id && p.h.sender != *switch_id) {
       ++stats.stray;
       continue;
     }

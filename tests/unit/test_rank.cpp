@@ -42,6 +42,9 @@ struct Impair {
   int nack_op = -1, nack_reason = 0;                    // NACK every CONTRIB of this op with this reason
   int abandon_op = -1;                                  // answer this op with OP_ABANDONED once R-1 arrived
   bool silent = false;                                  // never answer
+  int forge_result_op = -1;  // this op: a RESULT one off in each element, from the switch's address under another
+                             // sender id, reaches each rank before the real one
+  int forge_nack_op = -1;    // this op: a NACK from the switch's address under another sender id for each chunk
 };
 
 // The fake switch: UDP sockets on 127.0.0.1, one per shard at ports
@@ -173,6 +176,12 @@ class FakeSwitch {
     ++contribs_;
     if (int(op) == im_.nack_op) return send_to(sender, answer(p, 4, uint8_t(im_.nack_reason), 0));
     const auto key = std::make_pair(op, chunk);
+    if (int(op) == im_.forge_nack_op && !forged_.count({key, sender})) {  // from the switch's address, not its id
+      forged_.insert({key, sender});
+      std::vector<uint8_t> d = answer(p, 4, 4, 0);  // DESCRIPTOR_MISMATCH
+      put16(&d[16], kForger);
+      send_to(sender, d);
+    }
     if (im_.nack_first && !nacked_.count({key, sender})) {
       nacked_.insert({key, sender});
       return send_to(sender, answer(p, 4, uint8_t(im_.nack_first), 0));
@@ -215,6 +224,15 @@ class FakeSwitch {
     for (size_t i = 0; i < count; ++i) {
       const int32_t v = int32_t(c.sum[i]);
       std::memcpy(&c.result[32 + 4 * i], &v, 4);
+    }
+    if (int(op) == im_.forge_result_op) {  // the same RESULT but one off in each element, first
+      std::vector<uint8_t> forged = c.result;
+      put16(&forged[16], kForger);
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t v = int32_t(c.sum[i] + 1);
+        std::memcpy(&forged[32 + 4 * i], &v, 4);
+      }
+      for (uint16_t r = 0; r < group_; ++r) send_to(r, forged);
     }
     for (uint16_t r = 0; r < group_; ++r) send_to(r, c.result);
   }
@@ -267,7 +285,8 @@ class FakeSwitch {
   std::atomic<bool> stop_{false};
   std::mt19937 rng_{12345};
   std::map<std::pair<uint32_t, uint32_t>, Chunk> chunks_;
-  std::set<std::pair<std::pair<uint32_t, uint32_t>, uint16_t>> nacked_;
+  std::set<std::pair<std::pair<uint32_t, uint32_t>, uint16_t>> nacked_, forged_;
+  static constexpr uint16_t kForger = 2;  // the sender id of forged answers (the switch's is 1)
   std::vector<std::pair<uint16_t, std::vector<uint8_t>>> held_;
   std::atomic<uint64_t> dups_{0}, contribs_{0}, joins_{0}, queries_{0};
   std::map<uint16_t, uint32_t> nonces_;
@@ -465,6 +484,38 @@ TEST(Rank, NoFreeSlotIsRetriedNotAnError) {
   run_ranks(sw, 2, 500, 1, 1, fast(), &st);
   EXPECT_EQ(st[0].no_slot_retries, 5u);
   EXPECT_EQ(st[0].nack_by_reason[6], 5u);
+}
+
+// F4 (rank side): RESULTs and NACKs carry the switch's id as sender
+// (docs/PROTOCOL.md); once a rank has taken a RESULT from its switch, an
+// answer from the switch's address naming another sender is not the
+// switch's: a wrong RESULT for the right job, op, chunk and descriptor is
+// not taken (the real one that follows is), a NACK fails nothing. The
+// forgeries come in the second op: the first one's RESULTs named the switch.
+TEST(Rank, AResultNamingAnotherSenderIsNotTaken) {
+  Impair im;
+  im.forge_result_op = int(FakeSwitch::kFirstOp) + 1;
+  FakeSwitch sw(2, im);
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 2, 300, 3, 1, fast(), &st);  // every element checked against the real sum
+  for (uint16_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].results, 9u) << "rank " << r;  // 3 chunks × 3 ops, each taken once
+    EXPECT_EQ(st[r].duplicate_results, 0u) << "rank " << r;
+    EXPECT_GE(st[r].stray, 3u) << "rank " << r << ": the forged RESULTs count as stray";
+  }
+}
+
+TEST(Rank, ANackNamingAnotherSenderFailsNothing) {
+  Impair im;
+  im.forge_nack_op = int(FakeSwitch::kFirstOp) + 1;
+  FakeSwitch sw(2, im);
+  std::vector<prism::Stats> st;
+  run_ranks(sw, 2, 300, 3, 1, fast(), &st);
+  for (uint16_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].results, 9u) << "rank " << r;
+    EXPECT_EQ(st[r].nacks, 0u) << "rank " << r << ": a NACK not from the switch is no NACK";
+    EXPECT_GE(st[r].stray, 3u) << "rank " << r;
+  }
 }
 
 // Runs one rank-0 allreduce (R ranks, the others run too) and returns rank 0's error.
