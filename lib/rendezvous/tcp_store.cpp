@@ -91,14 +91,11 @@ void check_key(std::string_view key, size_t value_size = 0) {
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& host, uint16_t port, bool serve, Millis connect_timeout)
+TcpStore::TcpStore(const std::string& host, uint16_t port, bool serve, Millis connect_timeout, Listen listen,
+                   const TcpStoreLimits& limits)
     : host_(host), port_(port), connect_timeout_(bounded_wait(connect_timeout)) {
-  if (serve) {
-    server_ = std::make_unique<TcpStoreServer>(port);
-    port_ = server_->port();
-  } else if (port == 0) {
+  if (!serve && port == 0)
     throw StoreError("TCP store at " + host + ": port 0 names no server: give the port rank 0 serves at");
-  }
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -108,14 +105,29 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, bool serve, Millis co
                      " (MASTER_ADDR, or the host of PRISM_STORE's tcp:// URL: an IPv4 address or a name this "
                      "host resolves)");
   std::memcpy(&addr_, res->ai_addr, sizeof addr_);
-  addr_.sin_port = htons(port_);
   freeaddrinfo(res);
+  if (serve) {
+    in_addr at{};
+    at.s_addr = listen == Listen::STORE_HOST ? addr_.sin_addr.s_addr : htonl(INADDR_ANY);
+    server_ = std::make_unique<TcpStoreServer>(at, port, limits);
+    port_ = server_->port();
+  }
+  addr_.sin_port = htons(port_);
   idle_.push_back(open(true));
 }
 
 TcpStore::~TcpStore() = default;
 
 std::string TcpStore::where() const { return host_ + ":" + std::to_string(port_); }
+
+void TcpStore::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    idle_.clear();
+  }
+  server_.reset();
+}
 
 // A connection, greeted. The first retries until connect_timeout (the
 // server may not listen yet); later ones try once, since the server was up.
@@ -182,6 +194,9 @@ auto TcpStore::call(const std::vector<uint8_t>& req, std::string_view what, Mill
   Fd fd;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_)
+      throw StoreError("TCP store " + where() + ", " + std::string(what) +
+                       ": this client was closed (TcpStore::close()): the store was done with");
     if (!idle_.empty()) fd = std::move(idle_.back()), idle_.pop_back();
   }
   if (!fd) fd = open(false);
@@ -197,24 +212,36 @@ auto TcpStore::call(const std::vector<uint8_t>& req, std::string_view what, Mill
   if (const Io io = send_all(fd.get(), req.data(), req.size(), deadline); io != Io::OK) throw fail(io);
   uint8_t status = 0;
   if (const Io io = recv_all(fd.get(), &status, 1, deadline); io != Io::OK) throw fail(io);
-  if (status == uint8_t(Status::ERROR)) {
-    uint8_t len[4];
-    std::string msg;
-    if (recv_all(fd.get(), len, 4, deadline) == Io::OK) {
-      msg.resize(size_t(wire::get(len, 4)));
-      if (recv_all(fd.get(), reinterpret_cast<uint8_t*>(msg.data()), msg.size(), deadline) == Io::OK) {
-        std::lock_guard<std::mutex> lock(mu_);  // the connection is still in step: keep it
-        idle_.push_back(std::move(fd));
-      } else {
-        msg = "the server refused the request, and closed before saying why";
-      }
-    }
-    throw StoreError("TCP store " + where() + ", " + std::string(what) + ": " + msg);
-  }
   auto recv_exact = [&](uint8_t* p, size_t n) {
     if (const Io io = recv_all(fd.get(), p, n, deadline); io != Io::OK) throw fail(io);
   };
-  auto out = read(Status(status), recv_exact);
+  // A reply's length, checked before what it counts is read: at most any value the server keeps (one
+  // that declares more is not PRISM's server, or is broken: nothing is allocated for it).
+  auto length = [&](const uint8_t* len) {
+    const uint64_t n = wire::get(len, 4);
+    if (n > kMaxValue)
+      throw StoreError("TCP store " + where() + ", " + std::string(what) + ": a reply of " + std::to_string(n) +
+                       " bytes (at most " + std::to_string(kMaxValue) +
+                       "): the server breaks the protocol. Is the port another service's?");
+    return size_t(n);
+  };
+  auto recv_length = [&] {
+    uint8_t len[4];
+    recv_exact(len, 4);
+    return length(len);
+  };
+  // An ERROR: its message; the connection is not used again (the server closes a refused one).
+  if (status == uint8_t(Status::ERROR)) {
+    uint8_t len[4];
+    std::string msg = "the server refused the request, and closed before saying why";
+    if (recv_all(fd.get(), len, 4, deadline) == Io::OK) {
+      std::string text(length(len), '\0');
+      if (recv_all(fd.get(), reinterpret_cast<uint8_t*>(text.data()), text.size(), deadline) == Io::OK)
+        msg = std::move(text);
+    }
+    throw StoreError("TCP store " + where() + ", " + std::string(what) + ": " + msg);
+  }
+  auto out = read(Status(status), recv_exact, recv_length);
   std::lock_guard<std::mutex> lock(mu_);
   idle_.push_back(std::move(fd));
   return out;
@@ -225,7 +252,7 @@ void TcpStore::set(std::string_view key, std::span<const uint8_t> value) {
   std::vector<uint8_t> req = wire::request(Cmd::SET, key);
   put(req, value.size(), 4);
   req.insert(req.end(), value.begin(), value.end());
-  call(req, "setting key " + quoted(key), connect_timeout_, [](Status, auto&) { return 0; });
+  call(req, "setting key " + quoted(key), connect_timeout_, [](Status, auto&, auto&) { return 0; });
 }
 
 Bytes TcpStore::get(std::string_view key, Millis timeout) {
@@ -234,14 +261,13 @@ Bytes TcpStore::get(std::string_view key, Millis timeout) {
   const Millis t = bounded_wait(timeout);
   put(req, uint64_t(t.count()), 8);
   const std::string what = "getting key " + quoted(key);
-  auto got = call(req, what, t + connect_timeout_, [&](Status s, auto& recv_exact) -> std::optional<Bytes> {
-    if (s == Status::TIMEOUT) return std::nullopt;
-    uint8_t len[4];
-    recv_exact(len, 4);
-    Bytes v(size_t(wire::get(len, 4)));
-    recv_exact(v.data(), v.size());
-    return v;
-  });
+  auto got =
+      call(req, what, t + connect_timeout_, [&](Status s, auto& recv_exact, auto& recv_length) -> std::optional<Bytes> {
+        if (s == Status::TIMEOUT) return std::nullopt;
+        Bytes v(recv_length());
+        recv_exact(v.data(), v.size());
+        return v;
+      });
   if (!got)
     throw StoreError("TCP store " + where() + ": key " + quoted(key) + " not set after " +
                      std::to_string(timeout.count()) +
@@ -253,7 +279,7 @@ int64_t TcpStore::add(std::string_view key, int64_t delta) {
   check_key(key);
   std::vector<uint8_t> req = wire::request(Cmd::ADD, key);
   put(req, uint64_t(delta), 8);
-  return call(req, "adding to key " + quoted(key), connect_timeout_, [](Status, auto& recv_exact) {
+  return call(req, "adding to key " + quoted(key), connect_timeout_, [](Status, auto& recv_exact, auto&) {
     uint8_t v[8];
     recv_exact(v, 8);
     return int64_t(wire::get(v, 8));
@@ -263,15 +289,16 @@ int64_t TcpStore::add(std::string_view key, int64_t delta) {
 bool TcpStore::check(std::string_view key) {
   check_key(key);
   return call(wire::request(Cmd::CHECK, key), "checking key " + quoted(key), connect_timeout_,
-              [](Status, auto& recv_exact) {
+              [](Status, auto& recv_exact, auto&) {
                 uint8_t v = 0;
                 recv_exact(&v, 1);
                 return v != 0;
               });
 }
 
-std::shared_ptr<TcpStore> make_tcp_store(const std::string& host, uint16_t port, bool serve, Millis connect_timeout) {
-  return std::make_shared<TcpStore>(host, port, serve, connect_timeout);
+std::shared_ptr<TcpStore> make_tcp_store(const std::string& host, uint16_t port, bool serve, Millis connect_timeout,
+                                         Listen listen, const TcpStoreLimits& limits) {
+  return std::make_shared<TcpStore>(host, port, serve, connect_timeout, listen, limits);
 }
 
 }  // namespace prism::rdv

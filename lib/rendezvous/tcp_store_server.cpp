@@ -1,8 +1,10 @@
 #include "rendezvous/tcp_store_server.hpp"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,7 +36,9 @@ struct Client {
   std::vector<uint8_t> out;  // reply bytes not yet sent
   bool parked = false;       // a GET waits for `key`
   std::string key;
-  Clock::time_point deadline;
+  Clock::time_point deadline;  // a parked GET's, or a refused connection's
+  std::string refusal;         // past the connections: its first request's ERROR, then it is closed
+  bool closing = false;        // closed once `out` is sent
 };
 
 // The size of the whole request at `b` (`n` bytes here; 0: not all here
@@ -61,10 +65,23 @@ std::optional<size_t> request_size(const uint8_t* b, size_t n) {
 }
 
 constexpr size_t kOutLimit = size_t(kMaxValue) + (1 << 20);  // replies queued for one client
+// Connections past the limit held at once to say why (each at most kRefusedFor): more are closed unanswered.
+constexpr size_t kMaxRefused = 16;
+constexpr auto kRefusedFor = std::chrono::seconds(2);
+
+// TcpStoreLimits::connections, 0 resolved: half the descriptors this process may open (the rest
+// are its own: the rank's links live in this process too).
+size_t connection_limit(size_t asked) {
+  if (asked) return asked;
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return size_t(1) << 16;
+  return std::max<size_t>(16, size_t(r.rlim_cur) / 2);
+}
 
 class Loop {
  public:
-  Loop(int listener, int wake) : listener_(listener), wake_(wake) {}
+  Loop(int listener, int wake, const TcpStoreLimits& limits)
+      : listener_(listener), wake_(wake), limits_(limits), max_connections_(connection_limit(limits.connections)) {}
 
   void run() {
     std::vector<pollfd> pf;
@@ -80,7 +97,7 @@ class Loop {
         // A client that does not read its replies is not read from either, until it does.
         const short in = c.out.size() < kOutLimit ? POLLIN : 0;
         pf.push_back({c.fd.get(), short(in | (c.out.empty() ? 0 : POLLOUT)), 0}), who.push_back(&c);
-        if (c.parked) wake = std::min(wake, c.deadline);
+        if (c.parked || !c.refusal.empty()) wake = std::min(wake, c.deadline);
       }
       const int ms = int(std::chrono::ceil<std::chrono::milliseconds>(wake - now).count());
       if (poll(pf.data(), pf.size(), std::max(ms, 0)) < 0 && errno != EINTR) return;
@@ -111,14 +128,28 @@ class Loop {
           accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
         return;
       }
+      std::string refusal;
+      if (connected_ >= max_connections_) {
+        if (refused_ >= kMaxRefused) continue;  // closed unanswered: a flood
+        refusal = "the store has " + std::to_string(connected_) + " connections (at most " +
+                  std::to_string(max_connections_) +
+                  "): is a client opening connections in a loop, or is the group larger than its rank 0 can serve? "
+                  "(TcpStoreLimits::connections; by default half this process's descriptor limit, ulimit -n)";
+      }
+      ++(refusal.empty() ? connected_ : refused_);
       clients_.push_back(Client{});
-      clients_.back().fd = std::move(fd);
+      Client& c = clients_.back();
+      c.fd = std::move(fd);
+      c.refusal = std::move(refusal);
+      c.deadline = Clock::now() + kRefusedFor;
     }
   }
 
   void drop(Client& c) {
+    if (!c.fd) return;
     c.fd.reset();
     c.parked = false;
+    --(c.refusal.empty() ? connected_ : refused_);
   }
 
   void flush(Client& c) {
@@ -136,6 +167,9 @@ class Loop {
       }
     }
     c.out.erase(c.out.begin(), c.out.begin() + std::ptrdiff_t(sent));
+    // Only once its whole request was read: closing with bytes unread would reset the connection,
+    // and the client might lose the reply.
+    if (c.closing && c.out.empty()) drop(c);
   }
 
   void receive(Client& c) {
@@ -168,10 +202,20 @@ class Loop {
       c.in.erase(c.in.begin(), c.in.begin() + sizeof kGreeting);
     }
     size_t off = 0;
-    while (c.fd && !c.parked) {
+    while (c.fd && !c.parked && !c.closing) {
       const std::optional<size_t> n = request_size(c.in.data() + off, c.in.size() - off);
       if (!n) return drop(c);
-      if (*n == 0) break;
+      if (*n == 0) {
+        // A connection past the limit is not buffered a big SET for: closed without a word.
+        if (!c.refusal.empty() && c.in.size() - off > size_t(kMaxKey) + 64) return drop(c);
+        break;
+      }
+      if (!c.refusal.empty()) {  // a connection past the limit: says why, then closes
+        off += *n;
+        error_reply(c, c.refusal);
+        c.closing = true;
+        break;
+      }
       const std::vector<uint8_t> req(c.in.begin() + std::ptrdiff_t(off), c.in.begin() + std::ptrdiff_t(off + *n));
       off += *n;
       handle(c, req.data(), req.size());
@@ -187,7 +231,8 @@ class Loop {
     const uint8_t* arg = p + 5 + klen;
     switch (cmd) {
       case Cmd::SET:
-        data_[key].assign(arg + 4, p + n);
+        if (const std::string full = room_for(key, n - (5 + klen + 4)); !full.empty()) return error_reply(c, full);
+        hold(key, Bytes(arg + 4, p + n));
         c.out.push_back(uint8_t(Status::OK));
         woken(key);
         return;
@@ -213,7 +258,8 @@ class Loop {
         if (__builtin_add_overflow(v, delta, &v))
           return error_reply(c, "adding " + std::to_string(delta) + " to key '" + key + "' overflows 64 bits");
         const std::string s = std::to_string(v);
-        data_[key].assign(s.begin(), s.end());
+        if (const std::string full = room_for(key, s.size()); !full.empty()) return error_reply(c, full);
+        hold(key, Bytes(s.begin(), s.end()));
         c.out.push_back(uint8_t(Status::OK));
         put(c.out, uint64_t(v), 8);
         woken(key);
@@ -224,6 +270,28 @@ class Loop {
         c.out.push_back(data_.count(key) ? 1 : 0);
         return;
     }
+  }
+
+  // Why `key` may not hold a value of `size` bytes (the limits), or "".
+  std::string room_for(const std::string& key, size_t size) const {
+    const auto it = data_.find(key);
+    if (it == data_.end() && data_.size() >= limits_.keys)
+      return "the store holds " + std::to_string(data_.size()) + " keys (at most " + std::to_string(limits_.keys) +
+             "): key '" + key +
+             "' is one more. A group's rendezvous needs a few per rank: is a client setting keys in a loop? "
+             "(TcpStoreLimits::keys)";
+    const size_t now = bytes_ - (it == data_.end() ? 0 : key.size() + it->second.size());
+    if (now + key.size() + size > limits_.bytes)
+      return "key '" + key + "' with its value of " + std::to_string(size) + " bytes would make the store hold " +
+             std::to_string(now + key.size() + size) + " bytes of keys and values (at most " +
+             std::to_string(limits_.bytes) + "): the store is for a rendezvous, not data (TcpStoreLimits::bytes)";
+    return {};
+  }
+  void hold(const std::string& key, Bytes v) {
+    const auto [it, added] = data_.try_emplace(key);
+    bytes_ += v.size() + (added ? key.size() : 0);
+    bytes_ -= it->second.size();
+    it->second = std::move(v);
   }
 
   void value_reply(Client& c, const Bytes& v) {
@@ -259,6 +327,7 @@ class Loop {
 
   void expire(Clock::time_point now) {
     for (Client& c : clients_) {
+      if (c.fd && !c.refusal.empty() && c.deadline <= now) drop(c);  // said why, or never asked
       if (!c.fd || !c.parked || c.deadline > now) continue;
       c.parked = false;
       c.out.push_back(uint8_t(Status::TIMEOUT));
@@ -267,6 +336,10 @@ class Loop {
   }
 
   int listener_, wake_;
+  TcpStoreLimits limits_;
+  size_t max_connections_;
+  size_t connected_ = 0, refused_ = 0;  // clients served, and those past the limit told why
+  size_t bytes_ = 0;                    // data_'s keys and values
   Clock::time_point accept_paused_until_{};
   std::list<Client> clients_;  // a list: pointers to clients stay valid while others come and go
   std::unordered_map<std::string, Bytes> data_;
@@ -276,18 +349,26 @@ class Loop {
 
 }  // namespace
 
-TcpStoreServer::TcpStoreServer(uint16_t port) {
+TcpStoreServer::TcpStoreServer(in_addr ip, uint16_t port, const TcpStoreLimits& limits) : limits_(limits) {
   listener_.reset(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!listener_) throw StoreError(std::string("TCP store: socket(): ") + std::strerror(errno));
   const int one = 1;
   setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_addr = ip;
   a.sin_port = htons(port);
-  if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener_.get(), 1024) != 0)
-    throw StoreError("TCP store: cannot serve at port " + std::to_string(port) + ": " + std::strerror(errno) +
-                     " (another job's store there? give this job another port: MASTER_PORT or PRISM_STORE)");
+  if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener_.get(), 1024) != 0) {
+    const int e = errno;
+    char at[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &ip, at, sizeof at);
+    throw StoreError("TCP store: cannot serve at " + (ip.s_addr == htonl(INADDR_ANY) ? "" : std::string(at) + " ") +
+                     "port " + std::to_string(port) + ": " + std::strerror(e) +
+                     (e == EADDRNOTAVAIL
+                          ? " (the store's host is no address of this host: give rank 0's own, as PRISM_MPI_HOST "
+                            "or MASTER_ADDR)"
+                          : " (another job's store there? give this job another port: MASTER_PORT or PRISM_STORE)"));
+  }
   socklen_t len = sizeof a;
   getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&a), &len);
   port_ = ntohs(a.sin_port);
@@ -306,7 +387,7 @@ TcpStoreServer::~TcpStoreServer() {
 
 void TcpStoreServer::serve() {
   try {
-    Loop(listener_.get(), wake_.get()).run();
+    Loop(listener_.get(), wake_.get(), limits_).run();
   } catch (const std::exception&) {
     // Out of memory: the store ends (its clients see their connections close) rather than the process.
   }

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -517,6 +518,134 @@ TEST(TcpStore, PortInUseAndBadHostAreClearErrors) {
     close(fd);
   });
   EXPECT_EQ(has(wrong, "not a PRISM TCP store"), "");
+}
+
+// Whether a TCP connection to ip (host order):port is accepted.
+bool reaches(uint32_t ip, uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ip);
+  a.sin_port = htons(port);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+// Asked to, the server listens at the store's host alone: one served for
+// 127.0.0.1 is not reached at 127.0.0.2 (another address of this host: all of
+// 127/8 is). By default it listens at every address (torch's TCPStore does).
+TEST(TcpStore, ServedAtTheStoreHostAloneWhenAsked) {
+  auto only = make_tcp_store("127.0.0.1", 0, true, 2s, Listen::STORE_HOST);
+  auto every = make_tcp_store("127.0.0.1", 0, true, 2s);
+  EXPECT_TRUE(reaches(0x7F000001, only->port()));
+  EXPECT_FALSE(reaches(0x7F000002, only->port()));
+  EXPECT_TRUE(reaches(0x7F000002, every->port()));
+  only->set("k", "v");
+  EXPECT_EQ(make_tcp_store("127.0.0.1", only->port(), false, 2s)->get_string("k", 1s), "v");
+  // 192.0.2.1 (TEST-NET-1) is no address of this host.
+  const std::string e = error_of([&] { make_tcp_store("192.0.2.1", 0, true, 1s, Listen::STORE_HOST); });
+  EXPECT_EQ(has(e, "cannot serve at 192.0.2.1"), "");
+}
+
+// A fake store at 127.0.0.1 that greets each connection as PRISM's does and
+// answers its first request with `replies[i]` (the i-th connection's), then
+// holds it until the client lets go.
+class FakeServer {
+ public:
+  explicit FakeServer(std::vector<std::vector<uint8_t>> replies) : replies_(std::move(replies)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(0x7F000001);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 4), 0);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    thread_.join();
+    close(fd_);
+  }
+  uint16_t port = 0;
+
+ private:
+  void serve() {
+    for (const std::vector<uint8_t>& reply : replies_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 10000) != 1) return;  // no client came (it died first)
+      const int c = accept(fd_, nullptr, nullptr);
+      uint8_t buf[256];
+      if (recv(c, buf, 8, MSG_WAITALL) == 8 && write(c, buf, 8) == 8 && recv(c, buf, sizeof buf, 0) > 0)
+        (void)!write(c, reply.data(), reply.size());
+      while (recv(c, buf, sizeof buf, 0) > 0) {
+      }
+      close(c);
+    }
+  }
+  int fd_ = -1;
+  std::vector<std::vector<uint8_t>> replies_;
+  std::thread thread_;
+};
+
+// A reply that declares more than any value the server keeps (kMaxValue): a
+// StoreError that says so, at once, without allocating what it declares. The
+// client runs in a child whose address space could not hold 4 GiB more.
+TEST(TcpStore, AReplyLongerThanAnyValueIsRefusedWithoutAllocatingIt) {
+  FakeServer fake({{0, 0xFF, 0xFF, 0xFF, 0xFF}, {2, 0xFF, 0xFF, 0xFF, 0xFF}});  // GET: OK; SET: ERROR
+  const uint16_t port = fake.port;
+  const pid_t kid = spawn([port] {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t room = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + (rlim_t(1) << 30);
+    const rlimit lim{room, room};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) return 97;
+    auto st = make_tcp_store("127.0.0.1", port, false, 5s);
+    const std::string g = error_of([&] { st->get("k", 1s); });
+    const std::string s = error_of([&] { st->set("k", "v"); });
+    const std::string want = "a reply of 4294967295 bytes (at most " + std::to_string(kMaxValue) + ")";
+    for (const std::string& e : {g, s})
+      if (!has(e, want).empty() || !has(e, "127.0.0.1:" + std::to_string(port)).empty()) {
+        std::fprintf(stderr, "%s\n", has(e, want).c_str());
+        return 1;
+      }
+    return 0;
+  });
+  EXPECT_EQ(wait_exit(kid), 0);
+}
+
+// The server holds at most TcpStoreLimits' keys, bytes and connections; past
+// them a request is refused with an error that names the limit, and the store
+// goes on for what it holds.
+TEST(TcpStore, KeysBytesAndConnectionsPerServerAreCapped) {
+  TcpStoreLimits lim;
+  lim.keys = 3, lim.bytes = 1000, lim.connections = 3;
+  auto server = make_tcp_store("127.0.0.1", 0, true, 2s, Listen::STORE_HOST, lim);  // its own client: one
+  server->set("a", "1");
+  server->set("b", "2");
+  EXPECT_EQ(server->add("c", 1), 1);
+  for (const std::string& e : {error_of([&] { server->set("d", "4"); }), error_of([&] { server->add("e", 1); })})
+    EXPECT_EQ(has(e, "holds 3 keys (at most 3)"), "");
+  server->set("a", "again");  // a key it holds
+  EXPECT_EQ(server->add("c", 1), 2);
+  const std::string big = error_of([&] { server->set("b", std::string(1000, 'x')); });
+  EXPECT_EQ(has(big, "(at most 1000)"), "");
+  EXPECT_EQ(server->get_string("b", 1s), "2");
+  auto c2 = make_tcp_store("127.0.0.1", server->port(), false, 2s);
+  auto c3 = make_tcp_store("127.0.0.1", server->port(), false, 2s);
+  EXPECT_EQ(c3->get_string("a", 1s), "again");
+  auto c4 = make_tcp_store("127.0.0.1", server->port(), false, 2s);
+  const std::string full = error_of([&] { c4->check("a"); });
+  EXPECT_EQ(has(full, "3 connections (at most 3)"), "");
+  c2.reset();  // one leaves: room for another
+  std::this_thread::sleep_for(200ms);
+  auto c5 = make_tcp_store("127.0.0.1", server->port(), false, 2s);
+  EXPECT_TRUE(c5->check("a"));
 }
 
 // --- The file store alone.
