@@ -21,6 +21,8 @@
 #include <thread>
 
 #include "coll/tcp.hpp"
+#include "coll/tcp/connect.hpp"
+#include "coll/tcp/listener.hpp"
 #include "config/config.hpp"
 #include "rendezvous/file_store.hpp"
 #include "rendezvous/from_url.hpp"
@@ -451,6 +453,109 @@ TEST(TcpTransport, HandshakeMismatchIsAClearError) {
     t0.join();
     EXPECT_NE(e0.find("in a group of 2, but this is job 7 in a group of 3"), std::string::npos) << e0;
   }
+}
+
+// F14: what reaches a rank's listener during the setup and is not a rank
+// of this job — a client that writes 24 bytes of garbage (a port scanner's
+// probe), one that connects and closes at once, one that says half a hello
+// and waits, a PRISM rank of another job — is dropped alone: the setup goes
+// on, every rank connects, and the exchanges after it are right. Garbage
+// gets no answer (nothing is told to what is not PRISM).
+std::string shift_exchange(Links& t);  // below: every pair's exchange, checked
+
+int connect_when_listening(const TcpAddr& to) {
+  for (int tries = 0; tries < 500; ++tries) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(to.ip);
+    a.sin_port = htons(to.port);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    close(fd);
+    std::this_thread::sleep_for(10ms);
+  }
+  return -1;
+}
+
+TEST(TcpTransport, StrayConnectionsDuringSetupAreDroppedAlone) {
+  const TcpPeers peers = free_peers(3);
+  std::vector<std::string> errors(3);
+  auto rank = [&](int r) {
+    try {
+      auto t = connect_tcp(peers, r, quick());
+      errors[size_t(r)] = shift_exchange(*t);
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+    }
+  };
+  // Ranks 0 and 1 listen and wait for rank 2, which starts only after the
+  // strays have said what they say: their setup is under way meanwhile.
+  std::thread r0(rank, 0), r1(rank, 1);
+  std::vector<int> open_strays;
+  std::vector<uint8_t> other_job;
+  for (uint32_t v : {kHelloMagic, kHelloVersion, 8u, 3u, 2u, 0u}) {
+    for (int i = 0; i < 4; ++i) other_job.push_back(uint8_t(v >> (8 * i)));
+  }
+  const std::string x(24, 'X');
+  for (int at : {0, 1}) {
+    const TcpAddr& to = peers.ranks[size_t(at)];
+    const int garbage = connect_when_listening(to);
+    EXPECT_GE(garbage, 0);
+    EXPECT_EQ(write(garbage, x.data(), x.size()), 24);
+    const int closer = connect_when_listening(to);
+    EXPECT_GE(closer, 0);
+    close(closer);
+    const int half = connect_when_listening(to);  // stays open, 10 bytes of a hello said
+    EXPECT_EQ(write(half, x.data(), 10), 10);
+    open_strays.push_back(half);
+    const int stranger = connect_when_listening(to);  // a PRISM rank of job 8
+    other_job[20] = uint8_t(at);                      // to: this rank
+    EXPECT_EQ(write(stranger, other_job.data(), other_job.size()), 24);
+    open_strays.push_back(stranger);
+    // The garbage is dropped unanswered: the rank closes it, saying nothing.
+    uint8_t b[24];
+    timeval tv{5, 0};
+    setsockopt(garbage, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(recv(garbage, b, sizeof b, 0), 0) << "rank " << at << " answered garbage or kept it open";
+    close(garbage);
+  }
+  std::this_thread::sleep_for(100ms);
+  std::thread r2(rank, 2);
+  r0.join(), r1.join(), r2.join();
+  for (int fd : open_strays) close(fd);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+}
+
+// What was dropped is counted and, when the setup times out after all,
+// named in its error: a job that never connects says what called instead.
+TEST(TcpTransport, ATimeoutNamesTheConnectionsDropped) {
+  const TcpPeers peers = free_peers(2);
+  TcpOptions o = quick();
+  o.connect_timeout = 700ms;
+  Dropped dropped;
+  std::string error;
+  std::thread r0([&] {
+    try {
+      Listener listener(peers.ranks[0], 8, o, "rank 0");
+      establish(peers, 0, o, listener, &dropped);
+    } catch (const LinkError& e) {
+      error = e.what();
+    }
+  });
+  const int garbage = connect_when_listening(peers.ranks[0]);
+  EXPECT_EQ(write(garbage, std::string(24, 'X').data(), 24), 24);
+  const int closer = connect_when_listening(peers.ranks[0]);
+  close(closer);
+  r0.join();
+  close(garbage);
+  EXPECT_EQ(dropped.count, 2u);
+  EXPECT_NE(error.find("timed out after 700 ms; never connected: rank 1"), std::string::npos) << error;
+  EXPECT_NE(
+      error.find("Meanwhile 2 connections not from a rank of this job were dropped: a connection from 127.0.0.1:"),
+      std::string::npos)
+      << error;
+  EXPECT_NE(error.find("is not a PRISM TCP transport of version 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("closed before its hello"), std::string::npos) << error;
 }
 
 TEST(TcpTransport, BadArgumentsAreRefused) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -46,7 +48,7 @@ int ms_until(Clock::time_point t, Clock::time_point now) {
 // One rank's setup: the state of each connection until it has said hello.
 class Setup {
  public:
-  Setup(const TcpPeers& peers, int rank, const TcpOptions& o, Listener& listener)
+  Setup(const TcpPeers& peers, int rank, const TcpOptions& o, Listener& listener, Dropped& dropped)
       : peers_(peers),
         rank_(rank),
         n_(int(peers.ranks.size())),
@@ -54,7 +56,9 @@ class Setup {
         listener_(listener),
         me_("rank " + to_string(rank) + " of job " + to_string(peers.job)),
         fds_(size_t(n_)),
-        out_(size_t(rank)) {}
+        out_(size_t(rank)),
+        dropped_(dropped),
+        debug_(debug_wanted()) {}
 
   std::vector<Fd> run() {
     const Clock::time_point deadline = Clock::now() + o_.connect_timeout;
@@ -136,8 +140,17 @@ class Setup {
       list += (list.empty() ? "" : ", ") + std::string("rank ") + to_string(j) + " (at " +
               addr_str(peers_.ranks[size_t(j)]) + ": " + state + ")";
     }
+    std::string drops;
+    if (dropped_.count) {
+      drops = " Meanwhile " + to_string(dropped_.count) + " connection" + (dropped_.count > 1 ? "s" : "") +
+              " not from a rank of this job " + (dropped_.count > 1 ? "were" : "was") + " dropped: ";
+      for (size_t k = 0; k < dropped_.first.size(); ++k) drops += (k ? "; " : "") + dropped_.first[k];
+      if (dropped_.count > dropped_.first.size())
+        drops += "; and " + to_string(dropped_.count - dropped_.first.size()) + " more";
+      drops += ".";
+    }
     return LinkError(me_ + ": TCP setup timed out after " + to_string(o_.connect_timeout.count()) +
-                     " ms; never connected: " + list + ". Is every rank started, with the same peers?");
+                     " ms; never connected: " + list + ". Is every rank started, with the same peers?" + drops);
   }
 
   Hello hello_to(int peer) const {
@@ -145,15 +158,22 @@ class Setup {
     h.job = peers_.job, h.size = uint32_t(n_), h.from = uint32_t(rank_), h.to = uint32_t(peer);
     return h;
   }
-  void check(const Hello& h, const std::string& whom) const {
+  std::string different_peers(const Hello& h, const std::string& whom) const {
+    return whom + " says it is rank " + to_string(h.from) + " of job " + to_string(h.job) + " in a group of " +
+           to_string(h.size) + ", but this is job " + to_string(peers_.job) + " in a group of " + to_string(n_) +
+           ": the ranks were given different peers (job, or number of ranks)";
+  }
+  // Why a hello is not from a rank of this job at all ("" when it is).
+  std::string foreign(const Hello& h, const std::string& whom) const {
     if (h.magic != kHelloMagic || h.version != kHelloVersion)
-      throw LinkError(me_ + ": " + whom + " is not a PRISM TCP transport of version " + to_string(kHelloVersion) +
-                      " (wrong magic or version in its hello)");
-    if (h.job != peers_.job || h.size != uint32_t(n_))
-      throw LinkError(me_ + ": " + whom + " says it is rank " + to_string(h.from) + " of job " + to_string(h.job) +
-                      " in a group of " + to_string(h.size) + ", but this is job " + to_string(peers_.job) +
-                      " in a group of " + to_string(n_) +
-                      ": the ranks were given different peers (job, or number of ranks)");
+      return whom + " is not a PRISM TCP transport of version " + to_string(kHelloVersion) +
+             " (wrong magic or version in its hello)";
+    if (h.job != peers_.job) return different_peers(h, whom);
+    return "";
+  }
+  void check(const Hello& h, const std::string& whom) const {
+    if (const std::string f = foreign(h, whom); !f.empty()) throw LinkError(me_ + ": " + f);
+    if (h.size != uint32_t(n_)) throw LinkError(me_ + ": " + different_peers(h, whom));
     if (h.to != uint32_t(rank_))
       throw LinkError(me_ + ": " + whom + " (rank " + to_string(h.from) + ") was calling rank " + to_string(h.to) +
                       ": the ranks were given different addresses");
@@ -212,19 +232,29 @@ class Setup {
     fds_[size_t(j)] = std::move(c.fd);
   }
 
-  // A call from a higher rank moves on; whether it is finished with (its
-  // hello taken, or it went away before saying one: it will call again).
+  // A call from a higher rank moves on; whether it is finished with: its
+  // hello taken, or dropped. What is not a rank of this job (it closes
+  // before a hello, its hello is garbage, another job's or version's) is
+  // dropped and counted, and the setup goes on: a port scanner or a stray
+  // client must not fail the job (a rank that went away calls again). Only a
+  // hello of this job that conflicts with this rank's view is an error: the
+  // ranks were started wrong.
   bool step_in(In& c) {
     const ssize_t r = recv(c.fd.get(), c.buf + c.got, kHelloSize - c.got, 0);
-    if (r <= 0) return !(r < 0 && (errno == EAGAIN || errno == EINTR));
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+    const std::string whom = "a connection from " + addr_str(from_sockaddr(c.from));
+    if (r <= 0) return drop(whom + (r == 0 ? " closed before its hello" : ": " + std::string(std::strerror(errno))));
     c.got += size_t(r);
     if (c.got < kHelloSize) return false;
     const Hello h = Hello::read(c.buf);
-    // Answer first, so the caller sees a mismatch for itself too.
-    uint8_t reply[kHelloSize];
-    hello_to(int(h.from)).write(reply);
-    send(c.fd.get(), reply, sizeof reply, MSG_NOSIGNAL);
-    const std::string whom = "a connection from " + addr_str(from_sockaddr(c.from));
+    // A PRISM hello is answered first, so a caller that does not match sees
+    // it for itself too; what is not PRISM is told nothing.
+    if (h.magic == kHelloMagic) {
+      uint8_t reply[kHelloSize];
+      hello_to(int(h.from)).write(reply);
+      send(c.fd.get(), reply, sizeof reply, MSG_NOSIGNAL);
+    }
+    if (const std::string f = foreign(h, whom); !f.empty()) return drop(f);
     check(h, whom);
     if (h.from <= uint32_t(rank_) || h.from >= uint32_t(n_))
       throw LinkError(me_ + ": " + whom + " says it is rank " + to_string(h.from) + ", but only ranks " +
@@ -236,6 +266,21 @@ class Setup {
     return true;
   }
 
+  // An inbound connection closed uncounted as a rank: counted, the first
+  // few named (for the timeout's message), each on stderr under PRISM_DEBUG.
+  bool drop(const std::string& why) {
+    ++dropped_.count;
+    if (dropped_.first.size() < Dropped::kNamed) dropped_.first.push_back(why);
+    if (debug_)
+      std::fprintf(stderr, "prism: %s: dropped an inbound connection, the setup goes on: %s\n", me_.c_str(),
+                   why.c_str());
+    return true;
+  }
+  static bool debug_wanted() {
+    const char* v = std::getenv("PRISM_DEBUG");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }
+
   const TcpPeers& peers_;
   const int rank_, n_;
   const TcpOptions& o_;
@@ -244,12 +289,15 @@ class Setup {
   std::vector<Fd> fds_;  // connected and greeted, [j] for rank j
   std::vector<Out> out_;
   std::vector<In> in_;
+  Dropped& dropped_;
+  const bool debug_;
 };
 
 }  // namespace
 
-std::vector<Fd> establish(const TcpPeers& peers, int rank, const TcpOptions& o, Listener& listener) {
-  return Setup(peers, rank, o, listener).run();
+std::vector<Fd> establish(const TcpPeers& peers, int rank, const TcpOptions& o, Listener& listener, Dropped* dropped) {
+  Dropped mine;
+  return Setup(peers, rank, o, listener, dropped ? *dropped : mine).run();
 }
 
 std::unique_ptr<Links> connect_tcp(const TcpPeers& peers, int rank, const TcpOptions& o) {
