@@ -67,11 +67,13 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
   char where[256] = {};
   if (rank == 0) {
     try {
-      // Across nodes without PRISM_MPI_HOST: rank 0's host name, as its peers resolve it.
+      // Across nodes without PRISM_MPI_HOST: rank 0's host name, as its peers resolve it, served at
+      // every address (here it may resolve to another: Debian's 127.0.1.1); else at that host alone.
       char name[200] = {};
       if (host.empty() && gethostname(name, sizeof name - 1) != 0) throw std::runtime_error("gethostname() failed");
       const std::string at = host.empty() ? std::string(name) : host;
-      store = std::make_shared<rdv::TcpStore>(at, 0, true);
+      store = std::make_shared<rdv::TcpStore>(at, 0, true, rdv::kDefaultStoreTimeout,
+                                              host.empty() ? rdv::Listen::EVERY_ADDRESS : rdv::Listen::STORE_HOST);
       std::snprintf(where, sizeof where, "%s:%u", at.c_str(), unsigned(store->port()));
     } catch (const std::exception& e) {
       mine = e.what();
@@ -90,11 +92,13 @@ std::unique_ptr<CommState> set_up(MPI_Comm comm, const Settings& s) {
     // (found by the group: a rank on another node never listens at rank 0's address).
     o.host_ip = s.host.empty() && one_node ? "127.0.0.1" : "";
     st->group = std::make_unique<Group>(Group::from_store(store, rank, size, o));
-    st->store = store;
   } catch (const std::exception& e) {
     mine = e.what();
   }
   if (const std::string err = agree(comm, mine); !err.empty()) throw std::runtime_error(err);
+  // Every rank has its group (the agreement above): Group::from_store was the store's last reader
+  // (the group keeps it, and reads it no more). Rank 0 stops serving it.
+  store->close();
   return st;
 }
 

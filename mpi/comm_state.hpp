@@ -12,8 +12,11 @@
 //
 // The group is bootstrapped through MPI: the communicator's rank 0 serves a
 // TCP rendezvous store (rendezvous/tcp_store.hpp) on a port the kernel
-// picks and PMPI_Bcast()s its address; every rank then makes the group from
-// that store (prism::Group::from_store).
+// picks, at 127.0.0.1 when every rank shares its node (else at
+// PRISM_MPI_HOST, or every address under rank 0's host name), and
+// PMPI_Bcast()s its address; every rank then makes the group from that store
+// (prism::Group::from_store). Nothing reads the store once every rank has its
+// group: it is closed then.
 #pragma once
 
 #include <mpi.h>
@@ -23,14 +26,12 @@
 
 #include "mpi/settings.hpp"
 #include "prism/group.hpp"
-#include "prism/store.hpp"
 
 namespace prism::mpi {
 
 struct CommState {
-  std::shared_ptr<rdv::Store> store;  // the rendezvous store the group was made from (rank 0 serves it)
-  std::unique_ptr<Group> group;       // null: this communicator's collectives go to Open MPI (PMPI)
-  std::string why_not;                // why, when null ("" for a communicator of one rank)
+  std::unique_ptr<Group> group;  // null: this communicator's collectives go to Open MPI (PMPI)
+  std::string why_not;           // why, when null ("" for a communicator of one rank)
 };
 
 // The communicator's state, set up collectively on the first call. Throws
