@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -51,10 +52,16 @@ class Reader {
     const std::string s = n.Scalar();
     char* end = nullptr;
     errno = 0;
-    const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
-    if (s.empty() || *end || errno || s[0] == '-')
+    // Decimal only: strtoull's base 0 would read 020562 as octal (8562) and 0x10 as 16, silently.
+    const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || *end || errno || s[0] == '-' || s[0] == '+' || std::isspace(uint8_t(s[0])))
       fail(n, key,
-           "'" + s + "' is not a whole number (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+           "'" + s + "' is not a whole number (expected " + std::to_string(lo) + ".." + std::to_string(hi) +
+               ", in decimal)");
+    if (s.size() > 1 && s[0] == '0')
+      fail(n, key,
+           "'" + s + "' has a leading zero: write it in decimal without one (" + std::to_string(v) +
+               "?), as it is not read as octal");
     if (v < lo || v > hi)
       fail(n, key,
            std::to_string(v) + " is out of range (expected " + std::to_string(lo) + ".." + std::to_string(hi) + ")");

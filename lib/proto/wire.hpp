@@ -112,8 +112,9 @@ enum class NackReason : uint8_t {
   GROUP_TOO_LARGE = 10,
   OUT_OF_POOL = 11,
   RANK_TAKEN = 12,
+  CHUNK_TOO_LARGE = 13,
 };
-inline constexpr size_t kNackReasonCount = 12;
+inline constexpr size_t kNackReasonCount = 13;
 inline constexpr Entry<NackReason> kNackReasons[] = {
     {NackReason::MALFORMED, "malformed",
      "the packet's header or body is invalid: fix the sender (it is a bug), do not resend it as it is"},
@@ -147,6 +148,10 @@ inline constexpr Entry<NackReason> kNackReasons[] = {
     {NackReason::RANK_TAKEN, "rank_taken",
      "that rank of the job is already bound to another address (a second process with the same rank, or a spoof): "
      "give every process its own rank, and let a restarted rank come back from the address it joined from"},
+    {NackReason::CHUNK_TOO_LARGE, "chunk_too_large",
+     "the op chunk needs more than the switch gives one chunk: its RESULT, sideband included (count x (width of "
+     "out_dtype + 1) + 60 bytes), must fit the switch's MTU, and its accumulator the switch's per-slot memory "
+     "(FP32_BINOMIAL keeps 4 bytes per rank and element): send smaller chunks (docs/PROTOCOL.md, Sizes)"},
 };
 static_assert(std::size(kNackReasons) == kNackReasonCount, "every NackReason has a row in kNackReasons");
 constexpr std::span<const Entry<NackReason>> entries(NackReason) { return kNackReasons; }
@@ -218,6 +223,11 @@ inline bool same_descriptor(const Header& a, const Header& b) {
   return a.dtype == b.dtype && a.out_dtype == b.out_dtype && a.policy == b.policy && a.group == b.group &&
          a.transport == b.transport && a.exceptions == b.exceptions;
 }
+
+// A slot's packets also agree on whether their chunk is the op's last: ranks
+// whose counts differ by whole chunks disagree there, and nowhere else
+// (SECURITY-REVIEW F6). A QUERY carries no flags and is not compared.
+inline bool same_extent(const Header& a, const Header& b) { return ((a.flags ^ b.flags) & hflag::LAST_CHUNK) == 0; }
 
 // A Kulisch partial's payload (encoding 3) starts with a fragment header:
 // which lanes of the chunk the lane records that follow belong to.

@@ -39,6 +39,8 @@ enum class Drop : uint8_t {
   OUT_OF_POOL,
   RANK_TAKEN,
   OVERSIZE,
+  TOO_LARGE,
+  NO_MEMORY,
   kCount
 };
 
@@ -71,6 +73,12 @@ inline constexpr Entry<Drop> kDrops[] = {
      "a frame larger than the port's MTU, or cut short on the way in (its IP total length is more than the frame "
      "holds): a GSO super-packet that was not segmented (turn off tx-udp-segmentation on the sender's interface, "
      "docs/REAL_INTERFACES.md); a registered sender is told NACK MALFORMED"},
+    {Drop::TOO_LARGE, "too_large",
+     "an op chunk whose RESULT would not fit the switch's MTU, or whose accumulator would exceed the per-slot "
+     "memory bound (NACK chunk_too_large)"},
+    {Drop::NO_MEMORY, "no_memory",
+     "the switch could not allocate what the packet needed: refused (NACK no_free_slot, retry later), the switch "
+     "runs on"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -98,6 +106,8 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::GROUP_TOO_LARGE: return R::GROUP_TOO_LARGE;
     case Drop::OUT_OF_POOL: return R::OUT_OF_POOL;
     case Drop::RANK_TAKEN: return R::RANK_TAKEN;
+    case Drop::TOO_LARGE: return R::CHUNK_TOO_LARGE;
+    case Drop::NO_MEMORY: return R::NO_FREE_SLOT;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:
     case Drop::SPOOFED:

@@ -80,7 +80,11 @@ Verdict pooled_verdict(const Directory& dir, const Job& job, const wire::Parsed&
   const bool pool_msg = p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE;
   const auto refuse = [&](Drop d) { return refuse_pooled(dir, v, d, in_port, pool_msg); };
   if (p.h.kind == wire::Kind::PARTIAL) return refuse(Drop::UNKNOWN_SOURCE);  // a pooled job has no children
-  const PoolJobState st = job.pooled->state();
+  // The generation first: a release unbinds every rank before it bumps the
+  // generation, so a binding read after it is this generation's or newer.
+  const uint32_t word = job.pooled->word.load(std::memory_order_acquire);
+  v.pool_gen = word >> 2;
+  const PoolJobState st = PoolJobState(word & 3);
   if (!v.pool->admits(p.src, in_port)) return refuse(Drop::OUT_OF_POOL);
   if (st == PoolJobState::FREE && p.h.kind != wire::Kind::LEAVE)
     return refuse(pool_msg ? Drop::UNKNOWN_JOB : Drop::UNKNOWN_SOURCE);
@@ -127,8 +131,11 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   if (p.h.kind == wire::Kind::ALLOC) return alloc_verdict(dir, p, in_port);
   v.job = dir.job(p.h.job);
   if (p.h.kind == wire::Kind::RESULT || p.h.kind == wire::Kind::JOINED) {  // from the parent only, never answered
-    if (!dir.is_parent(p.src) || !wire::same_mac(dir.config().parent->addr.mac, p.src.mac))
-      return refuse(Drop::UNKNOWN_SOURCE, false);
+    if (!dir.is_parent(p.src)) return refuse(Drop::UNKNOWN_SOURCE, false);
+    // The parent is bound to its switch port as a member is: its address
+    // arriving anywhere else is a spoof (SECURITY-REVIEW F3).
+    if (!wire::same_mac(dir.config().parent->addr.mac, p.src.mac) || in_port != dir.config().parent->port)
+      return refuse(Drop::SPOOFED, false);
     if (!v.job) return refuse(Drop::UNKNOWN_JOB, false);
     v.from_parent = true;
     return v;

@@ -30,6 +30,10 @@ struct Verdict {
   bool to_source = false;
   bool bind = false;
   uint16_t in_port = 0;
+  // A pooled job's generation when ingress judged the packet (0 for a declared
+  // job): its binding belonged to that tenant. The reducer takes the packet
+  // only while the job is still in that generation (SECURITY-REVIEW F1).
+  uint32_t pool_gen = 0;
   bool admitted() const { return !drop; }
   // The NACK this refusal gets, if any (to `member`, or to the source).
   std::optional<wire::NackReason> nack() const {

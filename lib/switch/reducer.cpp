@@ -44,18 +44,16 @@ struct Reducer::Slot {
   uint32_t terms = 0, expected = 0;
   uint64_t t_open = 0, t_partial = 0;
   uint32_t lanes() const { return acc_desc.lanes; }
-  bool has_rank(uint16_t r) const { return ranks_seen[r >> 6] & (uint64_t(1) << (r & 63)); }
-  // Opens the slot for op chunk `k` with descriptor `h` (its accumulator `d`),
-  // keeping the memory of the op before it where it can.
-  void start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns);
+  // Rank ids past the group the slot opened with are nobody's here.
+  bool has_rank(uint16_t r) const { return r < desc.group && (ranks_seen[r >> 6] & (uint64_t(1) << (r & 63))); }
+  // Opens the slot for op chunk `k` of generation `gen` with descriptor `h`
+  // (its accumulator `d`), keeping the memory of the op before it where it can.
+  void start(const SlotKey& k, const Job& j, uint32_t job_gen, const wire::Header& h, const OpDesc& d, uint64_t now_ns);
 };
 
-void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h, const OpDesc& d, uint64_t now_ns) {
-  key = k;
-  state = State::OPEN;
-  ++gen;
-  job = &j;
-  desc = h;
+void Reducer::Slot::start(const SlotKey& k, const Job& j, uint32_t job_gen, const wire::Header& h, const OpDesc& d,
+                          uint64_t now_ns) {
+  // What may throw first: the slot stays FREE, its old accumulator kept.
   const bool same = acc && acc_desc.dtype == d.dtype && acc_desc.out == d.out && acc_desc.policy == d.policy &&
                     acc_desc.exceptions == d.exceptions && acc_desc.group == d.group && acc_desc.lanes == d.lanes;
   if (same)
@@ -63,7 +61,11 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   else
     acc = make_accumulator(d);
   acc_desc = d;
-  ranks_seen.assign((size_t(j.group()) + 63) / 64, 0);
+  key = k;
+  ++gen;
+  job = &j;
+  desc = h;
+  ranks_seen.assign((size_t(h.group) + 63) / 64, 0);  // (open() refused a group other than the job's)
   children_seen.assign((j.child_of_id.size() + 63) / 64, 0);
   for (auto& st : staged) st.clear();
   staged.resize(j.children.size());
@@ -73,18 +75,20 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, const wire::Header& h,
   terms = 0;
   expected = uint32_t(j.local_members().size());  // a pooled job: its R bound ranks
   for (const auto& c : j.children) expected += c.terms;
-  pool_gen = j.pooled ? j.pooled->generation() : 0;
+  pool_gen = job_gen;
   t_open = now_ns;
+  state = State::OPEN;
 }
 
-Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard)
+Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard, size_t result_mtu)
     : dir_(dir),
       index_(slots),
       log_(size_t(dir.config().retention_mib) << 20, kTombstones),
       sessions_(dir),
       pool_(dir, shard, stats_),
       mtu_(mtu),
-      shard_(shard) {
+      shard_(shard),
+      result_mtu_(result_mtu) {
   slots_.reserve(slots);
   for (uint32_t i = 0; i < slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
@@ -128,6 +132,24 @@ Reducer::Slot* Reducer::find(const SlotKey& k) {
   return slots_[size_t(i)].get();
 }
 
+// A pooled id's slots and retained results belong to the tenant that made
+// them: for a packet of generation `gen`, a slot of an earlier generation is
+// given up now (its tenant left; the sweep would have done it within 100 ms)
+// and is not found, and what the log remembers of another generation is
+// unknown to it (SECURITY-REVIEW F1, F2). A declared job is always
+// generation 0.
+Reducer::Slot* Reducer::find(const SlotKey& k, uint32_t gen) {
+  Slot* s = find(k);
+  if (!s || s->pool_gen == gen) return s;
+  give_up(*s);
+  return nullptr;
+}
+
+ResultLog::Memory Reducer::recall(const SlotKey& k, uint32_t gen) const {
+  const ResultLog::Memory m = log_.recall(k);
+  return m.gen == gen ? m : ResultLog::Memory{ResultLog::Known::NOTHING, nullptr, 0};
+}
+
 void Reducer::refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out) {
   drop(d);
   if (const auto r = nack_for(d)) {
@@ -164,6 +186,12 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   d.lanes = h.encoding == wire::Encoding::KULISCH ? p.chunk_lanes : h.count;
   // Not a valid op at all (e.g. float in, int out), or wider than this switch's accumulators.
   if (admission_error(d, kMaxWidth)) return refused(Drop::DESCRIPTOR_MISMATCH);
+  // What the chunk will need, bounded before anything is taken (SECURITY-REVIEW F12, F13): its
+  // RESULT, sideband included, in one frame of the ports it leaves through (at a leaf too: the
+  // parent's RESULT comes back through it), and its accumulator within kMaxSlotBytes.
+  const size_t result_body = size_t(d.lanes) * (info(d.out).bytes + 1);
+  const size_t per_lane = d.policy == Policy::FP32_BINOMIAL && is_float(d.dtype) ? 4 * size_t(d.group) + 1 : 256;
+  if (result_body > wire::max_body(result_mtu_) || per_lane * d.lanes > kMaxSlotBytes) return refused(Drop::TOO_LARGE);
   if (const auto w = exact_width_needed(d); w && *w > dir_.config().kulisch_width) return refused(Drop::TOO_NARROW);
   JobStats& js = *stats_of_[job.index];
   const int32_t idx = free_.empty() ? -1 : free_.back();
@@ -171,11 +199,11 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
     ++js.quota_refused;
     return refused(Drop::NO_FREE_SLOT);
   }
+  Slot& s = *slots_[size_t(idx)];
+  s.start(key, job, v.pool_gen, h, d, now_ns);  // may throw std::bad_alloc: then nothing changed but the slot's memory
   free_.pop_back();
   index_.put(key, uint32_t(idx) + 1);
   cache_[cache_at(key)] = idx;
-  Slot& s = *slots_[size_t(idx)];
-  s.start(key, job, h, d, now_ns);
   // The newest open slot: the end of the open-order list.
   s.older = newest_open_;
   s.newer = -1;
@@ -192,7 +220,35 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   return &s;
 }
 
+// Every allocation on these paths happens before the state it serves
+// changes (a slot opens only once its accumulator and bitmaps are made; a
+// fragment's staging is sized before it is written), so a failed one leaves
+// the shard as it was: the packet is refused, and its registered sender told
+// NO_FREE_SLOT (retry later) if even that can be said.
 void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  try {
+    take(p, v, now_ns, out);
+  } catch (const std::bad_alloc&) {
+    drop(Drop::NO_MEMORY);
+    try {
+      if (v.member) {
+        out.send(nack(dir_, p, wire::NackReason::NO_FREE_SLOT, *v.member));
+        ++stats_.nacks_sent;
+      }
+    } catch (const std::bad_alloc&) {
+    }
+  }
+}
+
+void Reducer::tick(uint64_t now_ns, Sink& out) {
+  try {
+    expire(now_ns, out);
+  } catch (const std::bad_alloc&) {
+    drop(Drop::NO_MEMORY);  // the rest waits for the next tick
+  }
+}
+
+void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   ++stats_.packets;
   if (v.job && v.job->pooled && v.member) v.job->pooled->heard(now_ns);  // not idle
   switch (p.h.kind) {
@@ -210,18 +266,22 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
     case wire::Kind::STATUS: return drop(Drop::WRONG_KIND);  // ingress admits none of these
   }
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
-  Slot* s = find(key);
+  // A pooled job's packet judged under a binding of a tenant that has left
+  // since (ingress runs on another lcore): that binding is no member now.
+  const uint32_t gen = v.from_parent ? generation(*v.job) : v.pool_gen;
+  if (v.job->pooled && gen != v.job->pooled->generation()) return drop(Drop::UNKNOWN_SOURCE);
+  Slot* s = find(key, gen);
   if (v.from_parent) {
     ++stats_.parent_results;
     if (s && s->state == State::WAIT_PARENT) return forward_parent_result(*s, p, now_ns, out);
-    return drop(!s && log_.recall(key).record ? Drop::DUPLICATE : Drop::STALE_RESULT);
+    return drop(!s && recall(key, gen).record ? Drop::DUPLICATE : Drop::STALE_RESULT);
   }
   if (p.h.kind == wire::Kind::CONTRIB)
     ++stats_.contribs;
   else
     ++stats_.partials;
   if (!s) {
-    const ResultLog::Memory m = log_.recall(key);
+    const ResultLog::Memory m = recall(key, gen);
     if (m.record) return repeat(*m.record, p, v, out);
     s = open(p, v, m.known, now_ns, out);
     if (!s) return;
@@ -253,7 +313,10 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
   const Member& m = *v.member;
   // A leaf waiting for its parent has the contribution already (it sent its PARTIAL).
   if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
-  if (!wire::same_descriptor(s.desc, h) || h.count != s.lanes()) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+  if (!wire::same_descriptor(s.desc, h) || !wire::same_extent(s.desc, h) || h.count != s.lanes())
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+  if (s.terms == s.expected) return retry_completion(s, now_ns, out);
+  if (m.id >= s.desc.group) return refuse(Drop::NOT_A_MEMBER, p, m, out);  // (the same generation's R: never)
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
   stats_.elements += s.lanes();
@@ -264,8 +327,10 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   const wire::Header& h = p.h;
   const Member& c = *v.member;
   if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
-  if (!wire::same_descriptor(s.desc, h) || p.chunk_lanes != s.lanes() || h.terms != c.terms)
+  if (!wire::same_descriptor(s.desc, h) || !wire::same_extent(s.desc, h) || p.chunk_lanes != s.lanes() ||
+      h.terms != c.terms)
     return refuse(Drop::DESCRIPTOR_MISMATCH, p, c, out);
+  if (s.terms == s.expected) return retry_completion(s, now_ns, out);
   const uint32_t ci = uint32_t(s.job->child_of_id[c.id]);
   if (s.children_seen[c.id >> 6] & (uint64_t(1) << (c.id & 63))) return drop(Drop::DUPLICATE);
   const int unit = unit_exp(s.desc.dtype);
@@ -279,9 +344,9 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   } else {  // Kulisch fragment: stage until every lane of the chunk is in
     auto& st = s.staged[ci];
     auto& seen = s.staged_seen[ci];
-    if (st.empty()) {
-      st.assign(s.lanes(), LaneExact{});
+    if (st.empty()) {  // the bitmap first: staging is in use only once both are sized
       seen.assign((size_t(s.lanes()) + 63) / 64, 0);
+      st.assign(s.lanes(), LaneExact{});
     }
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i)
       if (seen[i >> 6] & (uint64_t(1) << (i & 63))) return drop(Drop::DUPLICATE);  // a repeated fragment
@@ -342,11 +407,12 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
     out.send(std::move(o));
     ++stats_.statuses_sent;
   };
-  if (const Slot* s = find(key)) {
+  if (v.job->pooled && v.pool_gen != v.job->pooled->generation()) return drop(Drop::UNKNOWN_SOURCE);
+  if (const Slot* s = find(key, v.pool_gen)) {
     if (!wire::same_descriptor(s->desc, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
     return status(s->has_rank(m.id), s->terms, missing_bitmap(*s));
   }
-  const ResultLog::Memory mem = log_.recall(key);
+  const ResultLog::Memory mem = recall(key, v.pool_gen);
   if (mem.record) return resend(*mem.record, v, out);
   switch (mem.known) {
     case ResultLog::Known::EXPIRED: return refuse(Drop::RESULT_EXPIRED, p, m, out);
@@ -362,8 +428,16 @@ std::shared_ptr<std::vector<uint8_t>> Reducer::missing_bitmap(const Slot& s) con
   if (bytes > wire::max_body(mtu_)) return nullptr;
   auto missing = std::make_shared<std::vector<uint8_t>>(bytes, 0);
   for (const Member& m : s.job->local_members())
-    if (!s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
+    if (m.id < s.desc.group && !s.has_rank(m.id)) (*missing)[m.id >> 3] |= uint8_t(1u << (m.id & 7));
   return missing;
+}
+
+// A slot that has every contribution but is still open: its completion ran
+// out of memory (nothing of it had changed). A repeat of any contribution
+// tries it again.
+void Reducer::retry_completion(Slot& s, uint64_t now_ns, Sink& out) {
+  drop(Drop::DUPLICATE);
+  complete(s, now_ns, out);
 }
 
 // Every contribution is in. A root finalizes the RESULT into the sink's
@@ -398,12 +472,15 @@ void Reducer::complete(Slot& s, uint64_t now_ns, Sink& out) {
 // The op has its RESULT (`h`, and `len` bytes of body in the sink's result
 // buffer): its bytes go to the log before they go out (the buffer leaves
 // with them), then to every member and child of the job; the slot is free.
+// The slot is let go before the copies leave: should sending fail half way
+// (no memory), the result is retained and a rank that lacks it asks again.
 void Reducer::finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out) {
   ++stats_of_[s.job->index]->completed;
   retain(s, h, body, len, now_ns);
-  out.send_result(h, len, s.job->dests());
-  stats_.results_sent += s.job->dests().size();
   release(s);
+  const std::span<const Dest> to = s.job->dests();
+  stats_.results_sent += to.size();
+  out.send_result(h, len, to);
 }
 
 // Cost per op: one copy of the body (the RESULT's size) into the log, and
@@ -412,11 +489,11 @@ void Reducer::retain(const Slot& s, const wire::Header& h, const uint8_t* body, 
   if (!log_.fits(len)) {  // no room at all (retention_mib 0): let go at once
     ++stats_of_[s.job->index]->expired;
     ++stats_.evicted_for_room;
-    log_.tombstone(s.key, ResultLog::Known::EXPIRED);
+    log_.tombstone(s.key, ResultLog::Known::EXPIRED, s.pool_gen);
     return;
   }
   while (!log_.has_room(len)) let_go_oldest(true);
-  log_.push(s.key, s.job->index, h, body, len, now_ns);
+  log_.push(s.key, s.job->index, h, body, len, now_ns, s.pool_gen);
   ++stats_.results_retained;
 }
 
@@ -486,7 +563,8 @@ void Reducer::send_partial(Slot& s, bool retransmit, Sink& out) {
 // A leaf passes its parent's RESULT on, from itself, with the parent's body
 // (and sideband) unchanged.
 void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out) {
-  if (!wire::same_descriptor(s.desc, p.h) || p.h.count != s.lanes()) return drop(Drop::DESCRIPTOR_MISMATCH);
+  if (!wire::same_descriptor(s.desc, p.h) || !wire::same_extent(s.desc, p.h) || p.h.count != s.lanes())
+    return drop(Drop::DESCRIPTOR_MISMATCH);
   const size_t side = p.sideband ? p.h.count : 0;
   uint8_t* body = out.result_buffer(p.payload_len + side);
   std::memcpy(body, p.payload, p.payload_len);
@@ -517,7 +595,7 @@ void Reducer::abandon(Slot& s, Sink& out) {
     out.send(std::move(o));
     ++stats_.nacks_sent;
   }
-  log_.tombstone(s.key, ResultLog::Known::ABANDONED);
+  log_.tombstone(s.key, ResultLog::Known::ABANDONED, s.pool_gen);
   release(s);
 }
 
@@ -544,11 +622,11 @@ void Reducer::abandon_released() {
 
 void Reducer::give_up(Slot& s) {
   ++stats_of_[s.job->index]->timed_out;
-  log_.tombstone(s.key, ResultLog::Known::ABANDONED);
+  log_.tombstone(s.key, ResultLog::Known::ABANDONED, s.pool_gen);
   release(s);
 }
 
-void Reducer::tick(uint64_t now_ns, Sink& out) {
+void Reducer::expire(uint64_t now_ns, Sink& out) {
   pool_.tick(now_ns, sessions_);
   if (!dir_.pools().empty() && now_ns >= next_sweep_ns_) {
     next_sweep_ns_ = now_ns + 100 * 1000000ull;

@@ -107,10 +107,17 @@ class alignas(64) Reducer {
  public:
   // `slots`: capacity of this shard's slot table. `mtu`: IP MTU for PARTIAL fragments.
   // `shard`: which of the switch's shards this is (the op numbers it opens are noted under it).
-  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500, uint32_t shard = 0);
+  // `result_mtu`: the IP MTU of the ports RESULTs leave through (the smallest): a chunk whose
+  // RESULT would not fit it is refused when it opens (NACK CHUNK_TOO_LARGE), never built and lost.
+  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500, uint32_t shard = 0, size_t result_mtu = 9000);
+  // What one slot's accumulator may take, at most (FP32_BINOMIAL keeps 4 bytes per rank and lane):
+  // a chunk needing more is refused when it opens (NACK CHUNK_TOO_LARGE).
+  static constexpr size_t kMaxSlotBytes = size_t(4) << 20;
   ~Reducer();
 
   // One admitted packet (ingress() admitted it); `now_ns` is the lcore's clock.
+  // An allocation that fails refuses the packet (Drop::NO_MEMORY), nothing
+  // half done: the shard runs on (SECURITY-REVIEW F12).
   void on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   // Lets go of results older than retention_ms, re-sends late PARTIALs and
   // abandons timed-out chunks; call every few ms. Costs the work it finds
@@ -132,8 +139,13 @@ class alignas(64) Reducer {
   enum class State : uint8_t { FREE, OPEN, WAIT_PARENT };
 
   Slot* find(const SlotKey& k);
+  Slot* find(const SlotKey& k, uint32_t gen);
+  ResultLog::Memory recall(const SlotKey& k, uint32_t gen) const;
+  static uint32_t generation(const Job& j) { return j.pooled ? j.pooled->generation() : 0; }
   Slot* open(const wire::Parsed& p, const Verdict& v, ResultLog::Known known, uint64_t now_ns, Sink& out);
   void on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
+  void expire(uint64_t now_ns, Sink& out);
   void abandon_released();
   void contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
   void merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out);
@@ -145,6 +157,7 @@ class alignas(64) Reducer {
   // would not fit one frame.
   std::shared_ptr<std::vector<uint8_t>> missing_bitmap(const Slot& s) const;
   void complete(Slot& s, uint64_t now_ns, Sink& out);
+  void retry_completion(Slot& s, uint64_t now_ns, Sink& out);
   void finish(Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns, Sink& out);
   void retain(const Slot& s, const wire::Header& h, const uint8_t* body, size_t len, uint64_t now_ns);
   void let_go_oldest(bool for_room);
@@ -177,6 +190,7 @@ class alignas(64) Reducer {
   uint64_t next_sweep_ns_ = 0;
   size_t mtu_;
   uint32_t shard_;
+  size_t result_mtu_;
   // A direct-mapped cache in front of the index (an exact-match flow cache,
   // as in Open vSwitch; 1 KiB, where the index spreads its keys over 16
   // bytes per slot): an op's R packets arrive close together, so most

@@ -36,6 +36,7 @@ ResultLog::ResultLog(size_t bytes, size_t tombstones)
       max_records_(bytes / kBytesPerRecord),
       ring_(cap_ ? new Line[cap_] : nullptr),
       tomb_(tombstones),
+      line_base_(uint32_t(tombstones) + 1),
       table_(max_records_ + tombstones) {}
 
 bool ResultLog::has_room(size_t len) const {
@@ -46,17 +47,21 @@ bool ResultLog::has_room(size_t len) const {
 }
 
 void ResultLog::push(const SlotKey& k, uint32_t job_index, const wire::Header& h, const uint8_t* body, size_t len,
-                     uint64_t now_ns) {
+                     uint64_t now_ns, uint32_t gen) {
   const size_t need = lines_for(len);
   if (tail_ + need > cap_) {  // the rest of the ring is padding; the record starts at line 0
-    put_record(tail_, Record{SlotKey{}, 0, 0, uint32_t(cap_ - tail_), kPad, wire::Header{}});
+    put_record(tail_, Record{0, 0, 0, uint32_t(cap_ - tail_), kPad, 0, wire::Header{}});
     used_ += cap_ - tail_;
     tail_ = 0;
   }
   const size_t line = tail_;
-  put_record(line, Record{k, uint32_t(len), now_ns, uint32_t(need), job_index, h});
+  Record r{uint32_t(len), gen, now_ns, uint32_t(need), job_index, 0, h};
+  r.h.job = k.job;
+  r.h.op = k.op;
+  r.h.chunk = k.chunk;
+  put_record(line, r);
   stream_copy(reinterpret_cast<uint8_t*>(&ring_[line + 1]), body, len);
-  table_.put(k, uint32_t(line + kLineBase));
+  table_.put(k, uint32_t(line + line_base_));
   tail_ += need;
   if (tail_ == cap_) tail_ = 0;
   used_ += need;
@@ -73,36 +78,40 @@ void ResultLog::put_record(size_t line, const Record& r) {
 // and a tombstone.
 void ResultLog::pop_oldest() {
   const Record& r = at(head_);
-  const SlotKey key = r.key;
+  const SlotKey key = r.key();
+  const uint32_t gen = r.gen;
+  const bool newest = table_.get(key) == head_ + line_base_;  // else a newer generation's entry holds the key
   used_ -= r.lines;
   head_ += r.lines;
   if (head_ == cap_) head_ = 0;
   --records_;
   skip_padding();
-  tombstone(key, Known::EXPIRED);  // its table entry changes in place
+  if (newest) tombstone(key, Known::EXPIRED, gen);  // its table entry changes in place
   // The next pop reads the next record (fetched one pop ago, so its key is
   // at hand now) and that key's table line: start both on their way.
   if (records_) {
     const Record& next = at(head_);
-    table_.prefetch(next.key);
+    table_.prefetch(next.key());
     size_t after = head_ + next.lines;
     __builtin_prefetch(&ring_[after < cap_ ? after : 0]);
   }
 }
 
-void ResultLog::tombstone(const SlotKey& k, Known why) {
+void ResultLog::tombstone(const SlotKey& k, Known why, uint32_t gen) {
   if (tomb_.empty()) {  // no tombstones kept: forgotten at once
     table_.erase(k);
     return;
   }
-  if (tomb_count_ == tomb_.size()) {  // full: forget the oldest
-    table_.erase(tomb_[tomb_head_]);
+  if (tomb_count_ == tomb_.size()) {  // full: forget the oldest, unless its key was remembered again since
+    const SlotKey& old = tomb_[tomb_head_].key;
+    if (table_.get(old) == tomb_head_ + 1) table_.erase(old);
     tomb_head_ = tomb_at(tomb_head_ + 1);
     --tomb_count_;
-    table_.prefetch(tomb_[tomb_head_]);  // the next tombstone forgets this one
+    table_.prefetch(tomb_[tomb_head_].key);  // the next tombstone forgets this one
   }
-  table_.put(k, uint32_t(why));
-  tomb_[tomb_at(tomb_head_ + tomb_count_)] = k;
+  const size_t at = tomb_at(tomb_head_ + tomb_count_);
+  tomb_[at] = Tomb{k, why, gen};
+  table_.put(k, uint32_t(at + 1));
   ++tomb_count_;
 }
 

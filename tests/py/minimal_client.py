@@ -86,6 +86,8 @@ NACK_REASON = {
     10: ('GROUP_TOO_LARGE', 'the group is larger than the pool\'s max_group'),
     11: ('OUT_OF_POOL', 'this address (or the switch port it came in on) is outside the pool'),
     12: ('RANK_TAKEN', 'this rank of the job is already bound to another address'),
+    13: ('CHUNK_TOO_LARGE', 'the chunk is larger than the switch takes (its RESULT must fit the MTU): '
+         'send smaller chunks'),
 }
 NO_FREE_SLOT, OP_ABANDONED = 6, 8
 # magic ver kind job op chunk sender group terms count dtype out policy enc transport exc flags status

@@ -78,7 +78,7 @@ TRANSPORT = {1: 'ROUNDED', 2: 'KULISCH', 3: 'AUTO'}
 EXCEPTIONS = {1: 'IEEE', 2: 'SATURATE'}
 NACK_REASON = {1: 'MALFORMED', 2: 'UNKNOWN_JOB', 3: 'NOT_A_MEMBER', 4: 'DESCRIPTOR_MISMATCH',
                5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED', 8: 'OP_ABANDONED',
-               9: 'POOL_FULL', 10: 'GROUP_TOO_LARGE', 11: 'OUT_OF_POOL', 12: 'RANK_TAKEN'}
+               9: 'POOL_FULL', 10: 'GROUP_TOO_LARGE', 11: 'OUT_OF_POOL', 12: 'RANK_TAKEN', 13: 'CHUNK_TOO_LARGE'}
 # Lane unit exponents: the input format's smallest subnormal.
 UNIT = {1: -149, 2: -24, 3: -133, 4: -9, 5: -10, 6: -16, 7: -17, 8: 0, 9: 0}
 # fp8: exponent bits, mantissa bits, bias, how NaN/Inf are encoded.

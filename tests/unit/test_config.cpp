@@ -417,6 +417,20 @@ TEST(ConfigErrors, BadIpv4Address) {
   expect_error(with(kLeaf, "ip: 10.0.1.1}", "ip: 10.0.1}"), 4, "switch.parent.ip", {"not an IPv4 address"});
 }
 
+// SECURITY-REVIEW F24: numbers are decimal. A leading zero is not octal and
+// 0x is not hexadecimal: both are refused, saying so, never read silently as
+// another number (020562 was port 8562).
+TEST(ConfigErrors, NumbersAreDecimalOnly) {
+  expect_error(with(kBase, "  role: root\n", "  role: root\n  udp_port: 020562\n"), 4, "switch.udp_port",
+               {"'020562'", "leading zero", "decimal"});
+  expect_error(with(kBase, "  role: root\n", "  role: root\n  udp_port: 0x5052\n"), 4, "switch.udp_port",
+               {"'0x5052'", "not a whole number", "decimal"});
+  expect_error(with(kBase, "  - id: 7\n", "  - id: 010\n"), 8, "jobs[0].id", {"'010'", "leading zero"});
+  expect_error(with(kBase, "  - id: 7\n", "  - id: +7\n"), 8, "jobs[0].id", {"'+7'", "not a whole number"});
+  EXPECT_EQ(parse_config(with(kBase, "  role: root\n", "  role: root\n  udp_port: 20562\n")).udp_port, 20562);
+  EXPECT_EQ(parse_config(with(kBase, "  - id: 7\n", "  - id: 0\n")).jobs[0].id, 0u);  // a plain 0 is fine
+}
+
 TEST(ConfigErrors, NumbersOutOfRangeSayTheRange) {
   expect_error(with(kBase, "{id: 1, mac", "{id: 1024, mac"), 6, "ports[1].id", {"1024", "out of range", "0..1023"});
   expect_error(with(kBase, "  id: 1\n", "  id: 65536\n"), 2, "switch.id", {"65536", "out of range", "0..65535"});

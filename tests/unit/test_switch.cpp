@@ -469,6 +469,8 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::GROUP_TOO_LARGE, R::GROUP_TOO_LARGE},
       {Drop::OUT_OF_POOL, R::OUT_OF_POOL},
       {Drop::RANK_TAKEN, R::RANK_TAKEN},
+      {Drop::TOO_LARGE, R::CHUNK_TOO_LARGE},
+      {Drop::NO_MEMORY, R::NO_FREE_SLOT},
   };
   for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
     const Drop d = Drop(i);
@@ -508,6 +510,32 @@ TEST(Switch, DescriptorMismatchIsRefused) {
   EXPECT_EQ(sw.drops(Drop::DESCRIPTOR_MISMATCH), 1u);
   ASSERT_EQ(sw.cap.outs.size(), 1u);
   EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::DESCRIPTOR_MISMATCH));
+}
+
+// SECURITY-REVIEW F6: ranks whose vectors differ by whole chunks agree on
+// every common chunk but the shorter one's last, which it marks LAST_CHUNK
+// and the others do not. LAST_CHUNK is part of the slot's agreement: the
+// disagreeing packet is refused DESCRIPTOR_MISMATCH, the chunk never
+// completes (so no rank succeeds with the common prefix), and the ranks that
+// did contribute are told OP_ABANDONED when it times out: an error on every
+// rank, never a silent success on some.
+TEST(Switch, RanksThatDisagreeOnTheLastChunkAllFail) {
+  Switch sw(kRoot);
+  const std::vector<float> x(4, 1.0f);
+  sw.feed(contrib(sw.cfg, 0, 1, x, wire::hflag::LAST_CHUNK), 0, 1'000'000);  // rank 0: its last chunk
+  sw.feed(contrib(sw.cfg, 1, 1, x, 0), 0, 1'000'000);                        // rank 1: more to come
+  EXPECT_EQ(sw.drops(Drop::DESCRIPTOR_MISMATCH), 1u);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);
+  EXPECT_EQ(sw.cap.outs[0].h.kind, wire::Kind::NACK);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::DESCRIPTOR_MISMATCH));
+  EXPECT_EQ(sw.cap.outs[0].dst.ip, member_ep(sw.cfg, 1).ip);
+  sw.feed(contrib(sw.cfg, 2, 1, x, wire::hflag::LAST_CHUNK), 0, 1'000'000);
+  sw.feed(contrib(sw.cfg, 3, 1, x, wire::hflag::LAST_CHUNK), 0, 1'000'000);
+  for (const Out& o : sw.cap.outs) EXPECT_NE(o.h.kind, wire::Kind::RESULT) << "a RESULT without rank 1";
+  sw.cap.outs.clear();
+  sw.red.tick(4'100'000'000, sw.cap);  // op_timeout_ms (3 s) later
+  ASSERT_EQ(sw.cap.outs.size(), 3u);
+  for (const Out& o : sw.cap.outs) EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
 }
 
 // A configuration made as a value (not read from YAML, which refuses this)
@@ -996,7 +1024,7 @@ TEST(ResultLog, KeepsTheNewestRecordsIntactInItsRing) {
       }
       while (!log.has_room(len)) {
         ASSERT_FALSE(model.empty());
-        ASSERT_EQ(log.oldest()->key, model.front().first);
+        ASSERT_EQ(log.oldest()->key(), model.front().first);
         log.pop_oldest();
         gone.push_back(model.front().first.op);
         if (gone.size() > 300) gone.pop_front();
@@ -1307,3 +1335,63 @@ partial_retry_ms: 0
   EXPECT_EQ(leaf.cap.outs[1].h.sender, 2);
   EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);
 }
+
+namespace {
+
+// SECURITY-REVIEW F3: a leaf's parent is bound to its switch port as a member
+// is. A host behind a member port that sends a RESULT with the parent's MAC,
+// IP and UDP port for a chunk waiting for the parent is a spoof: counted,
+// never forwarded, never answered; the parent's own RESULT on its port then
+// completes the chunk with the parent's bits.
+TEST(Ingress, AParentsResultOnAMembersPortIsSpoofed) {
+  Switch leaf(R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f0:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.0.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.0.0.4}
+partial_retry_ms: 0
+)");
+  const auto in = inputs(4, 16, 27);
+  for (uint16_t r = 0; r < 4; ++r) leaf.feed(contrib(leaf.cfg, r, 5, in[r]), 0, 10);
+  ASSERT_EQ(leaf.cap.outs.size(), 1u);
+  ASSERT_EQ(leaf.cap.outs[0].h.kind, wire::Kind::PARTIAL);
+  leaf.cap.outs.clear();
+  // The RESULT the parent would send, but with made-up values.
+  wire::Header h;
+  h.kind = wire::Kind::RESULT;
+  h.job = 7;
+  h.op = 5;
+  h.chunk = 0;
+  h.sender = 1;
+  h.group = 4;
+  h.terms = 4;
+  h.count = 16;
+  h.encoding = wire::Encoding::OUT_DTYPE;
+  const std::vector<float> forged(16, 666.0f);
+  const wire::Endpoint parent = leaf.cfg.parent->addr;
+  const wire::Endpoint self0{leaf.cfg.ports[0].mac, leaf.cfg.ports[0].ip, 20562};
+  std::vector<uint8_t> f(wire::kMaxFrame);
+  f.resize(wire::build(f.data(), f.size(), parent, self0, h, {reinterpret_cast<const uint8_t*>(forged.data()), 64}));
+  leaf.feed(f, 0, 20);  // the parent's address, on the members' port
+  EXPECT_TRUE(leaf.cap.outs.empty()) << "a forged RESULT forwarded to the members";
+  EXPECT_EQ(leaf.drops(Drop::SPOOFED), 1u);
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 1u) << "the chunk still waits for its parent";
+  // The parent's RESULT on the parent's port: forwarded to the four ranks.
+  const auto want = reference(in, Policy::KULISCH_FIXED);
+  std::vector<uint8_t> g(wire::kMaxFrame);
+  const wire::Endpoint self1{leaf.cfg.ports[1].mac, leaf.cfg.ports[1].ip, 20562};
+  g.resize(wire::build(g.data(), g.size(), parent, self1, h, want));
+  leaf.feed(g, 1, 30);
+  ASSERT_EQ(leaf.cap.outs.size(), 4u);
+  for (const Out& o : leaf.cap.outs) EXPECT_EQ(*o.body, want);
+}
+
+}  // namespace

@@ -97,6 +97,7 @@ local NACK_REASON = {
   [10] = "GROUP_TOO_LARGE",
   [11] = "OUT_OF_POOL",
   [12] = "RANK_TAKEN",
+  [13] = "CHUNK_TOO_LARGE",
 }
 local NACK_OP_ABANDONED = 8
 local NACK_REASON_TEXT = {
@@ -112,6 +113,7 @@ local NACK_REASON_TEXT = {
   [10] = "group too large: above the pool's max_group",
   [11] = "out of pool: the source or its switch port is outside the pool",
   [12] = "rank taken: that rank is bound to another address",
+  [13] = "chunk too large: its RESULT fits no frame, or its accumulator the switch's per-slot memory; send smaller chunks",
 }
 
 local FLAG_RETRANSMIT, FLAG_LAST_CHUNK, FLAG_SIDEBAND = 0x01, 0x02, 0x04
