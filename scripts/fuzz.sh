@@ -4,9 +4,11 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS] [OUTDIR]
 #   SECONDS  total fuzzing time, split evenly across the targets (default 60;
-#            0 only builds and runs every target once over its seeds)
+#            0 only builds and runs every target once over its seeds); fuzz_switch
+#            (stateful, the slowest to go deep) gets at least FUZZ_SWITCH_SECONDS
+#            (default 60) of its own when SECONDS > 0
 #   OUTDIR   build and work folder (default build-fuzz/ in the repository)
-# Environment: FUZZ_TARGETS="parse partial config" picks targets;
+# Environment: FUZZ_TARGETS="parse partial config switch" picks targets;
 #              CXX_FUZZ=/path/to/clang++ picks the compiler.
 #
 # Prints one line per target (execs, exec/s, coverage). Exits 0 when no target
@@ -23,10 +25,12 @@ OUT=${2:-$ROOT/build-fuzz}
 case "$SECS" in '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, not '$SECS'" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-TARGETS=${FUZZ_TARGETS:-parse partial message config}
+TARGETS=${FUZZ_TARGETS:-parse partial message config switch}
 for t in $TARGETS; do
-  case "$t" in parse | partial | message | config) ;; *) echo "fuzz.sh: unknown target '$t' (parse partial message config)" >&2; exit 2 ;; esac
+  case "$t" in parse | partial | message | config | switch) ;; *) echo "fuzz.sh: unknown target '$t' (parse partial message config switch)" >&2; exit 2 ;; esac
 done
+SWITCH_MIN=${FUZZ_SWITCH_SECONDS:-60}
+case "$SWITCH_MIN" in '' | *[!0-9]*) echo "fuzz.sh: FUZZ_SWITCH_SECONDS must be a whole number" >&2; exit 2 ;; esac
 JOBS=$(nproc 2>/dev/null || echo 2)
 cd "$ROOT"
 
@@ -51,6 +55,12 @@ LIB_SRCS=(lib/format/format.cpp lib/arith/op.cpp lib/arith/kernels_portable.cpp 
           lib/arith/accumulator_int.cpp lib/arith/lanes.cpp lib/proto/packet.cpp lib/proto/partial.cpp
           lib/proto/fragment.cpp lib/proto/packed_lanes.cpp lib/coll/partial_message.cpp)
 CONFIG_SRC=lib/config/config.cpp
+# The switch's receive path (fuzz_switch only: it needs the config reader and yaml-cpp too).
+SWITCH_SRCS=(lib/switch/directory.cpp lib/switch/ingress.cpp lib/switch/key_table.cpp lib/switch/result_log.cpp
+             lib/switch/reducer.cpp lib/switch/session.cpp lib/switch/pool.cpp lib/switch/pool_shard.cpp)
+# The standard library's fills of the reducers' preallocated tables run uninstrumented (see the file).
+SWITCH_FLAGS=(-fsanitize-ignorelist=tests/fuzz/switch_ignorelist.txt
+              -fsanitize-coverage-ignorelist=tests/fuzz/switch_ignorelist.txt)
 
 obj_of() { local s=${1#lib/}; s=${s#tests/fuzz/}; echo "$OUT/obj/${s//\//_}.o"; }
 
@@ -95,13 +105,19 @@ stale() {  # OBJECT SOURCE...
 t_build=$(date +%s)
 mkdir -p "$OUT/obj"
 FUZZ_SRCS=(tests/fuzz/fuzz_parse.cpp tests/fuzz/fuzz_partial.cpp tests/fuzz/fuzz_message.cpp tests/fuzz/fuzz_config.cpp
-           tests/fuzz/seedgen.cpp)
+           tests/fuzz/fuzz_switch.cpp tests/fuzz/seedgen.cpp tests/fuzz/seedgen_switch.cpp)
 compiled=0
-for s in "${LIB_SRCS[@]}" "$CONFIG_SRC" "${FUZZ_SRCS[@]}"; do
-  stale "$(obj_of "$s")" "$s" || continue
+for s in "${LIB_SRCS[@]}" "$CONFIG_SRC" "${SWITCH_SRCS[@]}" "${FUZZ_SRCS[@]}"; do
+  stale "$(obj_of "$s")" "$s" tests/fuzz/switch_ignorelist.txt || continue
   [ "$compiled" = 0 ] && echo "fuzz.sh: compiling with $("$CXX" --version | head -1), $JOBS jobs"
   compiled=$((compiled + 1))
-  if [ "$s" = lib/arith/kernels_avx2.cpp ]; then spawn compile "$s" -mavx2 -mfma -mf16c; else spawn compile "$s"; fi
+  if [ "$s" = lib/arith/kernels_avx2.cpp ]; then
+    spawn compile "$s" -mavx2 -mfma -mf16c
+  elif [[ " ${SWITCH_SRCS[*]} tests/fuzz/fuzz_switch.cpp " == *" $s "* ]]; then
+    spawn compile "$s" "${SWITCH_FLAGS[@]}"
+  else
+    spawn compile "$s"
+  fi
 done
 wait_all
 [ "$BUILD_FAILED" = 0 ] || { echo "fuzz.sh: build failed" >&2; exit 2; }
@@ -112,14 +128,19 @@ link_exe() {  # OUTPUT FLAGS-AND-OBJECTS...
   shift
   "$CXX" "${COMMON[@]}" "$@" -o "$out.tmp" && mv -f "$out.tmp" "$out"
 }
-for e in fuzz_parse fuzz_partial fuzz_message fuzz_config seedgen; do [ -x "$OUT/$e" ] || compiled=$((compiled + 1)); done
+SWITCH_OBJS=()
+for s in "${SWITCH_SRCS[@]}"; do SWITCH_OBJS+=("$(obj_of "$s")"); done
+for e in fuzz_parse fuzz_partial fuzz_message fuzz_config fuzz_switch seedgen seedgen_switch; do [ -x "$OUT/$e" ] || compiled=$((compiled + 1)); done
 if [ "$compiled" -gt 0 ]; then
   spawn link_exe "$OUT/fuzz_parse" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_parse.cpp)" "${LIB_OBJS[@]}"
   spawn link_exe "$OUT/fuzz_partial" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_partial.cpp)" "${LIB_OBJS[@]}"
   spawn link_exe "$OUT/fuzz_message" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_message.cpp)" "${LIB_OBJS[@]}"
   spawn link_exe "$OUT/fuzz_config" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_config.cpp)" "$(obj_of "$CONFIG_SRC")" \
     "${LIB_OBJS[@]}" -lyaml-cpp
+  spawn link_exe "$OUT/fuzz_switch" -fsanitize=fuzzer "$(obj_of tests/fuzz/fuzz_switch.cpp)" "${SWITCH_OBJS[@]}" \
+    "$(obj_of "$CONFIG_SRC")" "${LIB_OBJS[@]}" -lyaml-cpp
   spawn link_exe "$OUT/seedgen" "$(obj_of tests/fuzz/seedgen.cpp)" "${LIB_OBJS[@]}"
+  spawn link_exe "$OUT/seedgen_switch" "$(obj_of tests/fuzz/seedgen_switch.cpp)" "${LIB_OBJS[@]}"
   wait_all
   [ "$BUILD_FAILED" = 0 ] || { echo "fuzz.sh: link failed" >&2; exit 2; }
   echo "fuzz.sh: built in $(($(date +%s) - t_build)) s"
@@ -130,7 +151,7 @@ fi
 # --- seed corpus ---------------------------------------------------------------
 SEEDS="$OUT/seeds"
 rm -rf "$SEEDS" "$OUT/gen"
-mkdir -p "$SEEDS/parse" "$SEEDS/partial" "$SEEDS/message" "$SEEDS/config" "$OUT/gen"
+mkdir -p "$SEEDS/parse" "$SEEDS/partial" "$SEEDS/message" "$SEEDS/config" "$SEEDS/switch" "$OUT/gen"
 PCAPS=()
 GEN=build/app/prism-gen
 if [ -x "$GEN" ]; then
@@ -158,6 +179,9 @@ fi
 "$OUT/seedgen" "$SEEDS" "${PCAPS[@]}"
 cp configs/reference.yaml "$SEEDS/config/reference.yaml"
 cp tests/fuzz/seeds/config/*.yaml "$SEEDS/config/"
+# fuzz_switch: honest scenarios and the bundled captures' contributions, plus the committed corpus.
+"$OUT/seedgen_switch" "$SEEDS/switch" pcaps/demo/*/sw1.port*.pcap >/dev/null
+cp tests/fuzz/seeds/fuzz_switch/* "$SEEDS/switch/"
 
 # --- fuzzing -----------------------------------------------------------------------
 set -- $TARGETS
@@ -169,12 +193,14 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 FAILS=()
 for t in $TARGETS; do
+  secs=$PER
+  [ "$t" = switch ] && [ "$SECS" -gt 0 ] && [ "$secs" -lt "$SWITCH_MIN" ] && secs=$SWITCH_MIN
   corpus="$OUT/corpus/$t"
   log="$OUT/logs/$t.log"
   mkdir -p "$corpus"
   extra=()
   [ "$t" = config ] && extra+=(-dict=tests/fuzz/config.dict)
-  if [ "$PER" -gt 0 ]; then extra+=(-max_total_time="$PER"); else extra+=(-runs=0); fi
+  if [ "$secs" -gt 0 ]; then extra+=(-max_total_time="$secs"); else extra+=(-runs=0); fi
   rc=0
   "$OUT/fuzz_$t" "${extra[@]}" -max_len=9100 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$OUT/crashes/$t-" "$corpus" "$SEEDS/$t" >"$log" 2>&1 || rc=$?
@@ -187,7 +213,7 @@ for t in $TARGETS; do
   corp=$({ grep -o 'corp: [0-9]*' "$log" || true; } | tail -1 | cut -d' ' -f2)
   if [ "$rc" = 0 ]; then
     printf 'fuzz_%-8s ok      %9s execs  %6s exec/s  %3s s  cov %s  ft %s  corpus %s\n' \
-      "$t" "${execs:-?}" "${rate:-?}" "$PER" "${cov:-?}" "${ft:-?}" "${corp:-?}"
+      "$t" "${execs:-?}" "${rate:-?}" "$secs" "${cov:-?}" "${ft:-?}" "${corp:-?}"
   else
     input=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1 || true)
     what=$({ grep -o -E 'FUZZ_CHECK failed: .*|runtime error: .*|threw .*|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer): [a-z -]*' "$log" || true; } | head -1)
@@ -202,4 +228,4 @@ if [ "${#FAILS[@]}" -gt 0 ]; then
   ( IFS=';'; echo "FAIL: ${FAILS[*]}" )
   exit 1
 fi
-echo "fuzz.sh: all targets passed ($TARGETS; ${PER} s each; logs in $OUT/logs)"
+echo "fuzz.sh: all targets passed ($TARGETS; ${PER} s each, fuzz_switch at least ${SWITCH_MIN} s; logs in $OUT/logs)"

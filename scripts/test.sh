@@ -18,8 +18,9 @@ ninja -C "$BUILD" || fail "build failed"
 rm -rf "$BUILD/test-results" && mkdir -p "$BUILD/test-results"
 meson test -C "$BUILD" --print-errorlogs --num-processes 2 </dev/null
 
-# Fuzzing: the parser, the partial decoder and the config reader under
-# libFuzzer with ASan+UBSan, for a bounded time (PRISM_FUZZ_SECONDS, default 60).
+# Fuzzing: the parser, the partial decoders, the config reader and the switch's
+# whole receive path (fuzz_switch, at least 60 s of its own) under libFuzzer with
+# ASan+UBSan, for a bounded time (PRISM_FUZZ_SECONDS, default 60, shared by the others).
 if [ -z "${PRISM_NO_FUZZ:-}" ]; then
   fuzz_rc=0
   scripts/fuzz.sh "${PRISM_FUZZ_SECONDS:-60}" "$BUILD-fuzz" >"$BUILD/test-results/fuzz.log" 2>&1 || fuzz_rc=$?
@@ -29,11 +30,12 @@ import sys
 from xml.sax.saxutils import escape
 log, rc = open(sys.argv[1]).read(), int(sys.argv[2])
 cases = []
-for t in ("fuzz_parse", "fuzz_partial", "fuzz_message", "fuzz_config"):
+targets = ("fuzz_parse", "fuzz_partial", "fuzz_message", "fuzz_config", "fuzz_switch")
+for t in targets:
     ok = rc == 0 or any(l.startswith(t) and " ok " in l for l in log.splitlines())
     body = "" if ok else f'<failure message="{t} failed">{escape(log[-4000:])}</failure>'
     cases.append(f'<testcase classname="fuzz" name="{t}">{body}</testcase>')
-print(f'<testsuite name="fuzz" tests="4">{"".join(cases)}</testsuite>')
+print(f'<testsuite name="fuzz" tests="{len(targets)}">{"".join(cases)}</testsuite>')
 PY
 fi
 
