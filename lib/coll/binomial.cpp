@@ -11,6 +11,7 @@
 #include "coll/acc_cache.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/buffer_cache.hpp"
+#include "coll/call_tag.hpp"
 
 namespace prism::coll {
 namespace {
@@ -146,6 +147,7 @@ void binomial_allreduce(Links& t, const void* in, size_t count, const ReduceOp& 
 
 void run_binomial(Context& ctx, const Call& c) {
   Links& t = *ctx.links;
+  const CallScope call(t, c, Algorithm::BINOMIAL);  // every message of the call carries its tag (links.hpp)
   switch (c.coll) {
     case Collective::ALLREDUCE: return binomial_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
     case Collective::REDUCE: return binomial_reduce(t, c.in, c.count, c.op, c.out, c.flags, c.root);

@@ -26,7 +26,8 @@
 // and messages). Sends do not wait for the receiver, so blocks pipeline down
 // the tree. Every rank of the group calls the same function with the same op,
 // count and root; a rank that sees another op's partial throws
-// CollectiveError.
+// CollectiveError, and one that gets a message of another call (another
+// count or root: the links' call tags, links.hpp) a LinkError naming both.
 // Cost (plain binomial tree, seed 000's model for this shape, not the
 // pipelined chain's): ceil(log2 p) * (T_start + n * T_byte) for n bytes, plus
 // the same again for the broadcast of allreduce.

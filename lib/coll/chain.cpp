@@ -13,6 +13,7 @@
 #include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
+#include "coll/call_tag.hpp"
 
 namespace prism::coll {
 namespace {
@@ -180,6 +181,7 @@ size_t model_segments(const Problem& pr, const CostParams& c) {
 
 void run_chain(Context& ctx, const Call& c) {
   Links& t = *ctx.links;
+  const CallScope call(t, c, Algorithm::CHAIN);  // every message of the call carries its tag (links.hpp)
   const size_t m = c.segments ? c.segments : chain_default_segments(c.count);
   switch (c.coll) {
     case Collective::ALLREDUCE: return chain_allreduce(t, c.in, c.count, c.op, c.out, c.flags, m);

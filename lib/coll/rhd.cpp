@@ -12,6 +12,7 @@
 #include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
+#include "coll/call_tag.hpp"
 
 namespace prism::coll {
 namespace {
@@ -409,6 +410,7 @@ void rhd_broadcast(Links& t, void* data, size_t bytes, int root) {
 
 void run_rhd(Context& ctx, const Call& c) {
   Links& t = *ctx.links;
+  const CallScope call(t, c, Algorithm::RHD);  // every message of the call carries its tag (links.hpp)
   switch (c.coll) {
     case Collective::ALLREDUCE: return rhd_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
     case Collective::REDUCE: return rhd_reduce(t, c.in, c.count, c.op, c.out, c.flags, c.root);

@@ -11,6 +11,7 @@
 #include "coll/algorithms.hpp"
 #include "coll/blocks.hpp"
 #include "coll/buffer_cache.hpp"
+#include "coll/call_tag.hpp"
 
 namespace prism::coll {
 namespace {
@@ -195,6 +196,7 @@ void ring_allgather(Links& t, const void* my_block, void* out, size_t count, siz
 
 void run_ring(Context& ctx, const Call& c) {
   Links& t = *ctx.links;
+  const CallScope call(t, c, Algorithm::RING);  // every message of the call carries its tag (links.hpp)
   switch (c.coll) {
     case Collective::ALLREDUCE: return ring_allreduce(t, c.in, c.count, c.op, c.out, c.flags);
     case Collective::REDUCE_SCATTER: return ring_reduce_scatter(t, c.in, c.count, c.op, c.out, c.flags);

@@ -294,9 +294,10 @@ TEST(TcpTransport, PeerThatClosesIsAnErrorNamingIt) {
 
 // Rank 1 played by hand on a raw socket, from the wire format (tcp.hpp: a
 // hello of six little-endian uint32 — magic "PRCT", version 1, job, group
-// size, from, to — then messages as a 64-bit little-endian length and the
-// bytes): a whole message arrives; one cut short by the peer closing makes
-// the waiting recv throw naming it.
+// size, from, to — then messages as a 64-bit little-endian length, the
+// sender's 16-byte call tag, all zeros outside collective calls (links.hpp's
+// CallTag), and the bytes): a whole message arrives; one cut short by the
+// peer closing makes the waiting recv throw naming it.
 TEST(TcpTransport, PeerThatClosesMidMessageIsAnError) {
   const TcpPeers peers = free_peers(2);
   std::string error;
@@ -329,8 +330,10 @@ TEST(TcpTransport, PeerThatClosesMidMessageIsAnError) {
   std::vector<uint8_t> out;
   for (uint32_t v : {0x50524354u, 1u, 7u, 2u, 1u, 0u}) le(out, v, 4);
   le(out, 5, 8);
+  out.resize(out.size() + 16, 0);  // the call tag: no call yet
   for (char c : std::string("hello")) out.push_back(uint8_t(c));
   le(out, 100000, 8);
+  out.resize(out.size() + 16, 0);
   out.resize(out.size() + 1000, 0x5A);
   ASSERT_EQ(write(fd, out.data(), out.size()), ssize_t(out.size()));
   uint8_t reply[24];

@@ -51,10 +51,11 @@ bool Outbound::write(SendJob& s) {
   if (s.hdr_len == 0) {
     const bool single = single_copy_ && s.len >= kSingleCopyMin;
     put_le(s.hdr, uint64_t(s.len) | (single ? kSingleCopyFlag : 0));
-    s.hdr_len = 8, s.stream = 8 + s.len;
+    s.tag.store(s.hdr + 8);
+    s.hdr_len = kHeader, s.stream = kHeader + s.len;
     if (single) {
-      put_le(s.hdr + 8, uint64_t(reinterpret_cast<uintptr_t>(s.data)));
-      s.hdr_len = 16, s.stream = 16, s.ticket = ++posted_;
+      put_le(s.hdr + kHeader, uint64_t(reinterpret_cast<uintptr_t>(s.data)));
+      s.hdr_len = kHeader + 8, s.stream = kHeader + 8, s.ticket = ++posted_;
     }
   }
   const auto finished = [&] {
@@ -103,15 +104,15 @@ Inbound::Inbound(const Segment& mine, int from, Peer producer)
 // It stops once `waiting` has its message: what follows is left for the next recv, not copied
 // into a buffer of our own first (measured: a stream of 8 MiB messages by single copy went at
 // 0.5 GB/s when each next one was pulled into a fresh buffer, page faults and all).
-bool Inbound::read(RecvJob* waiting) {
+bool Inbound::read(RecvJob* waiting, const CallTag& now) {
   if (waiting && waiting->done) waiting = nullptr;
   size_t total = 0;
-  while (lost_.empty() && total < kReadBudget && !(waiting && waiting->done && !mid_message())) {
+  while (lost_.empty() && !held() && total < kReadBudget && !(waiting && waiting->done && !mid_message())) {
     const uint64_t head = h_->head.load(std::memory_order_acquire);
     if (head == tail_) break;
     const size_t at = size_t(tail_ & mask_);
     const size_t n = size_t(std::min<uint64_t>({head - tail_, mask_ + 1 - at, kChunk}));
-    const size_t used = consume(ring_ + at, n, waiting);
+    const size_t used = consume(ring_ + at, n, waiting, now);
     tail_ += used, total += used;
     h_->tail.store(tail_, std::memory_order_release);
     ring(from_.header);
@@ -119,26 +120,16 @@ bool Inbound::read(RecvJob* waiting) {
   return total > 0;
 }
 
-size_t Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
+size_t Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting, const CallTag& now) {
   const size_t given = n;
-  while (n && lost_.empty()) {
+  while (n && lost_.empty() && !held()) {
     if (waiting && waiting->done && !mid_message()) break;
     if (!in_body_) {
-      const size_t want = hdr_got_ < 8 ? 8 : 16;
+      const size_t want = hdr_got_ < 8 ? 8 : get_le(hdr_) & kSingleCopyFlag ? kHeader + 8 : kHeader;
       const size_t k = std::min(want - hdr_got_, n);
       std::memcpy(hdr_ + hdr_got_, src, k);
       hdr_got_ += k, src += k, n -= k;
-      if (hdr_got_ == 8 && !(get_le(hdr_) & kSingleCopyFlag)) {
-        start_body(waiting);
-      } else if (hdr_got_ == 16) {
-        len_ = get_le(hdr_) & ~kSingleCopyFlag;
-        if (len_ > kMaxMessage) {
-          lose("its ring is corrupt (a message of " + std::to_string(len_) + " bytes)");
-          break;
-        }
-        user_ = waiting && !waiting->done ? waiting : nullptr;
-        single_copy(get_le(hdr_ + 8));
-      }
+      if (hdr_got_ == want && want > 8) start_body(waiting, now);
       continue;
     }
     const size_t k = size_t(std::min<uint64_t>(len_ - got_, n));
@@ -149,23 +140,45 @@ size_t Inbound::consume(const uint8_t* src, size_t n, RecvJob* waiting) {
   return given - n;
 }
 
-void Inbound::start_body(RecvJob* waiting) {
-  const uint64_t len = get_le(hdr_);
+// As tcp/pair.cpp's: into the waiting recv's buffer, nowhere, or kept (held back past the limits).
+void Inbound::start_body(RecvJob* waiting, const CallTag& now) {
+  const uint64_t word = get_le(hdr_);
+  single_ = (word & kSingleCopyFlag) != 0;
+  const uint64_t len = word & ~kSingleCopyFlag;
+  tag_ = CallTag::load(hdr_ + 8);
+  addr_ = single_ ? get_le(hdr_ + kHeader) : 0;
   hdr_got_ = 0;
   if (len > kMaxMessage) return lose("its ring is corrupt (a message of " + std::to_string(len) + " bytes)");
   in_body_ = true, len_ = len, got_ = 0;
-  if (waiting && !waiting->done) {
-    if (len > waiting->cap) {
+  dst_ = nullptr, user_ = nullptr, sink_ = Sink::DISCARD;
+  const CallOrder order = call_order(tag_, now);
+  const bool serving = waiting && !waiting->done;
+  if (order == CallOrder::EARLIER) {
+    // a call that failed part way left it: nobody's
+  } else if (serving && order == CallOrder::OTHER) {
+    waiting->other = true, waiting->got = tag_, waiting->done = true;
+  } else if (serving && order == CallOrder::SAME) {
+    if (len > waiting->cap)
       waiting->refused = len, waiting->done = true;
-      sink_ = Sink::DISCARD, dst_ = nullptr;
-    } else {
+    else
       sink_ = Sink::USER, dst_ = waiting->data, user_ = waiting;
-    }
   } else {
-    owned_.resize(len);
-    sink_ = Sink::OWNED, dst_ = owned_.data();
+    if (serving) waiting->other = true, waiting->got = tag_, waiting->done = true;  // a later call's: kept for it
+    keep();
   }
+  if (sink_ == Sink::HELD) return;
+  if (single_) return single_copy();
   if (len == 0) finish_body();
+}
+
+void Inbound::keep() {
+  if (len_ > kMaxUnexpected || queued_ + len_ > kQueueBudget) {
+    sink_ = Sink::HELD;
+    return;
+  }
+  owned_.resize(len_);
+  queued_ += len_;
+  sink_ = Sink::OWNED, dst_ = owned_.data();
 }
 
 void Inbound::finish_body() {
@@ -173,31 +186,21 @@ void Inbound::finish_body() {
   if (sink_ == Sink::USER) {
     user_->len = len_, user_->done = true;
   } else if (sink_ == Sink::OWNED) {
-    done_.push_back(std::move(owned_));
+    done_.push_back({tag_, std::move(owned_)});
     owned_ = {};
   }
   dst_ = nullptr, user_ = nullptr;
 }
 
-// The message's bytes straight from the producer's memory into the waiting
-// recv's buffer (or one of our own): one copy, by this side alone.
-void Inbound::single_copy(uint64_t addr) {
-  hdr_got_ = 0;
+// The message's bytes straight from the producer's memory into dst_ (the
+// waiting recv's buffer, one of our own, or nowhere): one copy, by this side alone.
+void Inbound::single_copy() {
   const uint64_t ticket = h_->copied.load(std::memory_order_relaxed) + 1;
-  uint8_t* dst = nullptr;
-  if (user_ && len_ > user_->cap) {
-    user_->refused = len_, user_->done = true, user_ = nullptr;  // nothing to read
-  } else if (user_) {
-    dst = user_->data;
-  } else {
-    owned_.resize(len_);
-    dst = owned_.data();
-  }
   const auto given_up = [&] { return h_->abandoned.load(std::memory_order_acquire) == ticket; };
-  if (dst && len_ && !given_up()) {
+  if (dst_ && len_ && !given_up()) {
     if (from_.same_process) {
-      std::memcpy(dst, reinterpret_cast<const void*>(uintptr_t(addr)), len_);
-    } else if (!read_remote(from_.pid, addr, dst, len_)) {
+      std::memcpy(dst_, reinterpret_cast<const void*>(uintptr_t(addr_)), len_);
+    } else if (!read_remote(from_.pid, addr_, dst_, len_)) {
       return lose("reading its message of " + std::to_string(len_) +
                   " bytes from its memory (process_vm_readv): " + std::strerror(errno));
     }
@@ -205,40 +208,55 @@ void Inbound::single_copy(uint64_t addr) {
   if (given_up()) return lose("it gave up sending a message of " + std::to_string(len_) + " bytes (its send failed)");
   h_->copied.store(ticket, std::memory_order_release);
   ring(from_.header);
-  if (user_) {
-    user_->len = len_, user_->done = true, user_ = nullptr;
-  } else if (dst) {
-    done_.push_back(std::move(owned_));
-    owned_ = {};
-  }
+  got_ = len_;
+  finish_body();
 }
 
-void Inbound::attach(RecvJob& r) {
-  if (!done_.empty()) {
-    std::vector<uint8_t> m = std::move(done_.front());
+void Inbound::attach(RecvJob& r, const CallTag& now) {
+  while (!r.done && !done_.empty()) {
+    Message& m = done_.front();
+    const CallOrder order = call_order(m.tag, now);
+    if (order == CallOrder::LATER) {  // stays queued for its call
+      r.other = true, r.got = m.tag, r.done = true;
+      return;
+    }
+    if (order == CallOrder::SAME) {
+      r.done = true;
+      if (m.bytes.size() > r.cap) {
+        r.refused = m.bytes.size();
+      } else {
+        if (!m.bytes.empty()) std::memcpy(r.data, m.bytes.data(), m.bytes.size());
+        r.len = m.bytes.size();
+      }
+    } else if (order == CallOrder::OTHER) {
+      r.other = true, r.got = m.tag, r.done = true;
+    }  // EARLIER: dropped
+    queued_ -= m.bytes.size();
     done_.pop_front();
-    r.done = true;
-    if (m.size() > r.cap) {
-      r.refused = m.size();
-    } else {
-      if (!m.empty()) std::memcpy(r.data, m.data(), m.size());
-      r.len = m.size();
-    }
-  } else if (in_body_ && sink_ == Sink::OWNED) {
-    if (len_ > r.cap) {
-      r.refused = len_, r.done = true;
-      sink_ = Sink::DISCARD, owned_ = {}, dst_ = nullptr;
-    } else {
-      std::memcpy(r.data, owned_.data(), size_t(got_));
-      owned_ = {};
-      sink_ = Sink::USER, dst_ = r.data, user_ = &r;
-    }
   }
+  if (r.done || !in_body_ || (sink_ != Sink::OWNED && sink_ != Sink::HELD)) return;
+  const CallOrder order = call_order(tag_, now);
+  if (order == CallOrder::LATER) {
+    r.other = true, r.got = tag_, r.done = true;
+    return;
+  }
+  if (sink_ == Sink::OWNED) queued_ -= len_;
+  if (order == CallOrder::SAME && len_ <= r.cap) {
+    if (got_) std::memcpy(r.data, owned_.data(), size_t(got_));
+    sink_ = Sink::USER, dst_ = r.data, user_ = &r;
+  } else {
+    if (order == CallOrder::SAME) r.refused = len_, r.done = true;
+    if (order == CallOrder::OTHER) r.other = true, r.got = tag_, r.done = true;
+    sink_ = Sink::DISCARD, dst_ = nullptr;
+  }
+  owned_ = {};
+  if (single_) single_copy();  // a single copy held back: taken (or dropped) now
 }
 
 void Inbound::detach(RecvJob& r) {
   if (in_body_ && sink_ == Sink::USER && user_ == &r) {
-    owned_.resize(len_);
+    owned_.resize(len_);  // at most what the recv was ready to take
+    queued_ += len_;
     std::memcpy(owned_.data(), r.data, size_t(got_));
     sink_ = Sink::OWNED, dst_ = owned_.data(), user_ = nullptr;
   }

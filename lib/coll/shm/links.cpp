@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <string>
 
+#include "coll/call_tag.hpp"
 #include "coll/job_links.hpp"
 #include "coll/shm/channel.hpp"
 #include "coll/shm/doorbell.hpp"
@@ -98,7 +99,8 @@ class ShmLinks final : public JobLinks<SendJob, RecvJob> {
 
   // Moves s and r along until both are done, reading every peer meanwhile.
   void run(SendJob* s, RecvJob* r) override {
-    if (r) in_[size_t(r->peer)].attach(*r);
+    if (s && s->hdr_len == 0) s->tag = call();
+    if (r) in_[size_t(r->peer)].attach(*r, call());
     struct Guard {  // a recv that throws leaves no ring writing into its buffer; a send, no one reading its
       ShmLinks* t;
       SendJob* s;
@@ -123,7 +125,7 @@ class ShmLinks final : public JobLinks<SendJob, RecvJob> {
       for (size_t j = 0; j < in_.size(); ++j) {
         if (int(j) == rank_) continue;
         const bool mine = r && !r->done && r->peer == int(j);
-        if (in_[j].read(mine ? r : nullptr)) {
+        if (in_[j].read(mine ? r : nullptr, call())) {
           any = true;
           if (mine) last_r = Clock::time_point::max();
         }
@@ -165,6 +167,7 @@ class ShmLinks final : public JobLinks<SendJob, RecvJob> {
       if (r_wait) wake = std::min(wake, last_r + timeout_);
       sleep_on(me_, seen, wake - now);
     }
+    if (r && r->other) throw LinkError(me() + ": " + other_call_error(r->peer, r->got, call()));
     if (r && r->refused)
       throw LinkError(me() + ": a message of " + to_string(r->refused) + " bytes from rank " + to_string(r->peer) +
                       " where at most " + to_string(r->cap) + " were expected");

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "coll/call_tag.hpp"
 #include "coll/job_links.hpp"
 #include "coll/spin.hpp"
 #include "coll/tcp/pair.hpp"
@@ -41,11 +42,12 @@ class TcpLinks final : public JobLinks<SendJob, RecvJob> {
     return "rank " + to_string(rank_) + " of job " + to_string(group_) + ": rank " + to_string(p) +
            " is gone: " + pairs_[size_t(p)].gone();
   }
-  bool read(int p, RecvJob* r) { return pairs_[size_t(p)].read(stage_, r && r->peer == p ? r : nullptr); }
+  bool read(int p, RecvJob* r) { return pairs_[size_t(p)].read(stage_, r && r->peer == p ? r : nullptr, call()); }
 
   // Moves s and r along until both are done, reading every peer meanwhile.
   void run(SendJob* s, RecvJob* r) override {
-    if (r) pairs_[size_t(r->peer)].attach(*r);
+    if (s && s->sent == 0) s->stamp(call());
+    if (r) pairs_[size_t(r->peer)].attach(*r, call());
     struct Guard {  // a recv that throws leaves no pair writing into its buffer
       TcpLinks* t;
       RecvJob* r;
@@ -69,9 +71,9 @@ class TcpLinks final : public JobLinks<SendJob, RecvJob> {
       pf.clear(), who.clear();
       for (size_t j = 0; j < pairs_.size(); ++j) {
         if (!pairs_[j].open()) continue;
-        short ev = POLLIN;
+        short ev = pairs_[j].held() ? 0 : POLLIN;  // a peer held back is not read until a recv wants it
         if (s_wait && int(j) == s->peer) ev |= POLLOUT;
-        pf.push_back({pairs_[j].fd(), ev, 0}), who.push_back(int(j));
+        if (ev) pf.push_back({pairs_[j].fd(), ev, 0}), who.push_back(int(j));
       }
       Clock::time_point wake = Clock::time_point::max();
       if (s_wait) wake = std::min(wake, last_s + timeout_);
@@ -99,6 +101,7 @@ class TcpLinks final : public JobLinks<SendJob, RecvJob> {
                         " ms of a message of " + to_string(s->len) +
                         " bytes sent to it (TcpOptions::recv_timeout): is it stuck?");
     }
+    if (r && r->other) throw LinkError(me + ": " + other_call_error(r->peer, r->got, call()));
     if (r && r->refused)
       throw LinkError(me + ": a message of " + to_string(r->refused) + " bytes from rank " + to_string(r->peer) +
                       " where at most " + to_string(r->cap) + " were expected");
