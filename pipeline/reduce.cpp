@@ -2,7 +2,8 @@
 
 namespace prism::pipe {
 
-ReducerWork::ReducerWork(const WorkContext& c) : red_(c.dir, c.slots, 1500, c.shard), prefetch_(c.prefetch) {}
+ReducerWork::ReducerWork(const WorkContext& c)
+    : red_(c.dir, c.slots, 1500, c.shard, c.result_mtu), prefetch_(c.prefetch) {}
 
 // Cost per packet: the reducer's work (the accumulator add: see lib/arith).
 void ReducerWork::serve(uint16_t, rte_mbuf** burst, unsigned n, uint64_t now_ns, Emitter& out) {

@@ -36,7 +36,8 @@ struct WorkContext {
   uint32_t shard;
   const sw::Directory& dir;
   uint32_t slots;
-  bool prefetch;  // RX runs on another lcore: fetch the packets' lines ahead
+  bool prefetch;             // RX runs on another lcore: fetch the packets' lines ahead
+  size_t result_mtu = 9000;  // the smallest IP MTU of the ports (a RESULT must fit it)
 };
 
 // Prefetching for packets written on another lcore: their metadata and both

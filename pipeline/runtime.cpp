@@ -329,7 +329,12 @@ void Runtime::wire_stages() {
 }
 
 std::unique_ptr<ShardWork> Runtime::make_work(uint32_t shard, bool prefetch) const {
-  const WorkContext ctx{shard, dir_, cfg_.slots_per_shard, prefetch};
+  // A RESULT must fit the smallest MTU among the ports: a Linux interface's own,
+  // 9000 for a device without one (the mbufs hold a jumbo frame whole).
+  size_t result_mtu = 9000;
+  for (const PortInfo& pi : port_info_)
+    if (pi.link.max_frame) result_mtu = std::min(result_mtu, pi.link.max_frame - wire::max_frame(0));
+  const WorkContext ctx{shard, dir_, cfg_.slots_per_shard, prefetch, result_mtu};
   return opt_.work ? opt_.work(ctx) : std::make_unique<ReducerWork>(ctx);
 }
 
