@@ -1,6 +1,6 @@
 // libprism-mpi's settings, from the environment (read once, at the first
 // collective):
-//   PRISM_MPI        off: every call goes to Open MPI untouched (default on)
+//   PRISM_MPI        off: every call goes to Open MPI (default on)
 //   PRISM_ALGO       switch|binomial|chain|rhd|ring|auto (default auto)
 //   PRISM_POLICY     kulisch|fp32_arrival|fp32_binomial (default kulisch)
 //   PRISM_MPI_16BIT  bf16|fp16: what MPI_SHORT, MPI_INT16_T and MPI_UINT16_T
@@ -12,7 +12,8 @@
 //                    (127.0.0.1 on one node)
 //   PRISM_SWITCH, PRISM_POOL  a switch and its job pool (prism::GroupOptions)
 // A value it does not know is an error naming the variable and the values
-// it takes.
+// it takes. Every rank of a communicator must have the same settings but
+// PRISM_MPI_HOST (rank 0's counts): comm_state.hpp compares them.
 #pragma once
 
 #include <optional>
@@ -28,9 +29,18 @@ struct Settings {
   Policy policy = Policy::KULISCH_FIXED;
   std::optional<Format> half;  // what the 16-bit integer types hold
   std::string host;
+  std::string switch_address, pool;  // as the group reads them (compared here only)
 };
 
 // Throws std::invalid_argument naming the variable.
 Settings settings_from_env();
+
+// The settings every rank must share, one "VAR=value" line each ("VAR=" where
+// unset), in a fixed order: equal texts, equal settings.
+std::string shared_settings(const Settings& s);
+
+// Where two ranks' shared_settings() first differ: "rank 0 has
+// PRISM_MPI_16BIT=bf16, rank 2 has none"; "" where they do not.
+std::string settings_difference(int a, const std::string& sa, int b, const std::string& sb);
 
 }  // namespace prism::mpi

@@ -2,12 +2,14 @@
 MPI_Allreduce of floats through PRISM gives every rank the exact sum rounded once (prism_ref, the
 independent reference model), in place or not, whatever the algorithm or the rank count; what PRISM
 does not take (doubles) goes to Open MPI untouched; a bad setting is an MPI error that says what is
-wrong."""
+wrong, and so is a setting that differs between ranks (not a hang); MPI_Bcast and MPI_Allgather take
+one path on every rank whatever datatype handles describe the same signature."""
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -336,3 +338,86 @@ def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_r
     pools = tb.telemetry('switch', ['/prism/pools'])['/prism/pools']
     assert pools['pool1000']['allocated'] == 1 and pools['pool1000']['released'] == 1, pools
     assert sent == [sent[0]] * 3 and sent[0] > 0, f'results the switch sent after switch, rhd, ring: {sent}'
+
+
+SIG = su.BUILD / 'tests' / 'mpi' / 'signatures'
+N, B = 5003, 777  # signatures.c's
+
+
+def run_signatures(tmp: Path, p: int, mode: str, rank0_env: dict | None = None,
+                   limit: int = 60) -> subprocess.CompletedProcess:
+    """tests/mpi/signatures.c under libprism-mpi. `rank0_env`: variables set on rank 0 alone, by a
+    wrapper script (OMPI_COMM_WORLD_RANK names the rank). mpirun's own --timeout ends a run that
+    hangs (it says 'time limit'), and with it every rank."""
+    require()
+    if not SIG.is_file():
+        pytest.fail(f'{SIG} not built')
+    tmp.mkdir(parents=True, exist_ok=True)
+    wrapper = tmp / 'rank0_env.sh'
+    wrapper.write_text('#!/bin/sh\n' + f'export LD_PRELOAD={LIB}\n' +
+                       ''.join(f'[ "$OMPI_COMM_WORLD_RANK" = 0 ] && export {k}={v}\n'
+                               for k, v in (rank0_env or {}).items()) + 'exec "$@"\n')
+    e = {k: v for k, v in os.environ.items() if not k.startswith('PRISM_') and k != 'LD_PRELOAD'}
+    e['LD_LIBRARY_PATH'] = str(su.BUILD / 'lib')
+    cmd = mpirun_prefix(p) + ['--mca', 'btl', 'self,tcp', '--mca', 'btl_tcp_if_include', 'lo',
+                              '--mca', 'oob_tcp_if_include', 'lo', '--mca', 'mpi_yield_when_idle', '1',
+                              '--timeout', str(limit), '-x', 'LD_LIBRARY_PATH',
+                              '/bin/sh', str(wrapper), str(SIG), mode, str(tmp)]
+    return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=limit + 60)
+
+
+@pytest.mark.parametrize('var,value,want', [
+    ('PRISM_MPI_16BIT', 'bf16', 'rank 0 has PRISM_MPI_16BIT=bf16, rank 1 has none'),
+    ('PRISM_MPI', 'off', 'rank 0 has PRISM_MPI=off, rank 1 has PRISM_MPI=on'),
+    ('PRISM_ALGO', 'ring', 'rank 0 has PRISM_ALGO=ring, rank 1 has PRISM_ALGO=auto')])
+def test_a_setting_on_one_rank_only_is_an_error_on_every_rank_not_a_hang(tmp_path, var, value, want):
+    """Rank 0 alone has the setting. The first call (an MPI_UINT16_T sum, PRISM's under
+    PRISM_MPI_16BIT) would take PRISM on some ranks and Open MPI on others, or the next (an MPI_INT
+    sum) a different algorithm: instead every rank's first call is an MPI error naming the difference
+    (the program uses MPI_ERRORS_RETURN and prints it), within seconds."""
+    p = 3
+    t0 = time.monotonic()
+    r = run_signatures(tmp_path, p, 'settings', {var: value})
+    took, out = time.monotonic() - t0, r.stdout + r.stderr
+    assert 'time limit' not in out, f'hung ({took:.0f} s):\n{out}'
+    assert r.returncode != 0, out
+    for k in range(p):
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith(f'rank {k}: ')), '')
+        assert line.startswith(f'rank {k}: error: ') and want in line, f'rank {k}: {line!r}\n{out}'
+    assert took < 40, f'{took:.0f} s'
+
+
+def test_the_same_settings_everywhere_run_as_before(tmp_path):
+    r = run_signatures(tmp_path, 3, 'settings')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(ln for ln in r.stdout.splitlines() if ln.startswith('rank ')) == \
+        [f'rank {k}: ok' for k in range(3)], r.stdout
+
+
+def test_bcast_and_allgather_decide_on_the_type_signature_not_the_handle(tmp_path):
+    """MPI_Bcast: the root sends 4N MPI_INTs, rank 1 receives N contiguous(4, MPI_INT), rank 2 one
+    vector of 4N ints at stride 2 (the same signature: valid MPI); MPI_Allgather: rank 1 sends one
+    contiguous(B, MPI_INT), rank 2 receives P of them, the others MPI_INTs. Every rank gets the
+    root's ints, and every rank's block, where its own type puts them."""
+    p = 3
+    r = run_signatures(tmp_path, p, 'derived')
+    out = r.stdout + r.stderr
+    assert 'time limit' not in out, f'hung:\n{out}'
+    assert r.returncode == 0, out
+    want_bc = (np.arange(4 * N, dtype=np.int64) * 7 + 3).astype(np.int32)
+    want_ag = np.concatenate([k * 100000 + np.arange(B, dtype=np.int32) for k in range(p)])
+    for k in range(p):
+        assert np.array_equal(np.fromfile(tmp_path / f'bc{k}.bin', dtype=np.int32), want_bc), f'rank {k}: MPI_Bcast'
+        assert np.array_equal(np.fromfile(tmp_path / f'ag{k}.bin', dtype=np.int32), want_ag), \
+            f'rank {k}: MPI_Allgather'
+
+
+def test_the_store_is_closed_once_the_group_is_set_up(tmp_path):
+    """Nothing reads the rendezvous store after set-up: rank 0 no longer listens for it (nor any
+    rank for anything else PRISM opened) once its first collective returns."""
+    p = 2
+    r = run_signatures(tmp_path, p, 'store')
+    assert r.returncode == 0, r.stdout + r.stderr
+    for k in range(p):
+        left = (tmp_path / f'listen{k}.txt').read_text().split()
+        assert left == [], f'rank {k} still listens at {left} (hex address:port, /proc/net/tcp)'
