@@ -29,6 +29,10 @@ Directory::Directory(const SwitchConfig& cfg) : cfg_(cfg) {
       for (const auto* v : {&j.members, &j.children})
         for (const Member& m : *v) by_addr_.emplace(key(m.addr), &m);
   for (const auto& jc : cfg.jobs) all_.push_back(&jobs_.at(jc.id));
+  for (auto& [id, j] : jobs_) {
+    j.entry_base = uint32_t(member_entries_);
+    member_entries_ += j.result_dests.size();
+  }
   for (const auto& pc : cfg.pools) {
     std::vector<const Job*> pj;
     for (uint32_t k = 0; k < pc.count; ++k) pj.push_back(&jobs_.at(pc.first + k));

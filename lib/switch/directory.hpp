@@ -40,6 +40,9 @@ struct Job {
   std::vector<Dest> result_dests;  // every member, then every child: where a RESULT goes
   uint32_t format_mask = 0, policy_mask = 0;
   uint32_t index = 0;  // dense, 0 .. jobs - 1: per-job state elsewhere is an array by it
+  // Its members' and children's entries in per-member arrays elsewhere:
+  // base + the member's place in result_dests (Directory::member_entries()).
+  uint32_t entry_base = 0;
   // A pooled job's run-time state (null for a declared job). Its members and
   // result_dests have max_group entries; the first R count, each once bound.
   std::unique_ptr<PooledJob> pooled;
@@ -56,8 +59,11 @@ struct Job {
   bool allows(Format f) const { return format_mask & (1u << uint8_t(f)); }
   bool allows(Policy p) const { return policy_mask & (1u << uint8_t(p)); }
   // Where a RESULT for member or child `m` (one of this job's) goes.
-  const Dest& dest_of(const Member& m) const {
-    return result_dests[m.child ? members.size() + size_t(&m - children.data()) : size_t(&m - members.data())];
+  const Dest& dest_of(const Member& m) const { return result_dests[place(m)]; }
+  // `m`'s entry in per-member arrays (Directory::member_entries() of them).
+  uint32_t entry_of(const Member& m) const { return entry_base + uint32_t(place(m)); }
+  size_t place(const Member& m) const {
+    return m.child ? members.size() + size_t(&m - children.data()) : size_t(&m - members.data());
   }
 };
 
@@ -75,6 +81,9 @@ class Directory {
     }
   }
   size_t jobs() const { return jobs_.size(); }
+  // Every job's members and children (a pooled job: max_group entries):
+  // the size of an array by Job::entry_of().
+  size_t member_entries() const { return member_entries_; }
   // Every job, declared ones first (in the configuration's order), then each pool's.
   const std::vector<const Job*>& all_jobs() const { return all_; }
   // The pool whose id (first job id) is `id`, for an ALLOC; null when none.
@@ -128,6 +137,18 @@ class Directory {
     }
     return high ? std::optional<uint32_t>(*high + 1) : std::nullopt;
   }
+  // A source a pool may bind a rank to and answer (SECURITY-REVIEW F8): a
+  // unicast MAC and a unicast IPv4 address (not 0.0.0.0, 127/8, multicast,
+  // 240/4 or the broadcast), neither of them a port's of this switch. The
+  // configuration reader holds declared members to the same.
+  bool usable_source(const wire::Endpoint& e) const {
+    const uint32_t ip = e.ip;
+    if ((e.mac[0] & 1) || (e.mac[0] | e.mac[1] | e.mac[2] | e.mac[3] | e.mac[4] | e.mac[5]) == 0) return false;
+    if (ip == 0 || (ip >> 24) == 127 || (ip >> 28) >= 14) return false;  // 224/4 multicast, 240/4 and broadcast
+    for (const wire::Endpoint& s : self_)
+      if (s.ip == ip || wire::same_mac(s.mac, e.mac)) return false;
+    return true;
+  }
   // The switch's own endpoint on a port (source of what it sends there).
   wire::Endpoint self(uint16_t port) const {
     if (port < self_.size()) return self_[port];
@@ -157,7 +178,8 @@ class Directory {
     std::atomic<uint64_t> v{0};  // 1 << 32 | op, 0 for none
   };
   uint32_t shards_ = 1;
-  std::unique_ptr<OpHigh[]> op_high_;  // by Job::index * shards + shard
+  std::unique_ptr<OpHigh[]> op_high_;
+  size_t member_entries_ = 0;  // by Job::index * shards + shard
 };
 
 }  // namespace prism::sw

@@ -41,6 +41,7 @@ enum class Drop : uint8_t {
   OVERSIZE,
   TOO_LARGE,
   NO_MEMORY,
+  OVER_BUDGET,
   kCount
 };
 
@@ -79,6 +80,9 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::NO_MEMORY, "no_memory",
      "the switch could not allocate what the packet needed: refused (NACK no_free_slot, retry later), the switch "
      "runs on"},
+    {Drop::OVER_BUDGET, "over_budget",
+     "a QUERY or RETRANSMIT asking for a retained RESULT (or a STATUS's bitmap) beyond the bytes its member has "
+     "sent this shard: not sent, so that no member gets more bytes back than it sends (docs/SECURITY.md)"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -107,6 +111,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::OUT_OF_POOL: return R::OUT_OF_POOL;
     case Drop::RANK_TAKEN: return R::RANK_TAKEN;
     case Drop::TOO_LARGE: return R::CHUNK_TOO_LARGE;
+    case Drop::OVER_BUDGET: return std::nullopt;
     case Drop::NO_MEMORY: return R::NO_FREE_SLOT;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:

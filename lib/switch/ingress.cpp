@@ -62,6 +62,7 @@ Verdict refuse_pooled(const Directory& dir, Verdict v, Drop d, uint16_t in_port,
 Verdict alloc_verdict(const Directory& dir, const wire::Parsed& p, uint16_t in_port) {
   Verdict v;
   v.pool = dir.pool(p.h.job);
+  if (!dir.usable_source(p.src)) return refuse_pooled(dir, v, Drop::UNKNOWN_SOURCE, in_port, false);
   if (!v.pool) return refuse_pooled(dir, v, Drop::UNKNOWN_JOB, in_port, true);
   if (!v.pool->admits(p.src, in_port)) return refuse_pooled(dir, v, Drop::OUT_OF_POOL, in_port, true);
   if (p.h.group > v.pool->cfg().max_group) return refuse_pooled(dir, v, Drop::GROUP_TOO_LARGE, in_port, true);
@@ -80,6 +81,8 @@ Verdict pooled_verdict(const Directory& dir, const Job& job, const wire::Parsed&
   const bool pool_msg = p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE;
   const auto refuse = [&](Drop d) { return refuse_pooled(dir, v, d, in_port, pool_msg); };
   if (p.h.kind == wire::Kind::PARTIAL) return refuse(Drop::UNKNOWN_SOURCE);  // a pooled job has no children
+  // Never bound, never answered: a broadcast or multicast source, or the switch's own (F8).
+  if (!dir.usable_source(p.src)) return refuse_pooled(dir, v, Drop::UNKNOWN_SOURCE, in_port, false);
   // The generation first: a release unbinds every rank before it bumps the
   // generation, so a binding read after it is this generation's or newer.
   const uint32_t word = job.pooled->word.load(std::memory_order_acquire);
@@ -122,7 +125,8 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
     const bool pool_msg = p.h.kind == wire::Kind::ALLOC ||
                           ((p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE) && dir.pool_of(p.h.job));
     if (c.source_checked && pool_msg)
-      return refuse_pooled(dir, v, c.drop, in_port, true);  // a broken pool message: told at its source
+      return refuse_pooled(dir, v, c.drop, in_port,
+                           dir.usable_source(p.src));  // a broken pool message: told at its source
     return refuse(c.drop, c.source_checked);
   }
   if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT ||

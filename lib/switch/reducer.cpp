@@ -96,6 +96,7 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shar
   }
   for (int32_t i = int32_t(slots) - 1; i >= 0; --i) free_.push_back(i);
   waiting_.reserve(slots);
+  credit_.resize(dir.member_entries());
   for (const Job* j : dir.all_jobs()) jobs_[j->cfg->id];
   // Per-job statistics by the job's dense index, so the hot path does not hash its id.
   stats_of_.assign(dir.jobs(), nullptr);
@@ -148,6 +149,20 @@ Reducer::Slot* Reducer::find(const SlotKey& k, uint32_t gen) {
 ResultLog::Memory Reducer::recall(const SlotKey& k, uint32_t gen) const {
   const ResultLog::Memory m = log_.recall(k);
   return m.gen == gen ? m : ResultLog::Memory{ResultLog::Known::NOTHING, nullptr, 0};
+}
+
+void Reducer::earn(const Verdict& v, const wire::Parsed& p) {
+  Credit& c = credit_[v.job->entry_of(*v.member)];
+  if (c.gen != v.pool_gen) c = Credit{0, v.pool_gen};
+  const size_t bytes = wire::kFrameOverhead + p.payload_len + (p.sideband ? p.h.count : 0);
+  c.bytes = uint32_t(std::min<size_t>(kMaxCredit, c.bytes + bytes));
+}
+
+bool Reducer::spend(const Verdict& v, size_t bytes) {
+  Credit& c = credit_[v.job->entry_of(*v.member)];
+  if (c.gen != v.pool_gen || c.bytes < bytes) return false;
+  c.bytes -= uint32_t(bytes);
+  return true;
 }
 
 void Reducer::refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out) {
@@ -270,6 +285,7 @@ void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sin
   // since (ingress runs on another lcore): that binding is no member now.
   const uint32_t gen = v.from_parent ? generation(*v.job) : v.pool_gen;
   if (v.job->pooled && gen != v.job->pooled->generation()) return drop(Drop::UNKNOWN_SOURCE);
+  if (!v.from_parent) earn(v, p);
   Slot* s = find(key, gen);
   if (v.from_parent) {
     ++stats_.parent_results;
@@ -370,13 +386,19 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
 // A packet for a completed op whose result is retained: a RETRANSMIT means
 // its sender lost the RESULT (send the very bytes again, to it only, with
 // RETRANSMIT set); anything else is a repeat.
+// It gets only what it asks for: a RETRANSMIT whose descriptor or count is
+// not the retained RESULT's is refused as a mismatch (SECURITY-REVIEW F8).
 void Reducer::repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out) {
   if (!(p.h.flags & wire::hflag::RETRANSMIT)) return drop(Drop::DUPLICATE);
+  if (!wire::same_descriptor(r.h, p.h) || !wire::same_extent(r.h, p.h) || p.chunk_lanes != r.h.count)
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, *v.member, out);
   resend(r, v, out);
 }
 
-// The retained RESULT `r` again, to the admitted member only, RETRANSMIT set.
+// The retained RESULT `r` again, to the admitted member only, RETRANSMIT set,
+// within the member's resend budget.
 void Reducer::resend(const ResultLog::Record& r, const Verdict& v, Sink& out) {
+  if (!spend(v, wire::kFrameOverhead + r.len)) return drop(Drop::OVER_BUDGET);
   std::memcpy(out.result_buffer(r.len), r.body(), r.len);
   wire::Header h = r.h;
   h.flags |= wire::hflag::RETRANSMIT;
@@ -397,7 +419,12 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
   ++stats_.queries;
   const Member& m = *v.member;
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
+  earn(v, p);
   const auto status = [&](bool held, uint32_t terms, std::shared_ptr<std::vector<uint8_t>> bitmap) {
+    if (bitmap && !spend(v, bitmap->size())) {  // a bare STATUS (the QUERY's size) instead
+      drop(Drop::OVER_BUDGET);
+      bitmap = nullptr;
+    }
     Out o;
     o.port = m.port;
     o.src = dir_.self(m.port);
@@ -413,7 +440,10 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
     return status(s->has_rank(m.id), s->terms, missing_bitmap(*s));
   }
   const ResultLog::Memory mem = recall(key, v.pool_gen);
-  if (mem.record) return resend(*mem.record, v, out);
+  if (mem.record) {
+    if (!wire::same_descriptor(mem.record->h, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+    return resend(*mem.record, v, out);
+  }
   switch (mem.known) {
     case ResultLog::Known::EXPIRED: return refuse(Drop::RESULT_EXPIRED, p, m, out);
     case ResultLog::Known::ABANDONED: return refuse(Drop::ABANDONED, p, m, out);

@@ -168,6 +168,16 @@ class alignas(64) Reducer {
   void release(Slot& s);
   // Counts the drop and, when the reason has one, NACKs the admitted sender `from`.
   void refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out);
+  // The resend budget (SECURITY-REVIEW F8): every packet a member sends this
+  // shard earns its bytes (up to kMaxCredit); what the shard sends it again
+  // (a retained RESULT for a QUERY or RETRANSMIT, a STATUS's bitmap) spends
+  // them. The first RESULT of an op, a NACK and a bare STATUS cost nothing:
+  // each answers one packet of the member's with no more bytes than it had.
+  // So no member, nor whoever spoofs one, gets more bytes back than it sent,
+  // and a rank that lost RESULTs has the bytes of its own CONTRIBs to get
+  // them again with. Kept per member entry and pooled generation.
+  void earn(const Verdict& v, const wire::Parsed& p);
+  bool spend(const Verdict& v, size_t bytes);
   void drop(Drop d) { ++stats_.drops[size_t(d)]; }
 
   const Directory& dir_;
@@ -186,7 +196,12 @@ class alignas(64) Reducer {
   std::unordered_map<uint32_t, JobStats> jobs_;
   std::vector<JobStats*> stats_of_;  // by Job::index, into jobs_
   ReducerStats stats_;
-  PoolShard pool_;  // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
+  struct Credit {
+    uint32_t bytes = 0, gen = 0;  // gen: the pooled generation it was earned under
+  };
+  static constexpr uint32_t kMaxCredit = 1u << 20;
+  std::vector<Credit> credit_;  // by Job::entry_of()
+  PoolShard pool_;              // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
   uint64_t next_sweep_ns_ = 0;
   size_t mtu_;
   uint32_t shard_;
