@@ -429,8 +429,9 @@ Refusal parse(std::span<const uint8_t> frame, PortRange port, Parsed* out, bool 
   if (udp_len != total - ihl) return Refusal::UDP_BAD_LENGTH;
   const uint32_t pseudo =
       (r.src.ip >> 16) + (r.src.ip & 0xFFFF) + (r.dst.ip >> 16) + (r.dst.ip & 0xFFFF) + 17 + uint32_t(udp_len);
-  r.no_checksum = !sums_verified && be16(udp + 6) == 0;
-  if (!sums_verified && be16(udp + 6) != 0 && fold(sum16(udp, udp_len, pseudo)) != 0xFFFF) {
+  // 0 is no checksum whatever the device said: some NICs report such a frame L4 GOOD (review F21).
+  r.no_checksum = be16(udp + 6) == 0;
+  if (!sums_verified && !r.no_checksum && fold(sum16(udp, udp_len, pseudo)) != 0xFFFF) {
     // Left to an offload by a sender on this host: the field is the pseudo-header's folded sum.
     if (!kernel_link || be16(udp + 6) != fold(pseudo)) return Refusal::UDP_BAD_CHECKSUM;
     r.partial_checksum = true;

@@ -133,7 +133,9 @@ struct Parsed {
 // `check_partial` walks every lane record of a Kulisch partial (BAD_PARTIAL).
 // `sums_verified`: the receiving device has already verified the IPv4 header
 // and UDP checksums (a NIC's RX checksum offload reported both good), so
-// they are not summed again; every other check still runs.
+// they are not summed again; every other check still runs, and a UDP
+// checksum field of 0 is still none (out->no_checksum: some NICs report it
+// good).
 // `kernel_link`: the frame came through a Linux interface (net_af_packet,
 // net_tap), where a sender on the same host may leave the UDP checksum to an
 // offload that never runs (CHECKSUM_PARTIAL: the field holds only the folded

@@ -574,6 +574,27 @@ TEST(Checksum, DeviceVerifiedSumsAreNotSummedAgain) {
   EXPECT_EQ(parse(b.frame, kDefaultPort + 1, &p, true, true), Refusal::WRONG_PORT);
 }
 
+// A UDP checksum field of 0 is no checksum (RFC 768) whatever the device
+// said of the frame: a NIC's RX offload may report such a frame L4 GOOD
+// (some do, net_tap does not), and a job with `udp_checksum: required` must
+// still refuse it (review F21). A checksum that is there is never taken for
+// none, and a zero one is not a checksum left to offload.
+TEST(Checksum, AZeroUdpChecksumIsNoneEvenWhereTheDeviceVerifiedTheSums) {
+  Built b = two_fp32({1, 2, 3, 4, 5, 6, 7, 8});
+  do_build(b);
+  Bytes bare = b.frame;
+  bare[frame::udp_checksum] = bare[frame::udp_checksum + 1] = 0;
+  for (const bool verified : {false, true})
+    for (const bool kernel : {false, true}) {
+      Parsed p;
+      ASSERT_EQ(parse(bare, kDefaultPort, &p, true, verified, kernel), Refusal::OK);
+      EXPECT_TRUE(p.no_checksum) << "sums_verified " << verified << ", kernel_link " << kernel;
+      EXPECT_FALSE(p.partial_checksum);
+      ASSERT_EQ(parse(b.frame, kDefaultPort, &p, true, verified, kernel), Refusal::OK);
+      EXPECT_FALSE(p.no_checksum) << "sums_verified " << verified << ", kernel_link " << kernel;
+    }
+}
+
 // ------------------------------------------------------------ bounds
 // parse() on an exactly sized heap copy: ASan reports any read past the end.
 Refusal parse_copy(const uint8_t* p, size_t n, uint16_t port, bool check = true) {
