@@ -103,7 +103,9 @@ void Communicator::Impl::join() {
                                    " with this host's MAC, and is the rank on the switch port's network?");
   throw Error(Errc::TIMEOUT, who + ": waited " + std::to_string(tune.join_timeout_ms) + " ms for every rank to join: " +
                                  std::to_string(joined) + " of " + std::to_string(ep.group) + " joined; missing rank" +
-                                 (ep.group - joined > 1 ? "s " : " ") + ranks_in(bitmap, ep.group, false) +
+                                 (ep.group - joined > 1 ? "s " : " ") +
+                                 (bitmap.empty() ? std::string("unknown (a group this large gets no bitmap of them)")
+                                                 : ranks_in(bitmap, ep.group, false)) +
                                  ". Start every rank of the job (within join_timeout_ms of each other)");
 }
 

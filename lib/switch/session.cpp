@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "proto/fragment.hpp"
 #include "proto/steer.hpp"
 
 namespace prism::sw {
@@ -11,7 +12,7 @@ bool serial_after(uint32_t a, uint32_t b) { return int32_t(a - b) > 0; }
 
 }  // namespace
 
-Sessions::Sessions(const Directory& dir) : dir_(dir), state_(dir.jobs()) {
+Sessions::Sessions(const Directory& dir, size_t mtu) : dir_(dir), state_(dir.jobs()), max_bitmap_(wire::max_body(mtu)) {
   for (const Job* j : dir.all_jobs()) {  // a pooled job: room for max_group ranks
     state_[j->index].nonce.assign(j->cfg->group, 0);
     state_[j->index].via_child.assign(j->cfg->group, -1);
@@ -25,6 +26,7 @@ void Sessions::reset(const Job& j) {
   st.joined = 0;
   st.complete = false;
   st.hinted = false;
+  st.bitmap.reset();
 }
 
 void Sessions::forget(const Job& j, uint16_t rank) {
@@ -33,10 +35,14 @@ void Sessions::forget(const Job& j, uint16_t rank) {
   st.nonce[rank] = 0;
   --st.joined;
   st.complete = false;
+  st.bitmap.reset();
 }
 
 // JOINED to `rank`: to its member entry, or to the child it joined through.
-void Sessions::answer(const Job& j, const State& st, uint16_t rank, Sink& out) const {
+// Its bitmap is the state's shared one, built here when there is none yet;
+// none at all when ceil(R / 8) bytes exceed a frame's body (R above 11520 at
+// MTU 1500): a receiver takes a JOINED without one.
+void Sessions::answer(const Job& j, State& st, uint16_t rank, Sink& out) {
   const Member* to = st.via_child[rank] >= 0       ? &j.children[size_t(st.via_child[rank])]
                      : j.member_of_rank[rank] >= 0 ? &j.members[size_t(j.member_of_rank[rank])]
                                                    : nullptr;
@@ -51,10 +57,16 @@ void Sessions::answer(const Job& j, const State& st, uint16_t rank, Sink& out) c
   o.h.sender = rank;
   o.h.terms = uint16_t(st.joined);
   o.h.status = st.complete ? wire::jstatus::COMPLETE : 0;
-  auto body = std::make_shared<std::vector<uint8_t>>(wire::abandoned_bitmap_bytes(j.group()));
-  for (uint32_t r = 0; r < j.group(); ++r)
-    if (st.nonce[r]) (*body)[r / 8] |= uint8_t(1u << (r % 8));
-  o.body = std::move(body);
+  const size_t bytes = wire::abandoned_bitmap_bytes(j.group());
+  if (bytes <= max_bitmap_) {
+    if (!st.bitmap || st.bitmap->size() != bytes) {  // a pooled job's R is its tenant's
+      auto body = std::make_shared<std::vector<uint8_t>>(bytes);
+      for (uint32_t r = 0; r < j.group(); ++r)
+        if (st.nonce[r]) (*body)[r / 8] |= uint8_t(1u << (r % 8));
+      st.bitmap = std::move(body);
+    }
+    o.body = st.bitmap;
+  }
   out.send(std::move(o));
 }
 
@@ -87,6 +99,7 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
     }
     st.nonce[rank] = nonce;
     ++st.joined;
+    st.bitmap.reset();
   }
   st.via_child[rank] = from.child ? int32_t(&from - j.children.data()) : -1;
   if (from.child && p.h.chunk && (!st.hinted || serial_after(p.h.chunk, st.hint))) {

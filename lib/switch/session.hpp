@@ -13,7 +13,9 @@
 // through the Directory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "switch/directory.hpp"
@@ -23,7 +25,9 @@ namespace prism::sw {
 
 class Sessions {
  public:
-  explicit Sessions(const Directory& dir);
+  // `mtu`: the IP MTU a JOINED must fit (the reducer's, for its PARTIALs and
+  // NACKs): a group whose bitmap would not fit is answered without one.
+  explicit Sessions(const Directory& dir, size_t mtu = 1500);
   // A JOIN from a member rank, or (at a root) a child forwarding one of its
   // ranks' JOINs. False when it is malformed (nonce 0, rank outside the group).
   bool on_join(const wire::Parsed& p, const Member& from, Sink& out);
@@ -45,10 +49,15 @@ class Sessions {
     uint32_t first_op = 0;
     uint32_t hint = 0;  // the highest first-fresh op a child reported (valid when hinted)
     bool hinted = false;
+    // The JOINED body for the ranks joined as they are now, built at the
+    // first answer after a change and shared by every answer until the next:
+    // a completion's R JOINEDs cost one bitmap, not R.
+    std::shared_ptr<const std::vector<uint8_t>> bitmap;
   };
-  void answer(const Job& j, const State& st, uint16_t rank, Sink& out) const;
+  void answer(const Job& j, State& st, uint16_t rank, Sink& out);
   const Directory& dir_;
   std::vector<State> state_;  // by Job::index
+  size_t max_bitmap_;         // bytes: the largest body a JOINED may carry
 };
 
 }  // namespace prism::sw

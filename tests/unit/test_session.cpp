@@ -5,9 +5,12 @@
 // one, and how a leaf and a root share one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 #include "config/config.hpp"
+#include "proto/fragment.hpp"
 #include "switch/reducer.hpp"
 #include "wire_bytes.hpp"
 
@@ -277,6 +280,83 @@ pools:
   ASSERT_EQ(root.cap.outs.size(), 3u);  // the session is complete again: COMPLETE to the three
   EXPECT_EQ(root.cap.outs[0].h.status & 1, 1);
   EXPECT_EQ(root.cap.outs[1].h.op, 0x21u);  // rank 1's new nonce
+}
+
+// A JOINED's bitmap (ceil(R / 8) bytes) is sent only where it fits one
+// frame's body (wire::max_body of the reducer's 1500-byte MTU: 1440 bytes,
+// R up to 11520); past that every JOINED goes without one (PROTOCOL.md: a
+// receiver accepts JOINED with no body), so the session still completes.
+// Rank 0 joins here, the other R - 1 through the child.
+TEST(Session, AGroupWhoseBitmapOutgrowsAFrameCompletesWithoutOne) {
+  ASSERT_EQ(wire::max_body(1500), 1440u);
+  for (const uint16_t R : {uint16_t(11520), uint16_t(11521)}) {
+    const std::string yaml = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:ff:01", ip: 10.0.1.254}
+jobs:
+  - id: 7
+    group: )" + std::to_string(R) +
+                             R"(
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+    children:
+      - {id: 2, port: 1, mac: "02:00:00:00:fe:02", ip: 10.0.1.2, ranks: )" +
+                             std::to_string(R - 1) + "}\n";
+    Node root(yaml.c_str());
+    const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+    const size_t bitmap = R <= 11520 ? size_t(1440) : 0;  // bytes in every JOINED
+    for (uint16_t r = 0; r < R; ++r) {
+      root.cap.outs.clear();
+      const auto msg = header(5, 7, 1000u + r, 0, r, R, 0, 0);
+      ASSERT_TRUE((r == 0 ? root.feed(root.member(0), 0, msg) : root.feed(child, 1, msg)).admitted()) << r;
+      ASSERT_EQ(root.cap.outs.size(), r + 1u < R ? 1u : size_t(R)) << "R " << R << ", rank " << r;
+      for (const Out& o : root.cap.outs) {
+        ASSERT_EQ(o.h.kind, wire::Kind::JOINED);
+        ASSERT_EQ(o.body_size(), bitmap) << "R " << R << ", after rank " << r << " joined";
+      }
+    }
+    // The last JOIN: COMPLETE to each of the R ranks, with every rank's bit where a bitmap is sent.
+    std::vector<bool> told(R, false);
+    for (const Out& o : root.cap.outs) {
+      EXPECT_EQ(o.h.status & 1, 1);
+      EXPECT_EQ(o.h.terms, R);
+      EXPECT_EQ(o.h.op, 1000u + o.h.sender);
+      ASSERT_LT(o.h.sender, R);
+      told[o.h.sender] = true;
+      if (bitmap) {
+        for (uint16_t r = 0; r < R; ++r) ASSERT_TRUE((*o.body)[r / 8] >> (r % 8) & 1) << r;
+      }
+    }
+    EXPECT_EQ(std::count(told.begin(), told.end(), true), R);
+  }
+}
+
+// Completing a session answers each of its R ranks with one and the same
+// bitmap: it is built once and shared by the R JOINEDs (Out::body), not
+// built R times (R x R bits at R = 65535). So is a repeat JOIN's answer
+// while nothing changed; a change (a rank restarting) builds a new one.
+TEST(Session, CompletionBuildsTheBitmapOnceForEveryRank) {
+  Node root(kRoot);
+  const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+  for (uint16_t r : {0, 1}) root.feed(root.member(r), 0, join(r, 100 + r));
+  root.feed(child, 1, join(2, 102));
+  root.cap.outs.clear();
+  root.feed(child, 1, join(3, 103));  // the last: COMPLETE to all four
+  ASSERT_EQ(root.cap.outs.size(), 4u);
+  const auto shared = root.cap.outs[0].body;
+  ASSERT_TRUE(shared);
+  for (const Out& o : root.cap.outs) {
+    EXPECT_TRUE(joined(o).complete);
+    EXPECT_EQ(joined(o).bitmap, 0x0F);
+    EXPECT_EQ(o.body.get(), shared.get()) << "rank " << o.h.sender << "'s JOINED has a bitmap of its own";
+  }
+  root.feed(root.member(0), 0, join(0, 100));  // a repeat: nothing changed
+  EXPECT_EQ(root.cap.outs.back().body.get(), shared.get());
+  root.feed(root.member(1), 0, join(1, 201));  // rank 1 restarted: a new session of one
+  EXPECT_EQ(joined(root.cap.outs.back()).bitmap, 0x02);
+  EXPECT_EQ(joined(root.cap.outs[0]).bitmap, 0x0F) << "a JOINED sent is never changed";
 }
 
 }  // namespace
