@@ -150,6 +150,12 @@ const SwitchConfig& config(int which) {
     if (!(cond)) violated(what, detail); \
   } while (0)
 
+// FUZZ_SWITCH_TRACE=1: every frame in and out on stderr (for replaying an input).
+bool trace() {
+  static const bool on = std::getenv("FUZZ_SWITCH_TRACE") != nullptr;
+  return on;
+}
+
 std::string ip_str(uint32_t ip) { return format_ipv4(ip); }
 std::string ep_str(const wire::Endpoint& e, uint16_t port) {
   return format_mac(e.mac) + "/" + ip_str(e.ip) + ":" + std::to_string(e.port) + " on port " + std::to_string(port);
@@ -620,6 +626,10 @@ void World::check_outs(int w, const wire::Parsed* query) {
   sw.cap.outs.clear();
   for (const Out& o : outs) {
     const auto& h = o.h;
+    if (trace())
+      std::fprintf(stderr, "[%llu]   %s -> %s job %u op %u chunk %u terms %u status %u flags %u to %s\n",
+                   static_cast<unsigned long long>(step_), w == kRoot ? "root" : "leaf", wire::name(h.kind), h.job,
+                   h.op, h.chunk, h.terms, h.status, h.flags, ep_str(o.dst, o.port).c_str());
     const std::string what = std::string(w == kRoot ? "root" : "leaf") + " sent " + wire::name(h.kind) + " job " +
                              std::to_string(h.job) + " op " + std::to_string(h.op) + " chunk " +
                              std::to_string(h.chunk) + " to " + ep_str(o.dst, o.port);
@@ -768,6 +778,12 @@ void World::feed(int w, std::span<const uint8_t> frame, uint16_t in_port, const 
     if (w == kRoot && p.h.kind == wire::Kind::PARTIAL && !from_queue) child_forged_.insert(k3);
   }
   const Verdict v = ingress(sw.dir, r, p, in_port);
+  if (trace())
+    std::fprintf(stderr, "[%llu] %s <- %s job %u op %u chunk %u sender %u group %u from %s: %s%s\n",
+                 static_cast<unsigned long long>(step_), w == kRoot ? "root" : "leaf",
+                 r == wire::Refusal::OK ? wire::name(p.h.kind) : "?", p.h.job, p.h.op, p.h.chunk, p.h.sender, p.h.group,
+                 ep_str(p.src, in_port).c_str(), wire::name(r),
+                 v.drop ? (std::string(", refused ") + name(*v.drop)).c_str() : "");
   if (v.admitted())
     sw.red[wire::shard_of(p.h, sw.shards)]->on_packet(p, v, now_, sw.cap);
   else
@@ -853,7 +869,8 @@ void World::allreduce(Reader& in) {
           if (j->pooled->is_bound(r)) senders.push_back({Source{kRoot, j->members[r].addr, j->members[r].port}, r});
   }
   if (skip & 0x80) std::reverse(senders.begin(), senders.end());
-  const size_t skipped = (skip & 0x7F) % (senders.size() + 1);
+  // skip & 0x7F: 0, every member sends; k, member (k - 1) mod n does not.
+  const size_t skipped = (skip & 0x7F) && !senders.empty() ? ((skip & 0x7F) - 1u) % senders.size() : senders.size();
   const uint16_t group = natural_group(kRoot, job_id);
   for (size_t i = 0; i < senders.size(); ++i)
     if (i != skipped)
@@ -911,7 +928,7 @@ void World::run(Reader& in) {
         const uint8_t sb = in.u8(), gb = in.u8(), cb = in.u8(), desc = in.u8(), flags = in.u8(), variant = in.u8(),
                       misc = in.u8();
         const uint16_t sender = sb >= 0xC0 ? uint16_t((sb - 0xC0) * 3 % 131) : natural_sender(sel, s.sw, job_id);
-        const uint16_t group = gb >= 0xE0 ? uint16_t(gb & 0x7F) : natural_group(s.sw, job_id);
+        const uint16_t group = gb >= 0xE0 ? uint16_t(gb - 0xE0) : natural_group(s.sw, job_id);
         contrib(s, job_id, op, chunk, sender, group, count_of(cb), desc, flags, variant, misc);
         break;
       }
@@ -927,7 +944,7 @@ void World::run(Reader& in) {
         c.op = op;
         c.chunk = chunk;
         c.sender = sb >= 0xC0 ? uint16_t((sb - 0xC0) * 3 % 131) : natural_sender(sel, s.sw, job_id);
-        c.group = gb >= 0xE0 ? uint16_t(gb & 0x7F) : natural_group(s.sw, job_id);
+        c.group = gb >= 0xE0 ? uint16_t(gb - 0xE0) : natural_group(s.sw, job_id);
         c.dtype = Format(d.dtype);
         c.out_dtype = Format(d.out);
         c.policy = Policy(d.policy);
@@ -944,7 +961,7 @@ void World::run(Reader& in) {
         const uint32_t job_id = job_of(in.u8());
         const uint8_t sb = in.u8(), gb = in.u8(), nb = in.u8();
         wire::Header h = wire::session_header(wire::Kind::JOIN, job_id,
-                                              gb >= 0xE0 ? uint16_t(gb & 0x7F) : natural_group(s.sw, job_id));
+                                              gb >= 0xE0 ? uint16_t(gb - 0xE0) : natural_group(s.sw, job_id));
         h.sender = sb >= 0xC0 ? uint16_t((sb - 0xC0) * 3 % 131) : natural_sender(sel, s.sw, job_id);
         h.op = nb ? 0x100u + nb % 16 : 0;
         feed(s.sw, frame(s, h, {}, 0), s.port);
@@ -980,7 +997,7 @@ void World::run(Reader& in) {
         const uint32_t op = op_of(in.u8()), chunk = chunk_of(in.u8());
         const uint8_t sb = in.u8(), gb = in.u8(), cb = in.u8(), desc = in.u8(), flags = in.u8(), variant = in.u8();
         const fuzz::sw::Desc& d = kDescs[desc % kDescCount];
-        const uint16_t group = gb >= 0xE0 ? uint16_t(gb & 0x7F) : uint16_t(4);
+        const uint16_t group = gb >= 0xE0 ? uint16_t(gb - 0xE0) : uint16_t(4);
         wire::Header h;
         h.job = job_id;
         h.op = op;
