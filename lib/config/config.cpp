@@ -13,6 +13,9 @@
 namespace prism {
 namespace {
 
+constexpr uint32_t kQuotaUnset = ~uint32_t(0);  // slot_quota not given: default_quotas() decides
+constexpr uint32_t kMinQuota = 16;
+
 // Reads one YAML document with positions for error messages.
 class Reader {
  public:
@@ -408,7 +411,7 @@ JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key
   JobConfig jc;
   jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
   if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
-  jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, 0));
+  jc.slot_quota = uint32_t(rd.uint_or(j, "slot_quota", key, 0, 1u << 24, kQuotaUnset));
   if (const YAML::Node u = j["udp_checksum"])
     jc.udp_checksum_optional =
         rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
@@ -500,9 +503,9 @@ PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& 
     rd.fail(pn["children"], key + ".children",
             "a pooled job has no child switches: its ranks attach to this switch directly (declare a job with "
             "children under jobs:)");
-  rd.only(
-      pn, key,
-      {"jobs", "max_group", "ranges", "ports", "slot_quota", "formats", "policies", "udp_checksum", "idle_timeout_ms"});
+  rd.only(pn, key,
+          {"jobs", "max_group", "ranges", "ports", "slot_quota", "formats", "policies", "udp_checksum",
+           "idle_timeout_ms", "join_timeout_ms"});
   PoolConfig pc;
   const YAML::Node ids = rd.need(pn, "jobs", key);
   rd.only(ids, key + ".jobs", {"first", "count"});
@@ -520,13 +523,14 @@ PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& 
                 "or max_group");
   read_ranges(rd, pn, key, pc);
   read_pool_ports(rd, pn, key, c, pc);
-  pc.slot_quota = uint32_t(rd.uint_or(pn, "slot_quota", key, 0, 1u << 24, 0));
+  pc.slot_quota = uint32_t(rd.uint_or(pn, "slot_quota", key, 0, 1u << 24, kQuotaUnset));
   read_formats(rd, pn, key, pc.formats);
   read_policies(rd, pn, key, pc.policies);
   if (const YAML::Node u = pn["udp_checksum"])
     pc.udp_checksum_optional =
         rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
   pc.idle_timeout_ms = uint32_t(rd.uint_or(pn, "idle_timeout_ms", key, 1, 86400000, 30000));
+  pc.join_timeout_ms = uint32_t(rd.uint_or(pn, "join_timeout_ms", key, 1, 86400000, 10000));
   return pc;
 }
 
@@ -610,6 +614,20 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
                 " run past 65535: lower switch.udp_port or the shards");
 }
 
+// A job or pool that names no slot_quota gets a fair share of a shard's slot
+// table (SECURITY-REVIEW F11): slots / (declared jobs + pool ids), at least
+// kMinQuota, so that no one job or tenant can take every slot. 0, given,
+// still means none (the table alone bounds it).
+void default_quotas(SwitchConfig& c) {
+  size_t tenants = c.jobs.size();
+  for (const PoolConfig& p : c.pools) tenants += p.count;
+  const uint32_t fair = std::max<uint32_t>(kMinQuota, uint32_t(c.slots_per_shard / std::max<size_t>(1, tenants)));
+  for (JobConfig& j : c.jobs)
+    if (j.slot_quota == kQuotaUnset) j.slot_quota = fair;
+  for (PoolConfig& p : c.pools)
+    if (p.slot_quota == kQuotaUnset) p.slot_quota = fair;
+}
+
 }  // namespace
 
 bool kernel_interface(const PortConfig& p) {
@@ -640,6 +658,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   read_jobs(rd, root, c);
   read_pools(rd, root, c);
   read_settings(rd, root, c);
+  default_quotas(c);
   return c;
 }
 

@@ -93,6 +93,7 @@ struct PoolConfig {
   std::vector<Policy> policies;
   bool udp_checksum_optional = false;
   uint32_t idle_timeout_ms = 30000;  // a job silent this long is reclaimed
+  uint32_t join_timeout_ms = 10000;  // an id ALLOCATED that no rank joins this long is reclaimed
   bool has(uint32_t job) const { return job - first < count; }
   bool admits(uint32_t ip) const;
   bool lists(uint16_t port) const;

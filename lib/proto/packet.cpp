@@ -231,9 +231,14 @@ inline Refusal parse_job_kind(const uint8_t* p, const uint8_t* body, size_t blen
       body_len = kAllocatedBody;
       body_required = true;
       break;
-    case Kind::LEFT: terms_ok = h.terms <= h.group; break;  // ranks still bound
+    case Kind::LEFT:
+      terms_ok = h.terms <= h.group;
+      break;  // ranks still bound
+    // No body, or as many bytes (reserved: zeros) as ALLOCATED's body, so
+    // that the request is as large as its answer: a pool sends a source it
+    // has not bound no more bytes than it sent (docs/SECURITY.md).
+    case Kind::ALLOC: body_len = kAllocatedBody; break;
     case Kind::JOIN:
-    case Kind::ALLOC:
     case Kind::LEAVE: break;
     case Kind::CONTRIB:
     case Kind::PARTIAL:

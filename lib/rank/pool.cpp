@@ -26,7 +26,8 @@ PooledJob alloc_pooled_job(const std::string& local_ip, const std::string& switc
   std::random_device rd;
   uint32_t nonce = 0;
   while (nonce == 0) nonce = rd();
-  std::array<uint8_t, wire::kHeaderSize> msg;
+  // Padded to the ALLOCATED's size: a pool answers nobody with more bytes than it was sent.
+  std::array<uint8_t, wire::kHeaderSize + wire::kAllocatedBody> msg{};
   wire::put_header(wire::alloc_header(pool, nonce, 0, group), msg.data());
   const uint64_t t0 = now_ms(), deadline = t0 + timeout_ms;
   uint64_t interval = 20, next_send = t0;

@@ -42,6 +42,7 @@ enum class Drop : uint8_t {
   TOO_LARGE,
   NO_MEMORY,
   OVER_BUDGET,
+  RATE_LIMITED,
   kCount
 };
 
@@ -83,6 +84,10 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::OVER_BUDGET, "over_budget",
      "a QUERY or RETRANSMIT asking for a retained RESULT (or a STATUS's bitmap) beyond the bytes its member has "
      "sent this shard: not sent, so that no member gets more bytes back than it sends (docs/SECURITY.md)"},
+    {Drop::RATE_LIMITED, "rate_limited",
+     "an ALLOC beyond its source IP's rate (4 a second, bursts of 8), dropped before any id is looked at; or one "
+     "whose ALLOCATED would be more bytes than the source sent (an ALLOC without its padding: answered when it "
+     "asks again)"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -111,7 +116,8 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::OUT_OF_POOL: return R::OUT_OF_POOL;
     case Drop::RANK_TAKEN: return R::RANK_TAKEN;
     case Drop::TOO_LARGE: return R::CHUNK_TOO_LARGE;
-    case Drop::OVER_BUDGET: return std::nullopt;
+    case Drop::OVER_BUDGET:
+    case Drop::RATE_LIMITED: return std::nullopt;
     case Drop::NO_MEMORY: return R::NO_FREE_SLOT;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:

@@ -19,20 +19,34 @@ PooledJob::Binding PooledJob::binding(const Job& j, uint16_t r, const wire::Endp
   }
 }
 
-Pool::Pool(const PoolConfig& cfg, std::vector<const Job*> jobs) : cfg_(cfg), jobs_(std::move(jobs)) {}
+Pool::Pool(const PoolConfig& cfg, std::vector<const Job*> jobs)
+    : cfg_(cfg), jobs_(std::move(jobs)), free_(uint32_t(jobs_.size())) {}
 
-uint32_t Pool::free_ids() const {
-  uint32_t n = 0;
-  for (const Job* j : jobs_) n += j->pooled->state() == PoolJobState::FREE;
-  return n;
+NackLimiter::Entry& NackLimiter::at(uint32_t ip) {
+  Entry& e = table_[uint32_t((uint64_t(ip) * 0x9E3779B97F4A7C15ull) >> (64 - kBits))];
+  if (!e.used || e.ip != ip) e = Entry{ip, 0, 0, 0, true};
+  return e;
 }
 
-bool NackLimiter::allow(const wire::Endpoint& src, uint64_t now_ns) {
-  const uint64_t key = uint64_t(src.ip) << 16 | src.port;
-  Entry& e = table_[uint32_t(key * 0x9E3779B97F4A7C15ull >> (64 - kBits))];
-  if (e.key == key && now_ns < e.t + kIntervalNs) return false;
-  e.key = key;
-  e.t = now_ns;
+void NackLimiter::earn(const wire::Endpoint& src, size_t in_bytes) {
+  Entry& e = at(src.ip);
+  e.credit = uint32_t(std::min<size_t>(kMaxCredit, e.credit + in_bytes));
+}
+
+bool NackLimiter::allow(const wire::Endpoint& src, uint64_t now_ns, size_t in_bytes, size_t out_bytes, bool paced) {
+  Entry& e = at(src.ip);
+  e.credit = uint32_t(std::min<size_t>(kMaxCredit, e.credit + in_bytes));
+  if ((paced && now_ns < e.tat) || e.credit < out_bytes) return false;
+  if (paced) e.tat = now_ns + kIntervalNs;
+  e.credit -= uint32_t(out_bytes);
+  return true;
+}
+
+bool NackLimiter::take_alloc(const wire::Endpoint& src, uint64_t now_ns) {
+  Entry& e = at(src.ip);
+  const uint64_t tat = std::max(e.alloc_tat, now_ns);
+  if (tat > now_ns + (kAllocBurst - 1) * kAllocIntervalNs) return false;
+  e.alloc_tat = tat + kAllocIntervalNs;
   return true;
 }
 

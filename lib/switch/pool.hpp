@@ -100,28 +100,51 @@ class Pool {
   std::span<const Job* const> jobs() const { return jobs_; }
   // A source its ranks may have, on a port they may come through.
   bool admits(const wire::Endpoint& src, uint16_t in_port) const { return cfg_.admits(src.ip) && cfg_.lists(in_port); }
-  // Free ids now (each FREE job's word read once).
-  uint32_t free_ids() const;
+  // Free ids now: taken by the pool's shard at ALLOC, given back by the
+  // job's shard at release (so a full pool refuses an ALLOC in O(1)).
+  uint32_t free_ids() const { return free_.load(std::memory_order_acquire); }
+  void took_one() const { free_.fetch_sub(1, std::memory_order_acq_rel); }
+  void gave_one_back() const { free_.fetch_add(1, std::memory_order_acq_rel); }
   PoolCounters& counters() const { return counters_; }
 
  private:
   const PoolConfig& cfg_;
   std::vector<const Job*> jobs_;  // by id - first
   mutable PoolCounters counters_;
+  mutable std::atomic<uint32_t> free_;
 };
 
-// One NACK per source (IP, UDP port) per 100 ms: what a pool answers to a
-// source it has not bound. A direct-mapped table, per lcore stage (no
-// sharing): a collision only forgets an older source's time early.
+// What a pool sends a source it has not bound (a refusal, ALLOCATED, LEFT),
+// per source IP, whatever UDP ports it rotates (SECURITY-REVIEW F8, F18):
+// - never more bytes than that IP sent the pool: each of its pool messages
+//   earns its frame's bytes (up to kMaxCredit), each answer spends its own;
+// - at most one answer per kIntervalNs (GCRA, no burst);
+// - and ALLOCs, taken at all (before any id is looked at: F10), at most
+//   kAllocRate a second with bursts of kAllocBurst.
+// A direct-mapped table per lcore stage (no sharing): a source whose entry
+// another took starts again from nothing, with no credit, never another's.
 class NackLimiter {
  public:
   static constexpr uint64_t kIntervalNs = 100 * 1000000ull;
-  bool allow(const wire::Endpoint& src, uint64_t now_ns);
+  static constexpr uint64_t kAllocIntervalNs = 250 * 1000000ull;  // 4 a second
+  static constexpr uint32_t kAllocBurst = 8;
+  static constexpr uint32_t kMaxCredit = 64 * 1024;
+  void earn(const wire::Endpoint& src, size_t in_bytes);
+  // `in_bytes` received from `src` (earned first), then whether an answer
+  // of `out_bytes` may go to it now (if so, spent). `paced`: one per
+  // kIntervalNs too (refusals; an ALLOCATED is paced by take_alloc()).
+  bool allow(const wire::Endpoint& src, uint64_t now_ns, size_t in_bytes = 74, size_t out_bytes = 74,
+             bool paced = true);
+  // Whether an ALLOC from `src` is taken now (counted against its rate).
+  bool take_alloc(const wire::Endpoint& src, uint64_t now_ns);
 
  private:
   struct Entry {
-    uint64_t key = ~0ull, t = 0;
+    uint32_t ip = 0, credit = 0;
+    uint64_t tat = 0, alloc_tat = 0;  // GCRA: the theoretical arrival times
+    bool used = false;
   };
+  Entry& at(uint32_t ip);
   static constexpr uint32_t kBits = 10;
   Entry table_[1u << kBits];
 };

@@ -18,7 +18,11 @@ bool same_source(const PooledJob& pj, const wire::Endpoint& src, uint16_t port) 
 }  // namespace
 
 PoolShard::PoolShard(const Directory& dir, uint32_t shard, ReducerStats& stats)
-    : dir_(dir), shard_(shard), shards_(std::max<uint32_t>(1, dir.config().reducer_shards)), stats_(stats) {
+    : dir_(dir),
+      shard_(shard),
+      shards_(std::max<uint32_t>(1, dir.config().reducer_shards)),
+      stats_(stats),
+      rng_(std::random_device{}()) {
   for (const auto& pool : dir.pools())
     for (const Job* j : pool->jobs())
       if (wire::shard_of(j->cfg->id, 0, 0, shards_) == shard_) mine_.push_back(j);
@@ -61,30 +65,66 @@ void PoolShard::send_left(const wire::Parsed& p, uint16_t group, uint16_t still_
 
 // The pool's shard is the only one that takes a FREE job: it reads each
 // state once, writes what the ALLOC fixes, and publishes ALLOCATED last.
+// Cost, before anything else: the source's ALLOC rate (F10); a repeat is one
+// hash lookup, a full pool one load; a free id is searched for from a random
+// place (F9), about count / free ids looked at.
 void PoolShard::on_alloc(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   const Pool& pool = *v.pool;
+  const size_t in = wire::kFrameOverhead + p.payload_len;
+  if (!limit_.take_alloc(p.src, now_ns)) {
+    limit_.earn(p.src, in);
+    ++stats_.drops[size_t(Drop::RATE_LIMITED)];
+    pool.counters().refused[size_t(Drop::RATE_LIMITED)].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (p.h.op == 0) return refuse(Drop::MALFORMED, p, v, out, now_ns);  // the nonce
-  for (const Job* j : pool.jobs()) {                                   // a repeat (its ALLOCATED was lost): the same id
-    const PooledJob& pj = *j->pooled;
+  const uint64_t key = uint64_t(p.h.op) << 32 | p.src.ip;
+  if (const auto it = taken_.find(key); it != taken_.end()) {  // a repeat (its ALLOCATED was lost): the same id
+    const PooledJob& pj = *it->second->pooled;
     if (pj.state() != PoolJobState::FREE && pj.nonce == p.h.op && same_source(pj, p.src, v.in_port)) {
-      if (limit_.allow(p.src, now_ns)) send_allocated(*j, p, v.in_port, out);
+      if (limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody, false))
+        send_allocated(*it->second, p, v.in_port, out);
       return;
     }
+    taken_.erase(it);
   }
-  for (const Job* j : pool.jobs()) {
-    PooledJob& pj = *j->pooled;
-    const uint32_t w = pj.word.load(std::memory_order_acquire);
-    if (PoolJobState(w & 3) != PoolJobState::FREE) continue;
-    pj.group.store(p.h.group, std::memory_order_relaxed);
-    pj.asker = p.src;
-    pj.asker_port = v.in_port;
-    pj.nonce = p.h.op;
-    pj.heard_ns.store(now_ns, std::memory_order_relaxed);
-    pj.word.store(word(w >> 2, PoolJobState::ALLOCATED), std::memory_order_release);
-    pool.counters().allocated.fetch_add(1, std::memory_order_relaxed);
-    return send_allocated(*j, p, v.in_port, out);
+  const auto jobs = pool.jobs();
+  if (pool.free_ids() > 0) {
+    const size_t start = size_t(rng_() % jobs.size());
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const Job* j = jobs[(start + k) % jobs.size()];
+      PooledJob& pj = *j->pooled;
+      const uint32_t w = pj.word.load(std::memory_order_acquire);
+      if (PoolJobState(w & 3) != PoolJobState::FREE) continue;
+      if (!limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody, false)) {
+        // Not a byte more than the source sent (an ALLOC without its 8 bytes of padding
+        // is answered when it asks again): the id stays free.
+        ++stats_.drops[size_t(Drop::RATE_LIMITED)];
+        pool.counters().nacks_limited.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      pj.group.store(p.h.group, std::memory_order_relaxed);
+      pj.asker = p.src;
+      pj.asker_port = v.in_port;
+      pj.nonce = p.h.op;
+      pj.heard_ns.store(now_ns, std::memory_order_relaxed);
+      pj.word.store(word(w >> 2, PoolJobState::ALLOCATED), std::memory_order_release);
+      pool.took_one();
+      pool.counters().allocated.fetch_add(1, std::memory_order_relaxed);
+      if (taken_.size() >= 4 * jobs.size()) sweep_taken();
+      taken_[key] = j;
+      return send_allocated(*j, p, v.in_port, out);
+    }
   }
   refuse(Drop::POOL_FULL, p, v, out, now_ns);
+}
+
+// Forgets the hints whose job was released or taken again since.
+void PoolShard::sweep_taken() {
+  for (auto it = taken_.begin(); it != taken_.end();) {
+    const PooledJob& pj = *it->second->pooled;
+    it = pj.state() == PoolJobState::FREE || pj.nonce != uint32_t(it->first >> 32) ? taken_.erase(it) : std::next(it);
+  }
 }
 
 // The seqlock's write side (pool.hpp): the sequence is even while unbound;
@@ -141,7 +181,7 @@ void PoolShard::on_leave(const wire::Parsed& p, const Verdict& v, Sessions& sess
                           pj.binding(j, rank, p.src, v.in_port) == PooledJob::Binding::THIS_SOURCE &&
                           pj.join_nonce[rank] == p.h.op;
   if (!bound_here) {  // already left (a repeat: its LEFT was lost), or never joined with this nonce
-    if (limit_.allow(p.src, now_ns))
+    if (limit_.allow(p.src, now_ns, wire::kFrameOverhead + p.payload_len, wire::kFrameOverhead))
       send_left(p, pj.R(), uint16_t(pj.state() == PoolJobState::FREE ? 0 : pj.bound.load()), v.in_port, out);
     return;
   }
@@ -163,6 +203,7 @@ void PoolShard::release(const Job& j, Sessions& sessions, bool idle) {
   }
   sessions.reset(j);
   pj.word.store(word(pj.generation() + 1, PoolJobState::FREE), std::memory_order_release);
+  pj.pool->gave_one_back();
   auto& c = pj.pool->counters();
   (idle ? c.reclaimed : c.released).fetch_add(1, std::memory_order_relaxed);
 }
@@ -173,7 +214,12 @@ void PoolShard::tick(uint64_t now_ns, Sessions& sessions) {
   for (const Job* j : mine_) {
     const PooledJob& pj = *j->pooled;
     if (pj.state() == PoolJobState::FREE) continue;
-    const uint64_t idle = uint64_t(pj.pool->cfg().idle_timeout_ms) * 1000000;
+    // Silent for idle_timeout_ms; or ALLOCATED and never joined for join_timeout_ms (an ALLOC from a
+    // source that never meant to use the id, spoofed or not, holds it that long only: F9).
+    const PoolConfig& pc = pj.pool->cfg();
+    const bool unjoined = pj.state() == PoolJobState::ALLOCATED;
+    const uint64_t idle =
+        uint64_t(unjoined ? std::min(pc.join_timeout_ms, pc.idle_timeout_ms) : pc.idle_timeout_ms) * 1000000;
     if (now_ns >= pj.heard_ns.load(std::memory_order_relaxed) + idle) release(*j, sessions, true);
   }
 }

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "switch/directory.hpp"
@@ -45,6 +47,7 @@ class PoolShard {
   void bind(const Job& j, uint16_t rank, const wire::Endpoint& src, uint16_t port);
   void unbind(const Job& j, uint16_t rank);
   void release(const Job& j, Sessions& sessions, bool idle);
+  void sweep_taken();
   void send_allocated(const Job& j, const wire::Parsed& p, uint16_t port, Sink& out);
   void send_left(const wire::Parsed& p, uint16_t group, uint16_t still_bound, uint16_t port, Sink& out);
   const Directory& dir_;
@@ -52,6 +55,10 @@ class PoolShard {
   ReducerStats& stats_;
   NackLimiter limit_;
   std::vector<const Job*> mine_;  // the pooled jobs whose id mod S is this shard
+  // ALLOCs that took an id, by (nonce, source IP): a repeat finds its id in
+  // O(1). An entry is a hint (checked against the job), swept when it grows.
+  std::unordered_map<uint64_t, const Job*> taken_;
+  std::mt19937_64 rng_;  // where a search for a free id starts: ids are not predictable (F9)
   uint64_t next_scan_ns_ = 0;
 };
 

@@ -406,7 +406,9 @@ def pool_alloc(sock, *, sw_ip: str, sw_port: int, shards: int, pool: int, rank: 
     mod S, until ALLOCATED: job id, chunk = pool id, terms = the switch's shard count, body = slot_quota
     and idle_timeout_ms (big-endian u32 each)."""
     nonce = new_nonce()
-    pkt = HDR.pack(MAGIC, VERSION, ALLOC, pool, nonce, 0, rank, group, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    # Padded with 8 zero bytes, the ALLOCATED body's size: the switch sends a source it has not
+    # bound no more bytes than it received (an unpadded ALLOC is answered when it is repeated).
+    pkt = HDR.pack(MAGIC, VERSION, ALLOC, pool, nonce, 0, rank, group, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) + bytes(8)
     f, body, sends = request(sock, pkt, (sw_ip, shard_port(sw_port, shards, pool, 0, 0)), want_kind=ALLOCATED,
                              job=None, nonce=nonce, rto=rto, rto_max=rto_max, deadline=deadline,
                              what=f'ALLOC of pool {pool} (group {group})')

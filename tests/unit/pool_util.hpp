@@ -53,8 +53,11 @@ inline std::vector<uint8_t> header(uint8_t kind, uint32_t job, uint32_t op, uint
                                    uint16_t group, uint16_t terms) {
   return test::session_bytes(kind, job, op, chunk, sender, group, terms);
 }
+// With its 8 bytes of padding (PROTOCOL.md, Job pools: as large as the ALLOCATED it asks for).
 inline std::vector<uint8_t> alloc(uint32_t pool, uint32_t nonce, uint16_t group) {
-  return header(7, pool, nonce, 0, 0, group, 0);
+  std::vector<uint8_t> m = header(7, pool, nonce, 0, 0, group, 0);
+  m.resize(m.size() + 8, 0);
+  return m;
 }
 inline std::vector<uint8_t> join(uint32_t job, uint16_t rank, uint16_t group, uint32_t nonce) {
   return header(5, job, nonce, 0, rank, group, 0);

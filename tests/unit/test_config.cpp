@@ -817,7 +817,10 @@ TEST(ConfigPools, DefaultsAndRanges) {
   EXPECT_TRUE(p.ports.empty()) << "default: every port";
   EXPECT_TRUE(p.lists(0) && p.lists(1) && p.lists(7));
   EXPECT_EQ(p.idle_timeout_ms, 30000u);
-  EXPECT_EQ(p.slot_quota, 0u);
+  EXPECT_EQ(p.join_timeout_ms, 10000u);
+  // No slot_quota: a fair share of the 4096 slots among kBase's job and the pool's 4 ids (F11).
+  EXPECT_EQ(p.slot_quota, 4096u / 5);
+  EXPECT_EQ(c.jobs[0].slot_quota, 4096u / 5);
   EXPECT_TRUE(p.formats.empty() && p.policies.empty());
   EXPECT_TRUE(p.admits(ip4(10, 1, 255, 3)));
   EXPECT_TRUE(p.admits(ip4(10, 2, 0, 7)));  // a bare address is a /32

@@ -6,6 +6,7 @@
 // small integers in fp32, exact in any order: checked against plain addition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -28,7 +29,7 @@ TEST(Pool, AllocBindLiveLeaveRelease) {
   EXPECT_EQ(outs[0].dst.ip, host(1).ip);  // to the asker
   EXPECT_EQ(outs[0].port, 0);
   const uint32_t job = allocated_job(outs[0], 0xA1, 3);
-  EXPECT_EQ(job, 1000u);  // the lowest free id
+  EXPECT_TRUE(job == 1000u || job == 1001u) << job;  // one of the pool's ids (which one is not predictable: F9)
   EXPECT_EQ(n.state(job), PoolJobState::ALLOCATED);
   // The same ALLOC again (its ALLOCATED was lost), past the rate limit: the same id.
   n.feed(host(1), 0, alloc(1000, 0xA1, 3), 200 * kMs);
@@ -93,8 +94,9 @@ TEST(Pool, TwoAllocsGetTwoIdsAndAFullPoolIsRefused) {
   n.feed(host(1), 0, alloc(1000, 0xB3, 2));  // same source, another nonce: another job, but none is left
   auto outs = n.cap.take();
   ASSERT_EQ(outs.size(), 3u);
-  EXPECT_EQ(allocated_job(outs[0], 0xB1, 2), 1000u);
-  EXPECT_EQ(allocated_job(outs[1], 0xB2, 2), 1001u);
+  const uint32_t a = allocated_job(outs[0], 0xB1, 2), b = allocated_job(outs[1], 0xB2, 2);
+  EXPECT_EQ(std::min(a, b), 1000u);
+  EXPECT_EQ(std::max(a, b), 1001u);
   expect_nack(outs[2], wire::NackReason::POOL_FULL, host(1), 1000, 0xB3, 0);
   EXPECT_EQ(outs[2].h.group, 2);
   EXPECT_EQ(n.dropped(Drop::POOL_FULL), 1u);
@@ -166,7 +168,6 @@ TEST(Pool, RefusalsNameTheirReasonAndTouchNoAccumulator) {
 TEST(Pool, AnIdleJobIsReclaimedAndItsIdReusedPastItsOps) {
   Node n;
   const uint32_t job = live_job(n, 2, 0xE1);
-  ASSERT_EQ(job, 1000u);
   // Ops 0..4 complete; op 5 opens (rank 0 only) and the job dies without LEAVE.
   for (uint32_t op = 0; op < 5; ++op) {
     n.feed(host(1), 0, contrib(job, op, 0, 2, 1.0f), 10 * kMs);
@@ -186,11 +187,17 @@ TEST(Pool, AnIdleJobIsReclaimedAndItsIdReusedPastItsOps) {
   EXPECT_EQ(open, 0u);
   // Its old ranks are members no more.
   EXPECT_EQ(n.feed(host(2), 0, contrib(job, 5, 1, 2, 1.0f), 1300 * kMs).drop, Drop::UNKNOWN_SOURCE);
-  // The id is reused; the new session's first op lies past the old ops.
-  n.feed(host(1), 0, alloc(1000, 0xE2, 2), 1400 * kMs);
-  auto outs = n.cap.take();
-  ASSERT_EQ(outs.size(), 1u);
-  EXPECT_EQ(allocated_job(outs[0], 0xE2, 2), job);
+  // The id is reused (ALLOCs until one takes it: the other id is as likely); the new
+  // session's first op lies past the old ops.
+  uint32_t got = 0;
+  for (uint32_t k = 0; k < 2 && got != job; ++k) {
+    n.feed(host(uint8_t(20 + k)), 0, alloc(1000, 0xE2 + k, 2), 1400 * kMs);
+    const auto a = n.cap.take();
+    ASSERT_EQ(a.size(), 1u);
+    got = allocated_job(a[0], 0xE2 + k, 2);
+  }
+  ASSERT_EQ(got, job);
+  std::vector<Out> outs;
   n.feed(host(3), 0, join(job, 0, 2, 0x300), 1400 * kMs);
   n.feed(host(4), 0, join(job, 1, 2, 0x301), 1400 * kMs);
   outs = n.cap.take();
