@@ -124,9 +124,10 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
     const RefusalClass c = classify(refusal);
     const bool pool_msg = p.h.kind == wire::Kind::ALLOC ||
                           ((p.h.kind == wire::Kind::JOIN || p.h.kind == wire::Kind::LEAVE) && dir.pool_of(p.h.job));
-    if (c.source_checked && pool_msg)
-      return refuse_pooled(dir, v, c.drop, in_port,
-                           dir.usable_source(p.src));  // a broken pool message: told at its source
+    if (c.source_checked && pool_msg) {  // a broken pool message: told at its source
+      v.pool = p.h.kind == wire::Kind::ALLOC ? dir.pool(p.h.job) : dir.pool_of(p.h.job);
+      return refuse_pooled(dir, v, c.drop, in_port, dir.usable_source(p.src));
+    }
     return refuse(c.drop, c.source_checked);
   }
   if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT ||

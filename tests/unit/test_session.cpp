@@ -254,7 +254,9 @@ pools:
   - {jobs: {first: 500, count: 1}, max_group: 16, ranges: [10.0.0.0/24]}
 )");
   const auto from = [](uint8_t r) { return wire::Endpoint{{2, 0, 0, 0, 0, r}, 0x0A000001u + r, 20562}; };
-  root.feed(from(0), 0, header(7, 500, 0xAB, 0, 0, 3, 0, 0));  // ALLOC: pool 500, R = 3
+  auto alloc = header(7, 500, 0xAB, 0, 0, 3, 0, 0);  // ALLOC: pool 500, R = 3
+  alloc.resize(alloc.size() + 8, 0);                 // padded to its ALLOCATED's size (PROTOCOL.md, Job pools)
+  root.feed(from(0), 0, alloc);
   ASSERT_EQ(root.cap.outs.size(), 1u);
   ASSERT_EQ(root.cap.outs[0].h.kind, wire::Kind::ALLOCATED);
   root.cap.outs.clear();
