@@ -82,7 +82,7 @@ void PoolShard::on_alloc(const wire::Parsed& p, const Verdict& v, uint64_t now_n
   if (const auto it = taken_.find(key); it != taken_.end()) {  // a repeat (its ALLOCATED was lost): the same id
     const PooledJob& pj = *it->second->pooled;
     if (pj.state() != PoolJobState::FREE && pj.nonce == p.h.op && same_source(pj, p.src, v.in_port)) {
-      if (limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody, false))
+      if (limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody))
         send_allocated(*it->second, p, v.in_port, out);
       return;
     }
