@@ -50,7 +50,7 @@ KeyTable::KeyTable(size_t capacity, uint64_t seed) : hash_(seed) {
   shift_ = 64 - bits;
 }
 
-// Cost: one hash and one compare per entry read, 1.5 entries on average.
+// Cost: one hash, then a compare per entry read (1.5 on average at half load).
 long KeyTable::find(const SlotKey& k) const {
   size_t i = home(k);
   for (size_t d = 0; d <= limit_; ++d, i = (i + 1) & mask_) {
