@@ -84,7 +84,7 @@ Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shar
     : dir_(dir),
       index_(slots),
       log_(size_t(dir.config().retention_mib) << 20, kTombstones),
-      sessions_(dir),
+      sessions_(dir, mtu),
       pool_(dir, shard, stats_),
       mtu_(mtu),
       shard_(shard),

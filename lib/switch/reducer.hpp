@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -213,9 +214,15 @@ class alignas(64) Reducer {
   // hint: it counts when its slot is live and holds that very key, so a
   // released or reused slot needs no invalidation.
   static constexpr uint32_t kCacheBits = 8;
-  static uint32_t cache_at(const SlotKey& k) {
-    return ((k.op * 0x9E3779B1u) ^ (k.chunk * 0x85EBCA77u) ^ (k.job * 0xC2B2AE3Du)) >> (32 - kCacheBits);
+  // Keyed with a random word per shard (as KeyTable is, SECURITY-REVIEW F20):
+  // keys chosen to share an entry only evict each other's hints, and cannot
+  // be chosen offline.
+  uint32_t cache_at(const SlotKey& k) const {
+    return (((k.op ^ cache_key_) * 0x9E3779B1u) ^ (k.chunk * 0x85EBCA77u) ^
+            ((k.job ^ cache_key_ >> 7) * 0xC2B2AE3Du)) >>
+           (32 - kCacheBits);
   }
+  uint32_t cache_key_ = std::random_device{}();
   std::vector<int32_t> cache_ = std::vector<int32_t>(size_t(1) << kCacheBits, -1);
 };
 
