@@ -21,7 +21,8 @@ RxStage::RxStage(uint16_t cfg_port, uint16_t dpdk_port, uint16_t queue, const sw
       nacks_(std::move(nacks)),
       ring_drops_(queue == 0 && link.ring_ifindex ? std::make_unique<RingDrops>(link.ring_ifindex) : nullptr),
       imissed_(queue == 0 && link.imissed),
-      ns_per_tsc_(1e9 / double(rte_get_tsc_hz())) {}
+      ns_per_tsc_(1e9 / double(rte_get_tsc_hz())),
+      police_(dir) {}
 
 void RxStage::refuse(rte_mbuf* m, const wire::Parsed& p, const sw::Verdict& v, uint64_t now_tsc) {
   c_.dropped[size_t(*v.drop)].add();
@@ -133,6 +134,10 @@ unsigned RxStage::poll(uint64_t now_tsc) {
     mt->v = sw::ingress(dir_, r, mt->p, cfg_port_);
     if (!mt->v.admitted()) {
       refuse(m, mt->p, mt->v, now_tsc);
+      continue;
+    }
+    if (mt->v.job && !police_.pass(*mt->v.job, rte_pktmbuf_pkt_len(m), now_tsc)) {
+      refuse(m, mt, sw::Drop::OVER_RATE, now_tsc);  // unanswered
       continue;
     }
     mt->in_port = cfg_port_;

@@ -15,6 +15,7 @@
 #include "emit.hpp"
 #include "handoff.hpp"
 #include "kernel_link.hpp"
+#include "police.hpp"
 #include "stage.hpp"
 
 namespace prism::pipe {
@@ -103,6 +104,7 @@ class RxStage final : public Stage {
   uint64_t next_drops_tsc_ = 0;
   double ns_per_tsc_;
   sw::NackLimiter limit_;  // NACKs to pool messages' sources (sw::answer)
+  Policer police_;         // the jobs' rates (police.hpp)
 };
 
 }  // namespace prism::pipe

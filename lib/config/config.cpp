@@ -403,11 +403,32 @@ void read_policies(const Reader& rd, const YAML::Node& j, const std::string& key
   }
 }
 
+// rate: {committed_mbit, peak_mbit, committed_burst_kib, peak_burst_kib}:
+// the peak defaults to the committed rate, the bursts to 64 KiB and the
+// committed burst; a peak below the committed rate is refused.
+RateConfig read_rate(const Reader& rd, const YAML::Node& parent, const std::string& key) {
+  RateConfig r;
+  const YAML::Node n = parent["rate"];
+  if (!n) return r;
+  const std::string k = key + ".rate";
+  rd.only(n, k, {"committed_mbit", "peak_mbit", "committed_burst_kib", "peak_burst_kib"});
+  const uint64_t cir = rd.uint(rd.need(n, "committed_mbit", k), k + ".committed_mbit", 1, 1000000);
+  const uint64_t pir = rd.uint_or(n, "peak_mbit", k, 1, 1000000, cir);
+  if (pir < cir) rd.fail(n["peak_mbit"], k + ".peak_mbit", "below committed_mbit: the peak rate is the larger");
+  const uint64_t cbs = rd.uint_or(n, "committed_burst_kib", k, 2, 1u << 20, 64);
+  const uint64_t pbs = rd.uint_or(n, "peak_burst_kib", k, 2, 1u << 20, cbs);
+  r.committed = cir * 1000000 / 8;
+  r.peak = pir * 1000000 / 8;
+  r.committed_burst = cbs << 10;
+  r.peak_burst = pbs << 10;
+  return r;
+}
+
 // jobs[i]: its id, formats, policies, members, children and group, checked
 // against the switch's role and ports.
 JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key, const SwitchConfig& c,
                    std::set<uint32_t>& job_ids) {
-  rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "udp_checksum", "members", "children"});
+  rd.only(j, key, {"id", "group", "formats", "policies", "slot_quota", "udp_checksum", "rate", "members", "children"});
   JobConfig jc;
   jc.id = uint32_t(rd.uint(rd.need(j, "id", key), key + ".id", 0, 0xFFFFFFFFu));
   if (!job_ids.insert(jc.id).second) rd.fail(j["id"], key + ".id", "job " + std::to_string(jc.id) + " is listed twice");
@@ -415,6 +436,7 @@ JobConfig read_job(const Reader& rd, const YAML::Node& j, const std::string& key
   if (const YAML::Node u = j["udp_checksum"])
     jc.udp_checksum_optional =
         rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
+  jc.rate = read_rate(rd, j, key);
   read_formats(rd, j, key, jc.formats);
   read_policies(rd, j, key, jc.policies);
   const YAML::Node ms = j["members"];
@@ -505,7 +527,7 @@ PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& 
             "children under jobs:)");
   rd.only(pn, key,
           {"jobs", "max_group", "ranges", "ports", "slot_quota", "formats", "policies", "udp_checksum",
-           "idle_timeout_ms", "join_timeout_ms"});
+           "idle_timeout_ms", "join_timeout_ms", "rate"});
   PoolConfig pc;
   const YAML::Node ids = rd.need(pn, "jobs", key);
   rd.only(ids, key + ".jobs", {"first", "count"});
@@ -531,6 +553,7 @@ PoolConfig read_pool(const Reader& rd, const YAML::Node& pn, const std::string& 
         rd.word<UdpChecksum>(u, key + ".udp_checksum", "a UDP checksum rule") == UdpChecksum::OPTIONAL;
   pc.idle_timeout_ms = uint32_t(rd.uint_or(pn, "idle_timeout_ms", key, 1, 86400000, 30000));
   pc.join_timeout_ms = uint32_t(rd.uint_or(pn, "join_timeout_ms", key, 1, 86400000, 10000));
+  pc.rate = read_rate(rd, pn, key);
   return pc;
 }
 

@@ -58,6 +58,16 @@ struct ChildConfig {
   uint16_t ranks = 0;  // contributions it folds into each partial (terms)
 };
 
+// A job's contribution rate (jobs[].rate, pools[].rate): a two-rate
+// three-colour marker (RFC 2698, DPDK's rte_meter trTCM), in bytes of frames.
+// What exceeds the peak rate is dropped at RX (`over_rate`) before it costs
+// any reducer work. Unset (0): no limit.
+struct RateConfig {
+  uint64_t committed = 0, peak = 0;              // bytes per second
+  uint64_t committed_burst = 0, peak_burst = 0;  // bytes
+  bool set() const { return peak != 0; }
+};
+
 struct JobConfig {
   uint32_t id = 0;
   uint16_t group = 0;            // R: contributions an op combines in total
@@ -67,6 +77,7 @@ struct JobConfig {
   // Contributions may come without a UDP checksum (0, as RFC 768 allows and RoCEv2 does): the switch
   // then sums nothing of them. The default requires one (verified unless the device verified it).
   bool udp_checksum_optional = false;
+  RateConfig rate;
   std::vector<MemberConfig> members;
   std::vector<ChildConfig> children;
   const MemberConfig* member(uint16_t rank) const;
@@ -94,6 +105,7 @@ struct PoolConfig {
   bool udp_checksum_optional = false;
   uint32_t idle_timeout_ms = 30000;  // a job silent this long is reclaimed
   uint32_t join_timeout_ms = 10000;  // an id ALLOCATED that no rank joins this long is reclaimed
+  RateConfig rate;                   // each of its jobs
   bool has(uint32_t job) const { return job - first < count; }
   bool admits(uint32_t ip) const;
   bool lists(uint16_t port) const;

@@ -89,6 +89,7 @@ void Directory::make_pool(const PoolConfig& pc) {
     jc.policies = pc.policies;
     jc.slot_quota = pc.slot_quota;
     jc.udp_checksum_optional = pc.udp_checksum_optional;
+    jc.rate = pc.rate;
     Job j = make_job(jc);
     for (uint16_t r = 0; r < pc.max_group; ++r) {
       j.member_of_rank[r] = int32_t(r);

@@ -43,6 +43,7 @@ enum class Drop : uint8_t {
   NO_MEMORY,
   OVER_BUDGET,
   RATE_LIMITED,
+  OVER_RATE,
   kCount
 };
 
@@ -88,6 +89,9 @@ inline constexpr Entry<Drop> kDrops[] = {
      "an ALLOC beyond its source IP's rate (4 a second, bursts of 8), dropped before any id is looked at; or one "
      "whose ALLOCATED would be more bytes than the source sent (an ALLOC without its padding: answered when it "
      "asks again)"},
+    {Drop::OVER_RATE, "over_rate",
+     "a packet of a job beyond its configured peak rate (jobs[].rate, pools[].rate: trTCM red), dropped at RX "
+     "before any reducer work; its sender's timers send again"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -117,7 +121,8 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::RANK_TAKEN: return R::RANK_TAKEN;
     case Drop::TOO_LARGE: return R::CHUNK_TOO_LARGE;
     case Drop::OVER_BUDGET:
-    case Drop::RATE_LIMITED: return std::nullopt;
+    case Drop::RATE_LIMITED:
+    case Drop::OVER_RATE: return std::nullopt;
     case Drop::NO_MEMORY: return R::NO_FREE_SLOT;
     case Drop::NOT_FOR_US:
     case Drop::UNKNOWN_SOURCE:

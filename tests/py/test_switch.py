@@ -607,6 +607,40 @@ def test_a_full_slot_table_refuses_with_no_free_slot(tmp_path, limit):
     check_results(run, [man])
 
 
+def test_a_jobs_rate_drops_what_exceeds_it_before_the_reducers(tmp_path):
+    """jobs[].rate (a trTCM per job, DPDK's rte_meter): 2 ranks send 100 ops
+    of 360 fp32 (200 frames of 1514 bytes, 303 KB) as fast as net_pcap replays
+    them, against a peak rate of 1 Mbit/s with a 16 KiB burst. About the
+    burst passes (10 frames); the rest is dropped at RX as over_rate, never
+    reaching a reducer (the shards take only what RX admitted), unanswered;
+    every frame is counted exactly once; and the ops that did complete are
+    the golden results. The same capture without a rate completes all 100."""
+    sc = Scenario(tmp_path, ranks=2)
+    man = sc.generate('fp32', 'kulisch', 288, 100)
+    assert man['chunks'] == 1
+    free = sc.run_switch()
+    assert free.rc == 0 and free.summary.jobs[sc.job]['completed'] == 100, free.describe()
+    sc.config.write_text(sc.config.read_text().replace(
+        f'  - id: {sc.job}\n', f'  - id: {sc.job}\n    rate: {{committed_mbit: 1, committed_burst_kib: 16}}\n'))
+    run = sc.run_switch()
+    s = run.summary
+    over = s.dropped('over_rate')
+    assert 150 <= over <= 195, run.describe()
+    rx = sum(p['packets'] for p in s.rx.values())
+    assert rx == 200, run.describe()
+    assert s.shard_total('packets') == rx - sum(s.rx_dropped.values()), run.describe()
+    assert s.shard_total('contribs') == 200 - over, run.describe()
+    assert s.nacks == 0, 'an over-rate packet is never answered'
+    done = s.jobs[sc.job]['completed']
+    assert 1 <= done <= 25, run.describe()
+    # Every RESULT that went out is its op's golden one.
+    results = run.of_kind(RESULT)
+    assert len(results) == 2 * done, run.describe()
+    for r in results:
+        want, _ = su.golden(man, r['op'])
+        assert bytes.fromhex(r['payload']) == want, f'op {r["op"]}'
+
+
 def test_backpressure_small_rings_loses_nothing(tmp_path):
     """rings.size 64 (VOQ and TX rings) with a fan-out of 64 RESULTs per chunk on
     two lcores: full rings push back instead of dropping; every result exact."""

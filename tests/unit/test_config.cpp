@@ -431,6 +431,30 @@ TEST(ConfigErrors, NumbersAreDecimalOnly) {
   EXPECT_EQ(parse_config(with(kBase, "  - id: 7\n", "  - id: 0\n")).jobs[0].id, 0u);  // a plain 0 is fine
 }
 
+// jobs[].rate and pools[].rate: megabits and kibibytes in, bytes out; the
+// peak defaults to the committed rate, the bursts to 64 KiB; a peak below
+// the committed rate and unknown keys are refused, saying where.
+TEST(ConfigValid, RatesInBytes) {
+  const SwitchConfig c = parse_config(
+      with(kBase, "  - id: 7\n", "  - id: 7\n    rate: {committed_mbit: 800, peak_mbit: 1000, peak_burst_kib: 256}\n"));
+  const prism::RateConfig& r = c.jobs[0].rate;
+  EXPECT_TRUE(r.set());
+  EXPECT_EQ(r.committed, 100000000u);
+  EXPECT_EQ(r.peak, 125000000u);
+  EXPECT_EQ(r.committed_burst, 65536u);
+  EXPECT_EQ(r.peak_burst, 262144u);
+  EXPECT_FALSE(parse_config(kBase).jobs[0].rate.set()) << "no rate: no limit";
+  const SwitchConfig p = parse_config(
+      kBase +
+      "pools:\n  - {jobs: {first: 100, count: 2}, max_group: 3, ranges: [10.1.0.0/16], rate: {committed_mbit: 8}}\n");
+  EXPECT_EQ(p.pools[0].rate.committed, 1000000u);
+  EXPECT_EQ(p.pools[0].rate.peak, 1000000u);
+  expect_error(with(kBase, "  - id: 7\n", "  - id: 7\n    rate: {committed_mbit: 10, peak_mbit: 5}\n"), 9,
+               "jobs[0].rate.peak_mbit", {"below committed_mbit"});
+  expect_error(with(kBase, "  - id: 7\n", "  - id: 7\n    rate: {mbit: 10}\n"), 9, "jobs[0].rate.mbit",
+               {"unknown key", "committed_mbit"});
+}
+
 TEST(ConfigErrors, NumbersOutOfRangeSayTheRange) {
   expect_error(with(kBase, "{id: 1, mac", "{id: 1024, mac"), 6, "ports[1].id", {"1024", "out of range", "0..1023"});
   expect_error(with(kBase, "  id: 1\n", "  id: 65536\n"), 2, "switch.id", {"65536", "out of range", "0..65535"});
