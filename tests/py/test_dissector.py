@@ -467,7 +467,8 @@ def check_pool_frame(where: str, fr: dict, d: dict):
         assert f'pool={d["chunk"]} group={d["group"]} shards={d["terms"]} quota={quota} idle_ms={idle}' in info
         return
     assert num(fr, 'prism.rank') == d['sender'], where
-    assert d['payload'] == '' and 'prism.body' not in fr, where
+    padding = '00' * 8 if kind == ALLOC and d['payload'] else ''  # an ALLOC's padding (PROTOCOL.md, Job pools)
+    assert d['payload'] == padding and 'prism.body' not in fr, where
     if kind == LEFT:
         assert num(fr, 'prism.still_bound') == d['terms'] and f'still_bound={d["terms"]}/{d["group"]}' in info
     if kind == ALLOC:
@@ -690,13 +691,13 @@ def test_nack_reasons(tmp_path):
     # A NACK echoes the refused packet's descriptor, valid or not.
     frames.append(frame(header(4, terms=0, count=0, dtype=0x42, out_dtype=0, policy=9, encoding=7, transport=0,
                                exceptions=5, status=4)))
-    frames.append(frame(header(4, terms=0, count=0, status=13)))   # unknown reason
+    frames.append(frame(header(4, terms=0, count=0, status=14)))   # unknown reason
     frames.append(frame(header(4, terms=0, count=3, status=1)))   # a NACK carries count 0
     frames.append(frame(header(4, terms=0, count=0, status=2) + b'\x01\x02'))  # and an empty body
     pcap = write_pcap(tmp_path / 'nack.pcap', frames)
     tsf, dumped = cross_check(pcap)
     n = len(NACK_REASON)
-    assert n == 12
+    assert n == 13
     assert [d['refusal'] for d in dumped] == ['ok'] * (n + 1) + ['bad_nack_reason', 'bad_count', 'payload_length']
     assert [num(f, 'prism.nack_reason') for f in tsf[:n]] == list(NACK_REASON)
     assert num(tsf[n], 'prism.dtype') == 0x42 and num(tsf[n], 'prism.encoding') == 7
@@ -1154,11 +1155,12 @@ def test_pool_kinds(tmp_path):
     its LEFT, the four new NACK reasons echoing an ALLOC, and what PROTOCOL.md forbids in them: each read
     by the dissector as PROTOCOL.md names it, and PRISM's parser reads the same bytes."""
     alloc = bytes.fromhex(('50 52 01 07 00 00 03 e8 ca fe f0 0d 00 00 00 00 '
-                           '00 00 00 04 00 00 00 00 00 00 00 00 00 00 00 00').replace(' ', ''))
+                           '00 00 00 04 00 00 00 00 00 00 00 00 00 00 00 00 '
+                           '00 00 00 00 00 00 00 00').replace(' ', ''))  # padded to the ALLOCATED's size
     allocated = bytes.fromhex(('50 52 01 08 00 00 03 eb ca fe f0 0d 00 00 03 e8 '
                                '00 01 00 04 00 02 00 00 00 00 00 00 00 00 00 00 '
                                '00 00 01 00 00 00 75 30').replace(' ', ''))
-    assert alloc == session(ALLOC, nonce=0xCAFEF00D, rank=0, group=4, job=1000)
+    assert alloc == session(ALLOC, nonce=0xCAFEF00D, rank=0, group=4, job=1000) + bytes(8)
     leave = session(LEAVE, nonce=0x1234ABCD, rank=2, group=0, job=1003)
     left = session(LEFT, nonce=0x1234ABCD, rank=2, group=4, joined=3, job=1003)
     rank_ip = dict(src='10.0.0.3', dst='10.0.0.254', smac='02:00:00:00:00:03', dmac='02:00:00:00:ff:00')

@@ -989,6 +989,8 @@ local function dissect(tvb, pinfo, tree)
       bt:add(f.idle_timeout, tvb(HEADER_LEN + 4, 4))
       pinfo.cols.info:append(string.format(" quota=%d idle_ms=%d", tvb(HEADER_LEN, 4):uint(),
         tvb(HEADER_LEN + 4, 4):uint()))
+    elseif kind == KIND_ALLOC and body_len == ALLOCATED_BODY_LEN then
+      root:add(tvb(HEADER_LEN, body_len), "Padding (as large as the ALLOCATED it asks for)")
     elseif kind == KIND_ALLOCATED then
       if body_len ~= 0 then root:add(f.body, tvb(HEADER_LEN, body_len)) end
       root:add_proto_expert_info(ef.bad_length, string.format(
