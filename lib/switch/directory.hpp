@@ -149,6 +149,10 @@ class Directory {
       if (s.ip == ip || wire::same_mac(s.mac, e.mac)) return false;
     return true;
   }
+  // A frame addressed to switch port `port` itself: its MAC and its IP.
+  bool addressed_to(const wire::Endpoint& dst, uint16_t port) const {
+    return port < self_.size() && self_[port].ip == dst.ip && wire::same_mac(self_[port].mac, dst.mac);
+  }
   // The switch's own endpoint on a port (source of what it sends there).
   wire::Endpoint self(uint16_t port) const {
     if (port < self_.size()) return self_[port];

@@ -49,7 +49,8 @@ enum class Drop : uint8_t {
 
 inline constexpr Entry<Drop> kDrops[] = {
     {Drop::MALFORMED, "malformed", "PRISM traffic the parser refused (its own reason is counted too)"},
-    {Drop::NOT_FOR_US, "not_for_us", "not IPv4/UDP to the switch's port: ignored, not an error"},
+    {Drop::NOT_FOR_US, "not_for_us",
+     "not IPv4/UDP to the switch's port, or addressed to another station's MAC or IP: ignored, not an error"},
     {Drop::UNKNOWN_SOURCE, "unknown_source", "a valid packet from an address no job registers"},
     {Drop::UNKNOWN_JOB, "unknown_job", "the job id is not configured on this switch"},
     {Drop::NOT_A_MEMBER, "not_a_member", "the sender id is not a member (or child) of the job"},

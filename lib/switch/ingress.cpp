@@ -120,6 +120,11 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
     v.member = answerable ? dir.registered(p.src, in_port) : nullptr;
     return v;
   };
+  // A promiscuous port also sees frames for other stations (another switch,
+  // unicast flooded by a bridge): only those addressed to this port, its MAC
+  // and IP, are the switch's to take or answer (SECURITY-REVIEW F19).
+  if ((refusal == wire::Refusal::OK || classify(refusal).source_checked) && !dir.addressed_to(p.dst, in_port))
+    return refuse(Drop::NOT_FOR_US, false);
   if (refusal != wire::Refusal::OK) {
     const RefusalClass c = classify(refusal);
     const bool pool_msg = p.h.kind == wire::Kind::ALLOC ||

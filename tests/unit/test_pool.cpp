@@ -245,6 +245,7 @@ pools:
         wire::Parsed p;
         wire::parse_message(msg, &p);
         p.src = src;
+        p.dst = n.dir.self(0);  // addressed to port 0, as RX would see it
         const Verdict v = ingress(n.dir, wire::Refusal::OK, p, 0);
         if (!v.admitted()) continue;
         ++admitted;

@@ -321,8 +321,10 @@ jobs:
       - {rank: 3, port: 1, mac: "02:00:00:00:00:03", ip: 10.0.1.4}
 )";
 
+// Addressed to switch port `to` (the one it is fed on: a frame for another
+// port's address is not the switch's, F19).
 std::vector<uint8_t> contrib_from(const SwitchConfig& c, const wire::Endpoint& src, uint16_t sender,
-                                  uint8_t flags = 0) {
+                                  uint8_t flags = 0, uint16_t to = 0) {
   wire::Header h;
   h.kind = wire::Kind::CONTRIB;
   h.job = 7;
@@ -332,7 +334,7 @@ std::vector<uint8_t> contrib_from(const SwitchConfig& c, const wire::Endpoint& s
   h.flags = flags;
   const float x = 1.0f;
   std::vector<uint8_t> f(wire::kMaxFrame);
-  f.resize(wire::build(f.data(), f.size(), src, {c.ports[0].mac, c.ports[0].ip, c.udp_port}, h,
+  f.resize(wire::build(f.data(), f.size(), src, {c.ports[to].mac, c.ports[to].ip, c.udp_port}, h,
                        {reinterpret_cast<const uint8_t*>(&x), 4}));
   return f;
 }
@@ -353,7 +355,7 @@ TEST(Ingress, SpoofedSendersAreCountedAndNeverAnswered) {
   };
   uint64_t n = 0;
   for (const Shape& s : shapes) {
-    const auto f = contrib_from(sw.cfg, s.src, s.sender);
+    const auto f = contrib_from(sw.cfg, s.src, s.sender, 0, s.in_port);
     wire::Parsed p;
     ASSERT_EQ(wire::parse(f, sw.cfg.udp_port, &p), wire::Refusal::OK) << s.what;
     const Verdict v = ingress(sw.dir, wire::Refusal::OK, p, s.in_port);
@@ -381,13 +383,17 @@ TEST(Ingress, SpoofedSendersAreCountedAndNeverAnswered) {
 TEST(Ingress, NacksGoOnlyToTheRegisteredAddress) {
   Switch sw(kTwoPorts);
   const wire::Endpoint rank2 = member_ep(sw.cfg, 2);
-  auto unknown_job = contrib_from(sw.cfg, rank2, 2);
-  unknown_job[wire::kFrameOverhead - wire::kHeaderSize + 7] = 9;  // job 7 -> 9 (low byte, big-endian)
-  unknown_job[14 + 20 + 6] = unknown_job[14 + 20 + 7] = 0;        // UDP checksum off
-  auto not_member = contrib_from(sw.cfg, rank2, 40);
+  // Each addressed to the port it comes in on.
+  const auto unknown_job_to = [&](uint16_t port) {
+    auto f = contrib_from(sw.cfg, rank2, 2, 0, port);
+    f[wire::kFrameOverhead - wire::kHeaderSize + 7] = 9;  // job 7 -> 9 (low byte, big-endian)
+    f[14 + 20 + 6] = f[14 + 20 + 7] = 0;                  // UDP checksum off
+    return f;
+  };
+  const auto unknown_job = unknown_job_to(1), not_member = contrib_from(sw.cfg, rank2, 40, 0, 1);
   for (const auto* f : {&unknown_job, &not_member}) {
     sw.cap.outs.clear();
-    sw.feed(*f, 0);  // the wrong port: no answer
+    sw.feed(f == &unknown_job ? unknown_job_to(0) : contrib_from(sw.cfg, rank2, 40, 0, 0), 0);  // the wrong port
     EXPECT_TRUE(sw.cap.outs.empty());
     sw.feed(*f, 1);
     ASSERT_EQ(sw.cap.outs.size(), 1u);
@@ -1392,6 +1398,47 @@ partial_retry_ms: 0
   leaf.feed(g, 1, 30);
   ASSERT_EQ(leaf.cap.outs.size(), 4u);
   for (const Out& o : leaf.cap.outs) EXPECT_EQ(*o.body, want);
+}
+
+}  // namespace
+
+namespace {
+
+// SECURITY-REVIEW F19: ports are promiscuous, so a member's CONTRIB sent to
+// another station (broadcast MAC, or another IP on the segment) reaches the
+// switch too. It is not the switch's: counted not_for_us, never summed or
+// answered, even though its source is exactly registered; the same frame
+// addressed to the port completes the op.
+TEST(Ingress, AFrameForAnotherStationIsNotTheSwitchs) {
+  Switch sw(kRoot);
+  const auto in = inputs(4, 8, 31);
+  const wire::Endpoint port0{sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562};
+  const auto contrib_to = [&](uint16_t rank, const wire::Endpoint& dst) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.op = 3;
+    h.sender = rank;
+    h.group = 4;
+    h.count = 8;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), member_ep(sw.cfg, rank), dst, h,
+                         {reinterpret_cast<const uint8_t*>(in[rank].data()), 32}));
+    return f;
+  };
+  wire::Endpoint bcast = port0, other_ip = port0;
+  bcast.mac = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  other_ip.ip = 0x0A000063;  // 10.0.0.99
+  for (uint16_t r = 0; r < 4; ++r) {
+    sw.feed(contrib_to(r, bcast));
+    sw.feed(contrib_to(r, other_ip));
+  }
+  EXPECT_EQ(sw.drops(Drop::NOT_FOR_US), 8u);
+  EXPECT_TRUE(sw.cap.outs.empty());
+  EXPECT_EQ(sw.red.stats().elements, 0u);
+  for (uint16_t r = 0; r < 4; ++r) sw.feed(contrib_to(r, port0));
+  ASSERT_EQ(sw.cap.outs.size(), 4u);
+  EXPECT_EQ(*sw.cap.outs[0].body, reference(in, Policy::KULISCH_FIXED));
 }
 
 }  // namespace
