@@ -500,7 +500,8 @@ TEST(Rank, AResultNamingAnotherSenderIsNotTaken) {
   run_ranks(sw, 2, 300, 3, 1, fast(), &st);  // every element checked against the real sum
   for (uint16_t r = 0; r < 2; ++r) {
     EXPECT_EQ(st[r].results, 9u) << "rank " << r;  // 3 chunks × 3 ops, each taken once
-    EXPECT_EQ(st[r].duplicate_results, 0u) << "rank " << r;
+    // (A real RESULT may also come twice, when a loaded machine lets a retransmission timer fire
+    // first: duplicate_results is timing's, not the forgery's.)
     EXPECT_GE(st[r].stray, 3u) << "rank " << r << ": the forged RESULTs count as stray";
   }
 }
