@@ -17,8 +17,8 @@ uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-// 64 bits from the kernel's CSPRNG. Without it (not expected past early
-// boot) the clock and a counter: still a seed of its own per table and run.
+}  // namespace
+
 uint64_t fresh_seed() {
   uint64_t s = 0;
   if (getrandom(&s, sizeof s, 0) == ssize_t(sizeof s)) return s;
@@ -26,6 +26,8 @@ uint64_t fresh_seed() {
   s = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^ (n.fetch_add(1) << 48);
   return splitmix64(s);
 }
+
+namespace {
 
 // Seeds a put tries before it lets runs grow longer than kMaxProbe (which
 // only keys colliding under every seed could make it do).

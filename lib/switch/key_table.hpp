@@ -48,6 +48,10 @@ class SlotKeyHash {
   uint64_t w_[4];
 };
 
+// 64 bits from the kernel's CSPRNG (getrandom). Without it (not expected past
+// early boot) the clock and a counter: still a seed of its own per call and run.
+uint64_t fresh_seed();
+
 class KeyTable {
  public:
   // The most entries past its home a key is put: a lookup reads at most one

@@ -22,7 +22,7 @@ PoolShard::PoolShard(const Directory& dir, uint32_t shard, ReducerStats& stats)
       shard_(shard),
       shards_(std::max<uint32_t>(1, dir.config().reducer_shards)),
       stats_(stats),
-      rng_(std::random_device{}()) {
+      rng_(fresh_seed()) {
   for (const auto& pool : dir.pools())
     for (const Job* j : pool->jobs())
       if (wire::shard_of(j->cfg->id, 0, 0, shards_) == shard_) mine_.push_back(j);

@@ -6,10 +6,6 @@
 namespace prism::sw {
 namespace {
 
-// Keys of chunks let go (expired results, abandoned chunks) that a late
-// packet is still told about; older ones are forgotten.
-constexpr size_t kTombstones = 1 << 16;
-
 bool test_set(std::vector<uint64_t>& bits, uint32_t i) {
   uint64_t& w = bits[i >> 6];
   const uint64_t m = uint64_t(1) << (i & 63);
@@ -80,10 +76,11 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, uint32_t job_gen, cons
   state = State::OPEN;
 }
 
-Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard, size_t result_mtu)
+Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard, size_t result_mtu,
+                 std::optional<LogSize> log)
     : dir_(dir),
       index_(slots),
-      log_(size_t(dir.config().retention_mib) << 20, kTombstones),
+      log_(log ? log->bytes : size_t(dir.config().retention_mib) << 20, log ? log->tombstones : kTombstones),
       sessions_(dir, mtu),
       pool_(dir, shard, stats_),
       mtu_(mtu),

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -110,7 +111,15 @@ class alignas(64) Reducer {
   // `shard`: which of the switch's shards this is (the op numbers it opens are noted under it).
   // `result_mtu`: the IP MTU of the ports RESULTs leave through (the smallest): a chunk whose
   // RESULT would not fit it is refused when it opens (NACK CHUNK_TOO_LARGE), never built and lost.
-  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500, uint32_t shard = 0, size_t result_mtu = 9000);
+  // `log`: the result log's size; by default the config's retention_mib and kTombstones let-go
+  // chunk keys remembered (the fuzzer passes a small log, which is cheap to set up per input and
+  // makes it reach the forgetting).
+  struct LogSize {
+    size_t bytes, tombstones;
+  };
+  static constexpr size_t kTombstones = size_t(1) << 16;
+  Reducer(const Directory& dir, uint32_t slots, size_t mtu = 1500, uint32_t shard = 0, size_t result_mtu = 9000,
+          std::optional<LogSize> log = std::nullopt);
   // What one slot's accumulator may take, at most (FP32_BINOMIAL keeps 4 bytes per rank and lane):
   // a chunk needing more is refused when it opens (NACK CHUNK_TOO_LARGE).
   static constexpr size_t kMaxSlotBytes = size_t(4) << 20;
@@ -222,7 +231,7 @@ class alignas(64) Reducer {
             ((k.job ^ cache_key_ >> 7) * 0xC2B2AE3Du)) >>
            (32 - kCacheBits);
   }
-  uint32_t cache_key_ = std::random_device{}();
+  uint32_t cache_key_ = uint32_t(fresh_seed());
   std::vector<int32_t> cache_ = std::vector<int32_t>(size_t(1) << kCacheBits, -1);
 };
 

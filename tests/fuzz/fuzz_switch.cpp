@@ -129,6 +129,9 @@ partial_retry_ms: 50
 )";
 
 constexpr uint32_t kSlots = 16;  // per shard: small, so that NO_FREE_SLOT is reached
+// Per shard, a small result log (32 records) and 64 tombstones: the oldest are forgotten, and
+// setting a switch up for each input is cheap (the config's 1 MiB log took half the time).
+constexpr Reducer::LogSize kLog{16 << 10, 64};
 constexpr uint64_t kMs = 1000000;
 constexpr size_t kMaxSteps = 600;  // actions per input
 constexpr size_t kMaxQueue = 256;  // frames in flight between the switches
@@ -281,7 +284,7 @@ struct Switch {
   Capture cap;
   uint32_t shards;
   explicit Switch(int w) : which(w), cfg(config(w)), dir(cfg), shards(std::max<uint32_t>(1, cfg.reducer_shards)) {
-    for (uint32_t s = 0; s < shards; ++s) red.push_back(std::make_unique<Reducer>(dir, kSlots, 1500, s));
+    for (uint32_t s = 0; s < shards; ++s) red.push_back(std::make_unique<Reducer>(dir, kSlots, 1500, s, 9000, kLog));
   }
   uint64_t elements() const {
     uint64_t n = 0;
