@@ -29,7 +29,7 @@ PoolShard::PoolShard(const Directory& dir, uint32_t shard, ReducerStats& stats)
 }
 
 void PoolShard::refuse(Drop d, const wire::Parsed& p, const Verdict& v, Sink& out, uint64_t now_ns) {
-  ++stats_.drops[size_t(d)];
+  stats_.count(d);
   if (v.pool) v.pool->counters().refused[size_t(d)].fetch_add(1, std::memory_order_relaxed);
   Verdict r = v;
   r.drop = d;
@@ -51,6 +51,7 @@ void PoolShard::send_allocated(const Job& j, const wire::Parsed& p, uint16_t por
   o.body = std::make_shared<const std::vector<uint8_t>>(body.begin(), body.end());
   out.send(std::move(o));
   ++stats_.pool_replies;
+  ++stats_.accepted;
 }
 
 void PoolShard::send_left(const wire::Parsed& p, uint16_t group, uint16_t still_bound, uint16_t port, Sink& out) {
@@ -61,6 +62,7 @@ void PoolShard::send_left(const wire::Parsed& p, uint16_t group, uint16_t still_
   o.h = wire::left_header(p.h.job, p.h.op, p.h.sender, group ? group : 1, still_bound);
   out.send(std::move(o));
   ++stats_.pool_replies;
+  ++stats_.accepted;
 }
 
 // The pool's shard is the only one that takes a FREE job: it reads each
@@ -73,7 +75,7 @@ void PoolShard::on_alloc(const wire::Parsed& p, const Verdict& v, uint64_t now_n
   const size_t in = wire::kFrameOverhead + p.payload_len;
   if (!limit_.take_alloc(p.src, now_ns)) {
     limit_.earn(p.src, in);
-    ++stats_.drops[size_t(Drop::RATE_LIMITED)];
+    stats_.count(Drop::RATE_LIMITED);
     pool.counters().refused[size_t(Drop::RATE_LIMITED)].fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -83,8 +85,8 @@ void PoolShard::on_alloc(const wire::Parsed& p, const Verdict& v, uint64_t now_n
     const PooledJob& pj = *it->second->pooled;
     if (pj.state() != PoolJobState::FREE && pj.nonce == p.h.op && same_source(pj, p.src, v.in_port)) {
       if (limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody))
-        send_allocated(*it->second, p, v.in_port, out);
-      return;
+        return send_allocated(*it->second, p, v.in_port, out);
+      return stats_.count(Drop::RATE_LIMITED);
     }
     taken_.erase(it);
   }
@@ -99,7 +101,7 @@ void PoolShard::on_alloc(const wire::Parsed& p, const Verdict& v, uint64_t now_n
       if (!limit_.allow(p.src, now_ns, in, wire::kFrameOverhead + wire::kAllocatedBody, false)) {
         // Not a byte more than the source sent (an ALLOC without its 8 bytes of padding
         // is answered when it asks again): the id stays free.
-        ++stats_.drops[size_t(Drop::RATE_LIMITED)];
+        stats_.count(Drop::RATE_LIMITED);
         pool.counters().nacks_limited.fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -182,8 +184,8 @@ void PoolShard::on_leave(const wire::Parsed& p, const Verdict& v, Sessions& sess
                           pj.join_nonce[rank] == p.h.op;
   if (!bound_here) {  // already left (a repeat: its LEFT was lost), or never joined with this nonce
     if (limit_.allow(p.src, now_ns, wire::kFrameOverhead + p.payload_len, wire::kFrameOverhead))
-      send_left(p, pj.R(), uint16_t(pj.state() == PoolJobState::FREE ? 0 : pj.bound.load()), v.in_port, out);
-    return;
+      return send_left(p, pj.R(), uint16_t(pj.state() == PoolJobState::FREE ? 0 : pj.bound.load()), v.in_port, out);
+    return stats_.count(Drop::RATE_LIMITED);
   }
   unbind(j, rank);
   sessions.forget(j, rank);

@@ -238,10 +238,16 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
 // the shard as it was: the packet is refused, and its registered sender told
 // NO_FREE_SLOT (retry later) if even that can be said.
 void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  const uint64_t accepted = stats_.accepted;
   try {
     take(p, v, now_ns, out);
   } catch (const std::bad_alloc&) {
-    drop(Drop::NO_MEMORY);
+    // Refused for want of memory, or accepted already (a contribution counted, its completion out
+    // of memory: a repeat retries it), when the failure is counted but the packet is not dropped.
+    if (stats_.accepted == accepted)
+      drop(Drop::NO_MEMORY);
+    else
+      ++stats_.drops[size_t(Drop::NO_MEMORY)];
     try {
       if (v.member) {
         out.send(nack(dir_, p, wire::NackReason::NO_FREE_SLOT, *v.member));
@@ -256,7 +262,7 @@ void Reducer::tick(uint64_t now_ns, Sink& out) {
   try {
     expire(now_ns, out);
   } catch (const std::bad_alloc&) {
-    drop(Drop::NO_MEMORY);  // the rest waits for the next tick
+    ++stats_.drops[size_t(Drop::NO_MEMORY)];  // no packet's: the rest waits for the next tick
   }
 }
 
@@ -313,10 +319,11 @@ void Reducer::on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_n
     const Member* m = pool_.join(p, v, out, now_ns);
     if (!m) return;
     if (!sessions_.on_join(p, *m, out)) return refuse(Drop::MALFORMED, p, *m, out);
+    accept();
     return pool_.joined(*v.job, sessions_.complete(*v.job));
   }
   const bool ok = p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out) : sessions_.on_joined(p, out);
-  if (ok) return;
+  if (ok) return accept();
   if (v.member) return refuse(Drop::MALFORMED, p, *v.member, out);
   drop(Drop::MALFORMED);
 }
@@ -332,6 +339,7 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
   if (m.id >= s.desc.group) return refuse(Drop::NOT_A_MEMBER, p, m, out);  // (the same generation's R: never)
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
+  accept();
   stats_.elements += s.lanes();
   if (++s.terms == s.expected) complete(s, now_ns, out);
 }
@@ -366,7 +374,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
     if (wire::decode_fragment(p, st.data()) != PartialError::None) return refuse(Drop::BAD_PARTIAL, p, c, out);
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i) test_set(seen, i);
     s.staged_count[ci] += h.count;
-    if (s.staged_count[ci] < s.lanes()) return;
+    if (s.staged_count[ci] < s.lanes()) return accept();
     const bool ok = s.acc->add_exact(st.data());
     st.clear();
     if (!ok) {
@@ -375,6 +383,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
     }
   }
   test_set(s.children_seen, c.id);
+  accept();
   stats_.elements += uint64_t(s.lanes()) * c.terms;
   s.terms += c.terms;
   if (s.terms == s.expected) complete(s, now_ns, out);
@@ -396,6 +405,7 @@ void Reducer::repeat(const ResultLog::Record& r, const wire::Parsed& p, const Ve
 // within the member's resend budget.
 void Reducer::resend(const ResultLog::Record& r, const Verdict& v, Sink& out) {
   if (!spend(v, wire::kFrameOverhead + r.len)) return drop(Drop::OVER_BUDGET);
+  accept();
   std::memcpy(out.result_buffer(r.len), r.body(), r.len);
   wire::Header h = r.h;
   h.flags |= wire::hflag::RETRANSMIT;
@@ -421,6 +431,8 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
     if (bitmap && !spend(v, bitmap->size())) {  // a bare STATUS (the QUERY's size) instead
       drop(Drop::OVER_BUDGET);
       bitmap = nullptr;
+    } else {
+      accept();
     }
     Out o;
     o.port = m.port;
@@ -599,6 +611,7 @@ void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now
   wire::Header h = p.h;
   h.sender = dir_.config().id;
   h.flags &= uint8_t(~wire::hflag::RETRANSMIT);
+  accept();
   finish(s, h, body, p.payload_len + side, now_ns, out);
 }
 

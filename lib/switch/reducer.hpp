@@ -50,7 +50,11 @@ struct JobStats {
 };
 
 struct ReducerStats {
-  uint64_t packets = 0, contribs = 0, partials = 0, parent_results = 0, session_packets = 0;
+  // Every packet the shard takes is either accepted (counted into a slot, staged, answered or acted
+  // on) or dropped for one reason: packets = accepted + dropped, and dropped is the sum of
+  // drops[] but for the NO_MEMORY of a tick or of an accepted packet's completion (no packet's drop).
+  uint64_t packets = 0, accepted = 0, dropped = 0;
+  uint64_t contribs = 0, partials = 0, parent_results = 0, session_packets = 0;
   uint64_t results_sent = 0, partials_sent = 0, nacks_sent = 0, resent = 0;
   uint64_t elements = 0;  // element-contributions reduced
   uint64_t drops[size_t(Drop::kCount)] = {};
@@ -58,6 +62,11 @@ struct ReducerStats {
   uint64_t results_retained = 0, evicted_for_room = 0;
   uint64_t pool_packets = 0, pool_replies = 0;
   uint64_t queries = 0, statuses_sent = 0;
+
+  void count(Drop d) {
+    ++drops[size_t(d)];
+    ++dropped;
+  }
 };
 
 // One named statistic of a block S: these tables are the only place the
@@ -70,6 +79,9 @@ struct StatField {
 };
 inline constexpr StatField<ReducerStats> kReducerStats[] = {
     {"packets", "admitted packets the shard took", &ReducerStats::packets},
+    {"accepted", "packets among them counted into a slot, staged, answered or acted on", &ReducerStats::accepted},
+    {"dropped", "packets among them dropped, each for one of the reasons listed under the shard",
+     &ReducerStats::dropped},
     {"contribs", "CONTRIBs among them", &ReducerStats::contribs},
     {"partials", "PARTIALs among them", &ReducerStats::partials},
     {"parent_results", "RESULTs from the parent among them", &ReducerStats::parent_results},
@@ -188,7 +200,8 @@ class alignas(64) Reducer {
   // them again with. Kept per member entry and pooled generation.
   void earn(const Verdict& v, const wire::Parsed& p);
   bool spend(const Verdict& v, size_t bytes);
-  void drop(Drop d) { ++stats_.drops[size_t(d)]; }
+  void drop(Drop d) { stats_.count(d); }
+  void accept() { ++stats_.accepted; }
 
   const Directory& dir_;
   // Key -> slot + 1 for every live slot: a flat table (key_table.hpp), so

@@ -787,10 +787,23 @@ void World::feed(int w, std::span<const uint8_t> frame, uint16_t in_port, const 
                  r == wire::Refusal::OK ? wire::name(p.h.kind) : "?", p.h.job, p.h.op, p.h.chunk, p.h.sender, p.h.group,
                  ep_str(p.src, in_port).c_str(), wire::name(r),
                  v.drop ? (std::string(", refused ") + name(*v.drop)).c_str() : "");
-  if (v.admitted())
-    sw.red[wire::shard_of(p.h, sw.shards)]->on_packet(p, v, now_, sw.cap);
-  else
+  if (v.admitted()) {
+    // Exactly one counter per packet: accepted, or dropped for one reason (the summary's identity
+    // packets = accepted + dropped, and dropped = the sum of the reasons).
+    Reducer& red = *sw.red[wire::shard_of(p.h, sw.shards)];
+    const ReducerStats s0 = red.stats();
+    red.on_packet(p, v, now_, sw.cap);
+    const ReducerStats s1 = red.stats();
+    uint64_t reasons = 0;
+    for (size_t i = 0; i < size_t(Drop::kCount); ++i) reasons += s1.drops[i] - s0.drops[i];
+    SW_CHECK(s1.packets - s0.packets == 1 && (s1.accepted - s0.accepted) + (s1.dropped - s0.dropped) == 1 &&
+                 reasons == s1.dropped - s0.dropped,
+             "a packet not counted exactly once (accepted, or dropped for one reason)",
+             "accepted +" + std::to_string(s1.accepted - s0.accepted) + ", dropped +" +
+                 std::to_string(s1.dropped - s0.dropped) + ", reasons +" + std::to_string(reasons));
+  } else {
     answer(sw.dir, v, p, sw.cap, &sw.limit, now_);
+  }
   if (w == kRoot) observe_pools();
   after_ = bindings();
   const uint64_t delta = sw.elements() - elements;

@@ -200,6 +200,11 @@ TEST(Bounds, AnAllocationThatFailsAnywhereRefusesThePacketAndTheSwitchRunsOn) {
     const uint64_t no_memory = n.dropped(Drop::NO_MEMORY);
     EXPECT_EQ(no_memory, reached_the_end ? 0u : 1u) << "k = " << k;
     EXPECT_EQ(open_slots(n), n.red[0]->stats().slots_in_use) << "k = " << k;
+    // Each packet counted once: accepted (its contribution kept, even when the completion after it
+    // failed), or dropped (NO_MEMORY: nothing of it kept).
+    const ReducerStats st = n.red[0]->stats();
+    EXPECT_EQ(st.packets, st.accepted + st.dropped) << "k = " << k;
+    EXPECT_EQ(st.packets, 2u) << "k = " << k;
     // The ranks send again until they have their RESULT.
     auto has_result = [&](const wire::Endpoint& who) {
       for (const Out& o : n.cap.outs)
