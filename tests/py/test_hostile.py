@@ -31,17 +31,14 @@ import subprocess
 import threading
 from pathlib import Path
 
-import pytest
-
 import switch_util as su
-from minimal_client import (ALLOC, CONTRIB, EXC_IEEE, ENC_DTYPE, ENC_OUT, F_LAST_CHUNK, F_RETRANSMIT, HDR, MAGIC, NACK,
-                            POLICY, RESULT, TRANSPORT_KULISCH, VERSION, read_switch, shard_port)
+from hostile_frames import add_host, frame, header, link_stats, query, sh, write_pcap
+from minimal_client import ALLOC, CONTRIB, F_LAST_CHUNK, F_RETRANSMIT, HDR, MAGIC, NACK, RESULT, VERSION, read_switch, shard_port
 from test_client import expected
 from testbed import PY, make_testbed  # noqa: F401
 
 CLIENT = str(Path(__file__).resolve().parent / 'minimal_client.py')
 FLOOD = su.BUILD / 'tools' / 'prism-flood'
-QUERY = 11
 POOL, POOL_IDS = 1000, 4
 ATK_IP, ATK_PORT, ATK_STRAY_PORT = '10.88.0.200', 30600, 40000
 FOREIGN_MAC, FOREIGN_IP = '02:aa:bb:cc:dd:ee', '10.88.0.77'
@@ -49,74 +46,6 @@ R, SEED, ELEMENTS, OPS = 3, 41, 20000, 6
 TENANT_ELEMENTS, TENANT_OPS = 200, 4   # one chunk per op
 PPS, LOOPS = 8000, 3                   # the mix's rate, and how many times it is sent (4.5 s)
 EACH = 1000                            # frames of each hostile kind in the mix file
-
-
-# ------------------------------------------------------------------ frames, built here
-def mac_bytes(mac: str) -> bytes:
-    return bytes(int(x, 16) for x in mac.split(':'))
-
-
-def ip_bytes(ip: str) -> bytes:
-    return bytes(int(x) for x in ip.split('.'))
-
-
-def csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b'\0'
-    s = sum(struct.unpack(f'>{len(data) // 2}H', data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def frame(src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: int, dport: int, payload: bytes, *,
-          bad_ip_sum: bool = False, ip_total: int | None = None) -> bytes:
-    udp_len = 8 + len(payload)
-    pseudo = ip_bytes(src_ip) + ip_bytes(dst_ip) + struct.pack('>BBH', 0, 17, udp_len)
-    u = struct.pack('>HHHH', sport, dport, udp_len, 0) + payload
-    us = csum(pseudo + u) or 0xFFFF
-    u = u[:6] + struct.pack('>H', us) + u[8:]
-    total = ip_total if ip_total is not None else 20 + udp_len
-    iph = struct.pack('>BBHHHBBH4s4s', 0x45, 0, total, 0, 0x4000, 64, 17, 0, ip_bytes(src_ip), ip_bytes(dst_ip))
-    s = csum(iph) ^ (0xFFFF if bad_ip_sum else 0)
-    iph = iph[:10] + struct.pack('>H', s) + iph[12:]
-    return mac_bytes(dst_mac) + mac_bytes(src_mac) + b'\x08\x00' + iph + u
-
-
-def header(kind: int, job: int, op: int, chunk: int, sender: int, group: int, terms: int, count: int,
-           flags: int = 0, status: int = 0, policy: str = 'kulisch') -> bytes:
-    return HDR.pack(MAGIC, VERSION, kind, job, op, chunk, sender, group, terms, count, 1 if count else 0,
-                    1 if count else 0, POLICY[policy] if count or kind == QUERY else 0,
-                    (ENC_OUT if kind == RESULT else ENC_DTYPE) if count else 0, TRANSPORT_KULISCH if count or kind == QUERY else 0,
-                    EXC_IEEE if count or kind == QUERY else 0, flags, status)
-
-
-def query(job: int, op: int, sender: int, group: int) -> bytes:
-    """A QUERY: the chunk's CONTRIB header without its elements (count 0, flags 0)."""
-    return HDR.pack(MAGIC, VERSION, QUERY, job, op, 0, sender, group, 1, 0, 1, 1, POLICY['kulisch'], ENC_DTYPE,
-                    TRANSPORT_KULISCH, EXC_IEEE, 0, 0)
-
-
-def write_pcap(path: Path, frames: list[bytes]):
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<IHHiIII', 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for fr in frames:
-            f.write(struct.pack('<IIII', 0, 0, len(fr), len(fr)) + fr)
-
-
-def link_stats(ns: str, dev: str) -> dict:
-    out = subprocess.run(['ip', '-n', ns, '-s', '-j', 'link', 'show', dev], capture_output=True, text=True,
-                         check=True).stdout
-    st = json.loads(out)[0]['stats64']
-    return {'rx_bytes': st['rx']['bytes'], 'rx_packets': st['rx']['packets'],
-            'tx_bytes': st['tx']['bytes'], 'tx_packets': st['tx']['packets']}
-
-
-def sh(*args, ns: str | None = None):
-    cmd = (['ip', 'netns', 'exec', ns] if ns else []) + [str(a) for a in args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, f'{" ".join(cmd)}: exit {r.returncode}\n{r.stdout}{r.stderr}'
-    return r
 
 
 # ------------------------------------------------------------------ the test
@@ -131,14 +60,7 @@ def test_a_hostile_mix_at_rate_is_counted_frame_by_frame_and_costs_the_honest_jo
     udp, shards = read_switch(str(sw.config))
 
     # The attacker: a namespace on the members' bridge, in the pool's range.
-    atk = tb.switch_ns('atk')
-    tb._netns(atk)
-    tb._veth(sw.ns, 'atk0', atk, 'eth0')
-    sh('ip', '-n', sw.ns, 'link', 'set', 'atk0', 'master', 'br0', 'up')
-    sh('ip', '-n', atk, 'addr', 'add', f'{ATK_IP}/24', 'dev', 'eth0')
-    sh('ip', '-n', atk, 'link', 'set', 'eth0', 'up')
-    sh('ping', '-c', '1', '-W', '5', sw_ip, ns=atk)
-    atk_mac = json.loads(sh('ip', '-n', atk, '-j', 'link', 'show', 'eth0').stdout)[0]['address']
+    atk, atk_mac = add_host(tb, 'atk', ATK_IP)
 
     # It becomes a pool tenant: a pooled job of one rank, a few ops completed, their RESULTs retained.
     share = tmp_path / 'tenant.json'
