@@ -4,11 +4,20 @@
 
 #include "proto/fragment.hpp"
 #include "proto/steer.hpp"
+#include "switch/key_table.hpp"
 
 namespace prism::sw {
 namespace {
 
 bool serial_after(uint32_t a, uint32_t b) { return int32_t(a - b) > 0; }
+
+// A session's first op is base + r, r uniform in [0, 2^24) and drawn afresh for each session (getrandom):
+// an off-path host that knows how many ops a job ran still has one chance in 2^24 per guess of the op
+// its forged CONTRIB must name. Op numbers are compared in serial order (RFC 1982): x is after y when it
+// is less than 2^31 ahead. r < 2^31 keeps the first op after base, so after every op number the tree
+// remembers; and r < 2^24 leaves 2^31 - 2^24 ops of the session before any of its op numbers would
+// wrap round to look older than an op the switch remembers from before it.
+uint32_t first_op_offset() { return uint32_t(fresh_seed() & (Sessions::kFirstOpSpread - 1)); }
 
 }  // namespace
 
@@ -107,10 +116,12 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
     st.hinted = true;
   }
   if (st.complete || st.joined < group) return answer(j, st, rank, out), true;
-  // The last rank joined: the session starts past every op number any switch of the tree remembers.
+  // The last rank joined: the session starts past every op number any switch of the tree remembers
+  // (base), at a random distance past it, so that no one off the path can tell its op numbers (review F4).
   st.complete = true;
-  st.first_op = fresh.value_or(0);
-  if (st.hinted && (!fresh || serial_after(st.hint, st.first_op))) st.first_op = st.hint;
+  uint32_t base = fresh.value_or(0);
+  if (st.hinted && (!fresh || serial_after(st.hint, base))) base = st.hint;
+  st.first_op = base + first_op_offset();
   for (uint16_t r = 0; r < group; ++r) answer(j, st, r, out);
   return true;
 }

@@ -5,7 +5,10 @@
 // A rank JOINs with a nonce of its own; the root counts the ranks joined and,
 // when all R have, answers each with JOINED COMPLETE and the session's first
 // op number: one past the highest op number opened at this switch (and at
-// the switches below it, whose forwarded JOINs carry theirs). A rank that
+// the switches below it, whose forwarded JOINs carry theirs), plus a random
+// offset below kFirstOpSpread drawn once per session, so that op numbers
+// cannot be predicted off the path (review F4). Every rank of the session
+// gets the same one: it is fixed when the session completes. A rank that
 // joins again with another nonce has restarted: that starts a new session.
 // A leaf forwards its members' JOINs to the parent and the parent's JOINEDs
 // back. JOIN and JOINED travel to and from one shard per job (the one that
@@ -25,6 +28,9 @@ namespace prism::sw {
 
 class Sessions {
  public:
+  // A session's first op lies in [base, base + kFirstOpSpread), base being
+  // one past the highest op number the tree remembers (0 when none).
+  static constexpr uint32_t kFirstOpSpread = uint32_t(1) << 24;
   // `mtu`: the IP MTU a JOINED must fit (the reducer's, for its PARTIALs and
   // NACKs): a group whose bitmap would not fit is answered without one.
   explicit Sessions(const Directory& dir, size_t mtu = 1500);

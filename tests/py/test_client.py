@@ -324,11 +324,18 @@ def joined_lines(runs, ops: int) -> list[dict]:
     return lines
 
 
-def check_session_run(lines: list[dict], R: int, ops: int, seed: int, first_op: int):
-    """Every rank joined the same session, numbered its ops from its first op number, and got the
-    exact sum of each op."""
+FIRST_OP_SPREAD = 2 ** 24    # PROTOCOL.md, Sessions: first op = base + r, r random in [0, 2^24)
+
+
+def check_session_run(lines: list[dict], R: int, ops: int, seed: int, base: int) -> int:
+    """Every rank joined the same session, whose first op number lies in [base, base + 2^24) (base:
+    one past the highest op the switch opened, 0 if none), numbered its ops from it, and got the
+    exact sum of each op. Returns the first op number."""
     assert sorted(ln['rank'] for ln in lines) == list(range(R))
-    assert {ln['first_op'] for ln in lines} == {first_op}, [(ln['rank'], ln['first_op']) for ln in lines]
+    firsts = {ln['first_op'] for ln in lines}
+    assert len(firsts) == 1, [(ln['rank'], ln['first_op']) for ln in lines]
+    first_op = firsts.pop()
+    assert (first_op - base) % 2 ** 32 < FIRST_OP_SPREAD, (first_op, base)
     for ln in lines:
         assert (ln['op'], ln['last_op']) == (first_op, first_op + ops - 1), ln
         assert ln['joined_ranks'] == list(range(R)) and ln['joined_count'] == R, ln
@@ -336,26 +343,28 @@ def check_session_run(lines: list[dict], R: int, ops: int, seed: int, first_op: 
         want = expected(SESSION_N, 'fp32', 'fp32', R, seed + k)
         got = {ln['rank']: ln['digests'][k] for ln in lines}
         assert set(got.values()) == {want}, f'op {first_op + k}: expected {want}, got {got}'
+    return first_op
 
 
 def test_clients_join_a_session_and_a_rerun_starts_past_it(make_testbed):
     """PROTOCOL.md's sessions, used by a client written from the document alone. A client that never
     joins numbers its ops as it likes (op 41 here); then 4 clients join (a random nonce each) and
-    get the session's first op number, one past the highest op the switch opened (42), run three
-    allreduces as ops 42-44, exact. The same clients run again (new processes, new nonces, rank 3
-    a second late): a new session, whose first op (45) lies past the previous run's ops; the ranks
-    that came first re-sent their JOIN until rank 3's made the session COMPLETE. Exact again."""
+    get the session's first op number F, one past the highest op the switch opened (42) plus a
+    random offset below 2^24, the same for all 4, and run three allreduces as ops F..F+2, exact. The
+    same clients run again (new processes, new nonces, rank 3 a second late): a new session, whose
+    first op lies in [F + 3, F + 3 + 2^24), past the previous run's ops; the ranks that came first
+    re-sent their JOIN until rank 3's made the session COMPLETE. Exact again."""
     tb = make_testbed(ranks=4)
     R, ops = 4, 3
     allreduces(tb, [(SESSION_N, 'fp32', 'fp32')], op0=41)     # no session: op 41 as the client likes
     base = [PY, CLIENT, '--config', '{config}', '--rank', '{rank}', '--elements', str(SESSION_N),
             '--join', '--ops', str(ops), '--deadline', '30', '--join-timeout', '30']
     first = joined_lines(tb.run(base + ['--seed', '100'], timeout=60), ops)
-    check_session_run(first, R, ops, 100, first_op=42)
+    f = check_session_run(first, R, ops, 100, base=42)
     # Run again: new processes, rank 3 one second after the others.
     late = ['sh', '-c', 'if [ {rank} = 3 ]; then sleep 1; fi; exec "$0" "$@"'] + base + ['--seed', '200']
     again = joined_lines(tb.run(late, timeout=60), ops)
-    check_session_run(again, R, ops, 200, first_op=42 + ops)
+    check_session_run(again, R, ops, 200, base=f + ops)
     nonces = [ln['nonce'] for ln in first + again]
     assert len(set(nonces)) == len(nonces) and 0 not in nonces, nonces
     for ln in again:
@@ -386,7 +395,7 @@ def test_clients_steer_each_packet_to_its_shards_port(make_testbed, tmp_path, S,
     finally:
         for c in caps:
             c.stop()
-    check_session_run(lines, R, ops, 300, first_op=0)
+    check_session_run(lines, R, ops, 300, base=0)
     assert {ln['shards'] for ln in lines} == {1 if ignore else S}, lines
     s = stop(tb)['switch']
     check_once(s, R, SESSION_N * ops, lines[0]['chunks'] * ops, text=str(s.jobs))

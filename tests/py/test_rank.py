@@ -142,15 +142,18 @@ def test_every_rank_gets_the_reference_result(make_testbed, R):
     su.require_binaries(RANK)
     tb = make_testbed(ranks=R)
     elements = chunks = 0
-    last_op = -1
+    base = 0    # one past the highest op the switch opened for the job: none yet
     for i, (n, dt, pol, out) in enumerate(CASES):
         lines = allreduce_case(tb, n, dt, pol, out, seed=100 * R + i)
         elements += n
         chunks += lines[0]['chunks']
-        # Each run is a new session of the job: every rank starts at the same first op, past the last run's.
-        firsts = {ln['first_op'] for ln in lines}
-        assert len(firsts) == 1 and min(firsts) > last_op, (firsts, last_op)
-        last_op = min(firsts)
+        # Each run is a new session of the job: every rank starts at the same first op, in
+        # [base, base + 2^24) (PROTOCOL.md, Sessions: base plus a random offset), past the last run's ops.
+        firsts, ops = {ln['first_op'] for ln in lines}, {ln['ops'] for ln in lines}
+        assert len(firsts) == 1 and len(ops) == 1, (firsts, ops)
+        first = firsts.pop()
+        assert 0 <= first - base < 2 ** 24, (first, base)
+        base = first + ops.pop()
     s = stop(tb)['switch']
     check_once(s, R, elements, chunks, str(s))
     assert s.shard_total('session_packets') >= R * len(CASES)

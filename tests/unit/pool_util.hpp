@@ -157,8 +157,9 @@ inline uint32_t allocated_job(const Out& o, uint32_t nonce, uint16_t group) {
 }
 
 // Allocates a job of `group` ranks asked by rank 0 at host(1); binds ranks
-// 0..group-1 (host(1 + r)) with nonces 100 + r; returns the job id.
-inline uint32_t live_job(Node& n, uint16_t group, uint32_t nonce, uint64_t now = 0) {
+// 0..group-1 (host(1 + r)) with nonces 100 + r; returns the job id, and in
+// `first_op` the session's first op, which every rank's JOINED COMPLETE names.
+inline uint32_t live_job(Node& n, uint16_t group, uint32_t nonce, uint64_t now = 0, uint32_t* first_op = nullptr) {
   n.feed(host(1), 0, alloc(1000, nonce, group), now);
   auto outs = n.cap.take();
   EXPECT_EQ(outs.size(), 1u);
@@ -166,7 +167,13 @@ inline uint32_t live_job(Node& n, uint16_t group, uint32_t nonce, uint64_t now =
   for (uint16_t r = 0; r < group; ++r)
     EXPECT_TRUE(n.feed(host(uint8_t(1 + r)), 0, join(job, r, group, 100 + r), now).admitted());
   EXPECT_EQ(n.state(job), PoolJobState::LIVE);
-  n.cap.take();
+  outs = n.cap.take();
+  std::vector<uint32_t> firsts;  // by rank
+  for (const Out& o : outs)
+    if (o.h.kind == wire::Kind::JOINED && (o.h.status & 1)) firsts.push_back(o.h.chunk);
+  EXPECT_EQ(firsts.size(), size_t(group)) << "JOINED COMPLETE to each rank";
+  for (const uint32_t f : firsts) EXPECT_EQ(f, firsts.at(0)) << "the ranks of one session told different first ops";
+  if (first_op && !firsts.empty()) *first_op = firsts[0];
   return job;
 }
 

@@ -47,7 +47,11 @@ TEST(Pool, AllocBindLiveLeaveRelease) {
   }
   for (const Out& o : outs) EXPECT_EQ(o.h.status & 1, 1) << "COMPLETE";  // to each bound address
   EXPECT_EQ(outs[2].dst.ip, host(3).ip);
+  // The session's first op, the same to each rank: one past the ops the job opened (none: 0), plus
+  // a random offset below 2^24 (PROTOCOL.md, Joining).
   const uint32_t first = outs[0].h.chunk;
+  EXPECT_LT(first, 1u << 24);
+  for (const Out& o : outs) EXPECT_EQ(o.h.chunk, first);
   // An allreduce: each rank's CONTRIB admitted from its bound address; RESULT to the three.
   for (uint16_t r = 0; r < 3; ++r)
     ASSERT_TRUE(n.feed(host(uint8_t(1 + r)), 0, contrib(job, first, r, 3, float(r + 1))).admitted());
@@ -112,8 +116,8 @@ TEST(Pool, TwoAllocsGetTwoIdsAndAFullPoolIsRefused) {
 
 TEST(Pool, RefusalsNameTheirReasonAndTouchNoAccumulator) {
   Node n;
-  const uint32_t job = live_job(n, 2, 0xC1);
-  const uint32_t first = 0;
+  uint32_t first = 0;  // the session's first op
+  const uint32_t job = live_job(n, 2, 0xC1, 0, &first);
   // A source outside the ranges.
   const wire::Endpoint outsider = host(7, 20562, 5);  // 10.0.5.7
   EXPECT_EQ(n.feed(outsider, 0, alloc(1000, 0xC2, 2), 0).drop, Drop::OUT_OF_POOL);
@@ -167,13 +171,14 @@ TEST(Pool, RefusalsNameTheirReasonAndTouchNoAccumulator) {
 
 TEST(Pool, AnIdleJobIsReclaimedAndItsIdReusedPastItsOps) {
   Node n;
-  const uint32_t job = live_job(n, 2, 0xE1);
-  // Ops 0..4 complete; op 5 opens (rank 0 only) and the job dies without LEAVE.
-  for (uint32_t op = 0; op < 5; ++op) {
+  uint32_t first = 0;  // the session's first op
+  const uint32_t job = live_job(n, 2, 0xE1, 0, &first);
+  // Its ops first .. first + 4 complete; op first + 5 opens (rank 0 only) and the job dies without LEAVE.
+  for (uint32_t op = first; op < first + 5; ++op) {
     n.feed(host(1), 0, contrib(job, op, 0, 2, 1.0f), 10 * kMs);
     n.feed(host(2), 0, contrib(job, op, 1, 2, 1.0f), 10 * kMs);
   }
-  n.feed(host(1), 0, contrib(job, 5, 0, 2, 1.0f), 10 * kMs);
+  n.feed(host(1), 0, contrib(job, first + 5, 0, 2, 1.0f), 10 * kMs);
   n.cap.take();
   n.tick(500 * kMs);  // not idle long enough
   EXPECT_EQ(n.state(job), PoolJobState::LIVE);
@@ -188,7 +193,7 @@ TEST(Pool, AnIdleJobIsReclaimedAndItsIdReusedPastItsOps) {
   // Its old ranks are members no more.
   EXPECT_EQ(n.feed(host(2), 0, contrib(job, 5, 1, 2, 1.0f), 1300 * kMs).drop, Drop::UNKNOWN_SOURCE);
   // The id is reused (ALLOCs until one takes it: the other id is as likely); the new
-  // session's first op lies past the old ops.
+  // session's first op lies past the old ops: in [first + 6, first + 6 + 2^24), the same to both ranks.
   uint32_t got = 0;
   for (uint32_t k = 0; k < 2 && got != job; ++k) {
     n.feed(host(uint8_t(20 + k)), 0, alloc(1000, 0xE2 + k, 2), 1400 * kMs);
@@ -203,7 +208,9 @@ TEST(Pool, AnIdleJobIsReclaimedAndItsIdReusedPastItsOps) {
   outs = n.cap.take();
   ASSERT_EQ(outs.size(), 3u);
   EXPECT_EQ(outs[1].h.status & 1, 1);
-  EXPECT_EQ(outs[1].h.chunk, 6u) << "the first op of the new session";
+  EXPECT_EQ(outs[2].h.status & 1, 1);
+  EXPECT_LT(uint32_t(outs[1].h.chunk - (first + 6)), 1u << 24) << "the first op of the new session";
+  EXPECT_EQ(outs[2].h.chunk, outs[1].h.chunk);
   EXPECT_EQ(n.state(job), PoolJobState::LIVE);
 }
 

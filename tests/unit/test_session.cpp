@@ -1,12 +1,14 @@
 // Job sessions (PROTOCOL.md, "Sessions") through parse -> ingress ->
 // Reducer, with frames built by hand from the header table (JOIN, kind 5;
 // JOINED, kind 6): who is answered, with what counts and bitmap, when the
-// session completes and with which first op, how a restart starts a new
-// one, and how a leaf and a root share one.
+// session completes and with which first op (one past the ops the tree
+// remembers, plus a random offset below 2^24: review F4), how a restart
+// starts a new one, and how a leaf and a root share one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "config/config.hpp"
@@ -94,6 +96,29 @@ Joined joined(const Out& o) {
   return {o.h.op, o.h.chunk, o.h.sender, o.h.terms, (o.h.status & 1) != 0, o.body ? (*o.body)[0] : uint8_t(0), o.dst};
 }
 
+// PROTOCOL.md, Joining: a session's first op lies in [base, base + 2^24) in
+// serial order, base being one past the highest op number the tree
+// remembers (0 if none): written out here, not taken from Sessions.
+constexpr uint32_t kSpread = 1u << 24;
+::testing::AssertionResult first_op_past(uint32_t first_op, uint32_t base) {
+  if (uint32_t(first_op - base) < kSpread) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "first op " << first_op << " is not in [" << base << ", " << base
+                                       << " + 2^24)";
+}
+
+// The last JOIN's answers: COMPLETE to each of the 4 ranks, every one with the same first op, returned.
+uint32_t completed(const std::vector<Out>& outs) {
+  EXPECT_EQ(outs.size(), 4u);
+  std::map<uint16_t, uint32_t> first;
+  for (const Out& o : outs) {
+    EXPECT_TRUE(joined(o).complete);
+    first[joined(o).rank] = joined(o).first_op;
+  }
+  EXPECT_EQ(first.size(), 4u) << "a rank was told twice, another never";
+  for (const auto& [rank, op] : first) EXPECT_EQ(op, first.begin()->second) << "rank " << rank << "'s first op";
+  return first.empty() ? 0 : first.begin()->second;
+}
+
 TEST(Session, CompletesWhenEveryRankJoinedAndStartsPastTheOpsSeen) {
   Node root(kRoot);
   const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
@@ -116,14 +141,16 @@ TEST(Session, CompletesWhenEveryRankJoinedAndStartsPastTheOpsSeen) {
   EXPECT_EQ(joined(root.cap.outs[3]).bitmap, 0x0D);
   EXPECT_EQ(joined(root.cap.outs[3]).to.ip, child.ip);  // answered through the child
   root.cap.outs.clear();
-  // The last rank: every rank gets COMPLETE and the first op, past the child's 41.
+  // The last rank: every rank gets COMPLETE and the same first op, past the child's 41.
   root.feed(root.member(1), 0, join(1, 0xB1));
   ASSERT_EQ(root.cap.outs.size(), 4u);
   std::map<uint16_t, Joined> by_rank;
   for (const Out& o : root.cap.outs) by_rank[joined(o).rank] = joined(o);
+  const uint32_t first = by_rank[0].first_op;
+  EXPECT_TRUE(first_op_past(first, 42));
   for (uint16_t r = 0; r < 4; ++r) {
     EXPECT_TRUE(by_rank[r].complete);
-    EXPECT_EQ(by_rank[r].first_op, 42u);
+    EXPECT_EQ(by_rank[r].first_op, first) << "rank " << r;
     EXPECT_EQ(by_rank[r].terms, 4);
     EXPECT_EQ(by_rank[r].bitmap, 0x0F);
   }
@@ -133,27 +160,74 @@ TEST(Session, CompletesWhenEveryRankJoinedAndStartsPastTheOpsSeen) {
   EXPECT_EQ(by_rank[2].to.ip, child.ip);
   EXPECT_EQ(root.red.stats().session_packets, 5u);
   EXPECT_EQ(root.red.stats().slots_in_use, 0u);  // a session takes no slot
+  // A repeat of a JOIN of the complete session (its COMPLETE was lost) is told the same first op,
+  // through the child too, whatever hint it now carries.
+  root.cap.outs.clear();
+  root.feed(root.member(0), 0, join(0, 0xA0));
+  root.feed(child, 1, join(3, 0xC3, 5000));
+  ASSERT_EQ(root.cap.outs.size(), 2u);
+  for (const Out& o : root.cap.outs) {
+    EXPECT_TRUE(joined(o).complete);
+    EXPECT_EQ(joined(o).first_op, first);
+  }
 }
 
 TEST(Session, ARankThatJoinsAgainWithAnotherNonceStartsANewSession) {
   Node root(kRoot);
   const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
   for (uint16_t r : {0, 1}) root.feed(root.member(r), 0, join(r, 100 + r));
-  for (uint16_t r : {2, 3}) root.feed(child, 1, join(r, 100 + r));
-  EXPECT_TRUE(joined(root.cap.outs.back()).complete);
-  EXPECT_EQ(joined(root.cap.outs.back()).first_op, 0u);  // nothing was ever opened
-  // The job runs op 0 .. 9 (a contribution opens each op's slot), then restarts.
+  root.feed(child, 1, join(2, 102));
+  root.cap.outs.clear();
+  root.feed(child, 1, join(3, 103));
+  const uint32_t first = completed(root.cap.outs);
+  EXPECT_TRUE(first_op_past(first, 0));  // nothing was ever opened
+  // The job runs its ops first .. first + 9 (a contribution opens each op's slot), then restarts.
   Directory& d = root.dir;
-  d.note_op(*d.job(7), 9);
-  d.note_op(*d.job(7), 3);  // an older op opened late does not lower it
+  d.note_op(*d.job(7), first + 9);
+  d.note_op(*d.job(7), first + 3);  // an older op opened late does not lower it
   root.cap.outs.clear();
   root.feed(root.member(1), 0, join(1, 201));
   EXPECT_EQ(joined(root.cap.outs.back()).terms, 1);  // a new session: only rank 1 so far
   EXPECT_FALSE(joined(root.cap.outs.back()).complete);
   root.feed(root.member(0), 0, join(0, 200));
-  for (uint16_t r : {2, 3}) root.feed(child, 1, join(r, 200 + r));
-  EXPECT_TRUE(joined(root.cap.outs.back()).complete);
-  EXPECT_EQ(joined(root.cap.outs.back()).first_op, 10u);
+  root.feed(child, 1, join(2, 202));
+  root.cap.outs.clear();
+  root.feed(child, 1, join(3, 203));
+  EXPECT_TRUE(first_op_past(completed(root.cap.outs), first + 10));  // past the first session's ops
+}
+
+// Review F4: op numbers are not predictable off the path. Switches given
+// the same JOINs (nothing opened before: base 0) start their sessions at
+// first ops drawn afresh, each in [0, 2^24): with 64 of them, not all are
+// equal and both halves of the range are hit, but for a chance of 2^-63.
+// Past a base, across the wrap of op numbers, the rule holds the same.
+TEST(Session, TheFirstOpIsDrawnAtRandomPastTheBase) {
+  std::set<uint32_t> seen;
+  bool low = false, high = false;
+  for (int k = 0; k < 64; ++k) {
+    Node root(kRoot);
+    const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+    for (uint16_t r : {0, 1}) root.feed(root.member(r), 0, join(r, 100 + r));
+    root.feed(child, 1, join(2, 102));
+    root.cap.outs.clear();
+    root.feed(child, 1, join(3, 103));
+    const uint32_t first = completed(root.cap.outs);
+    EXPECT_TRUE(first_op_past(first, 0));
+    seen.insert(first);
+    (first < kSpread / 2 ? low : high) = true;
+  }
+  EXPECT_GT(seen.size(), 1u) << "64 switches started their sessions at the same op";
+  EXPECT_TRUE(low && high) << "64 first ops all in one half of [0, 2^24)";
+  for (const uint32_t last : {uint32_t(999), uint32_t(0xFFFFFFFEu)}) {  // ops opened up to `last`
+    Node root(kRoot);
+    const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+    root.dir.note_op(*root.dir.job(7), last);
+    for (uint16_t r : {0, 1}) root.feed(root.member(r), 0, join(r, 100 + r));
+    root.feed(child, 1, join(2, 102));
+    root.cap.outs.clear();
+    root.feed(child, 1, join(3, 103));
+    EXPECT_TRUE(first_op_past(completed(root.cap.outs), last + 1)) << "ops opened up to " << last;
+  }
 }
 
 // Each shard notes the ops it opens on its own line; a session starts past
