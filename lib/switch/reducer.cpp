@@ -148,23 +148,50 @@ ResultLog::Memory Reducer::recall(const SlotKey& k, uint32_t gen) const {
   return m.gen == gen ? m : ResultLog::Memory{ResultLog::Known::NOTHING, nullptr, 0};
 }
 
+Reducer::Credit& Reducer::credit(const Verdict& v, const Member& m) {
+  Credit& c = credit_[v.job->entry_of(m)];
+  if (c.gen != v.pool_gen) c = Credit{0, v.pool_gen, {kReplyBurst, now_ns_}, {kReplyBurst, now_ns_}};
+  return c;
+}
+
+bool Reducer::reply_token(const Verdict& v, const Member& m, bool nack) {
+  Credit::Bucket& b = nack ? credit(v, m).nacks : credit(v, m).replies;
+  if (b.tokens < kReplyBurst && now_ns_ > b.refilled_ns) {  // the trickle, up to kReplyBurst
+    const uint64_t add = (now_ns_ - b.refilled_ns) / kReplyRefillNs;
+    if (add >= kReplyBurst - b.tokens) {
+      b.tokens = kReplyBurst;
+      b.refilled_ns = now_ns_;
+    } else {
+      b.tokens += uint32_t(add);
+      b.refilled_ns += add * kReplyRefillNs;
+    }
+  }
+  if (b.tokens == 0) return false;
+  if (b.tokens-- == kReplyBurst) b.refilled_ns = now_ns_;  // the trickle counts from the first token taken
+  return true;
+}
+
+void Reducer::earn_reply(const Verdict& v, const Member& m) {
+  Credit::Bucket& b = credit(v, m).replies;
+  if (b.tokens < kMaxReplies) ++b.tokens;
+}
+
 void Reducer::earn(const Verdict& v, const wire::Parsed& p) {
-  Credit& c = credit_[v.job->entry_of(*v.member)];
-  if (c.gen != v.pool_gen) c = Credit{0, v.pool_gen};
+  Credit& c = credit(v, *v.member);
   const size_t bytes = wire::kFrameOverhead + p.payload_len + (p.sideband ? p.h.count : 0);
   c.bytes = uint32_t(std::min<size_t>(kMaxCredit, c.bytes + bytes));
 }
 
 bool Reducer::spend(const Verdict& v, size_t bytes) {
-  Credit& c = credit_[v.job->entry_of(*v.member)];
-  if (c.gen != v.pool_gen || c.bytes < bytes) return false;
+  Credit& c = credit(v, *v.member);
+  if (c.bytes < bytes) return false;
   c.bytes -= uint32_t(bytes);
   return true;
 }
 
-void Reducer::refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out) {
+void Reducer::refuse(Drop d, const wire::Parsed& p, const Verdict& v, const Member& from, Sink& out) {
   drop(d);
-  if (const auto r = nack_for(d)) {
+  if (const auto r = nack_for(d); r && reply_token(v, from, true)) {
     out.send(nack(dir_, p, *r, from));
     ++stats_.nacks_sent;
   }
@@ -177,7 +204,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   const Member& from = *v.member;
   const SlotKey key{h.job, h.op, h.chunk};
   const auto refused = [&](Drop d) {
-    refuse(d, p, from, out);
+    refuse(d, p, v, from, out);
     return nullptr;
   };
   switch (known) {
@@ -238,6 +265,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
 // the shard as it was: the packet is refused, and its registered sender told
 // NO_FREE_SLOT (retry later) if even that can be said.
 void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
+  now_ns_ = now_ns;
   const uint64_t accepted = stats_.accepted;
   try {
     take(p, v, now_ns, out);
@@ -259,6 +287,7 @@ void Reducer::on_packet(const wire::Parsed& p, const Verdict& v, uint64_t now_ns
 }
 
 void Reducer::tick(uint64_t now_ns, Sink& out) {
+  now_ns_ = now_ns;
   try {
     expire(now_ns, out);
   } catch (const std::bad_alloc&) {
@@ -318,13 +347,13 @@ void Reducer::on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_n
   if (p.h.kind == wire::Kind::JOIN && v.job->pooled) {
     const Member* m = pool_.join(p, v, out, now_ns);
     if (!m) return;
-    if (!sessions_.on_join(p, *m, out)) return refuse(Drop::MALFORMED, p, *m, out);
+    if (!sessions_.on_join(p, *m, out)) return refuse(Drop::MALFORMED, p, v, *m, out);
     accept();
     return pool_.joined(*v.job, sessions_.complete(*v.job));
   }
   const bool ok = p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out) : sessions_.on_joined(p, out);
   if (ok) return accept();
-  if (v.member) return refuse(Drop::MALFORMED, p, *v.member, out);
+  if (v.member) return refuse(Drop::MALFORMED, p, v, *v.member, out);
   drop(Drop::MALFORMED);
 }
 
@@ -334,12 +363,13 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
   // A leaf waiting for its parent has the contribution already (it sent its PARTIAL).
   if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
   if (!wire::same_descriptor(s.desc, h) || !wire::same_extent(s.desc, h) || h.count != s.lanes())
-    return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, v, m, out);
   if (s.terms == s.expected) return retry_completion(s, now_ns, out);
-  if (m.id >= s.desc.group) return refuse(Drop::NOT_A_MEMBER, p, m, out);  // (the same generation's R: never)
+  if (m.id >= s.desc.group) return refuse(Drop::NOT_A_MEMBER, p, v, m, out);  // (the same generation's R: never)
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
   accept();
+  earn_reply(v, m);
   stats_.elements += s.lanes();
   if (++s.terms == s.expected) complete(s, now_ns, out);
 }
@@ -350,7 +380,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   if (s.state != State::OPEN) return drop(Drop::DUPLICATE);
   if (!wire::same_descriptor(s.desc, h) || !wire::same_extent(s.desc, h) || p.chunk_lanes != s.lanes() ||
       h.terms != c.terms)
-    return refuse(Drop::DESCRIPTOR_MISMATCH, p, c, out);
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, v, c, out);
   if (s.terms == s.expected) return retry_completion(s, now_ns, out);
   const uint32_t ci = uint32_t(s.job->child_of_id[c.id]);
   if (s.children_seen[c.id >> 6] & (uint64_t(1) << (c.id & 63))) return drop(Drop::DUPLICATE);
@@ -358,10 +388,10 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   if (h.encoding == wire::Encoding::OUT_DTYPE) {
     std::vector<LaneExact> lanes(s.lanes());
     if (lanes_from_elements(h.out_dtype, p.payload, h.count, unit, lanes.data()) != PartialError::None)
-      return refuse(Drop::BAD_PARTIAL, p, c, out);
+      return refuse(Drop::BAD_PARTIAL, p, v, c, out);
     if (p.sideband)
       for (uint32_t i = 0; i < s.lanes(); ++i) lanes[i].side |= side_from_status(p.sideband[i]);
-    if (!s.acc->add_exact(lanes.data())) return refuse(Drop::BAD_PARTIAL, p, c, out);
+    if (!s.acc->add_exact(lanes.data())) return refuse(Drop::BAD_PARTIAL, p, v, c, out);
   } else {  // Kulisch fragment: stage until every lane of the chunk is in
     auto& st = s.staged[ci];
     auto& seen = s.staged_seen[ci];
@@ -371,7 +401,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
     }
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i)
       if (seen[i >> 6] & (uint64_t(1) << (i & 63))) return drop(Drop::DUPLICATE);  // a repeated fragment
-    if (wire::decode_fragment(p, st.data()) != PartialError::None) return refuse(Drop::BAD_PARTIAL, p, c, out);
+    if (wire::decode_fragment(p, st.data()) != PartialError::None) return refuse(Drop::BAD_PARTIAL, p, v, c, out);
     for (uint32_t i = p.first_lane; i < uint32_t(p.first_lane) + h.count; ++i) test_set(seen, i);
     s.staged_count[ci] += h.count;
     if (s.staged_count[ci] < s.lanes()) return accept();
@@ -379,11 +409,12 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
     st.clear();
     if (!ok) {
       s.staged_count[ci] = 0;
-      return refuse(Drop::BAD_PARTIAL, p, c, out);
+      return refuse(Drop::BAD_PARTIAL, p, v, c, out);
     }
   }
   test_set(s.children_seen, c.id);
   accept();
+  earn_reply(v, c);
   stats_.elements += uint64_t(s.lanes()) * c.terms;
   s.terms += c.terms;
   if (s.terms == s.expected) complete(s, now_ns, out);
@@ -397,14 +428,18 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
 void Reducer::repeat(const ResultLog::Record& r, const wire::Parsed& p, const Verdict& v, Sink& out) {
   if (!(p.h.flags & wire::hflag::RETRANSMIT)) return drop(Drop::DUPLICATE);
   if (!wire::same_descriptor(r.h, p.h) || !wire::same_extent(r.h, p.h) || p.chunk_lanes != r.h.count)
-    return refuse(Drop::DESCRIPTOR_MISMATCH, p, *v.member, out);
+    return refuse(Drop::DESCRIPTOR_MISMATCH, p, v, *v.member, out);
   resend(r, v, out);
 }
 
 // The retained RESULT `r` again, to the admitted member only, RETRANSMIT set,
 // within the member's resend budget.
 void Reducer::resend(const ResultLog::Record& r, const Verdict& v, Sink& out) {
-  if (!spend(v, wire::kFrameOverhead + r.len)) return drop(Drop::OVER_BUDGET);
+  if (!reply_token(v, *v.member)) return drop(Drop::OVER_BUDGET);
+  if (!spend(v, wire::kFrameOverhead + r.len)) {
+    ++credit(v, *v.member).replies.tokens;  // the token back: nothing was sent
+    return drop(Drop::OVER_BUDGET);
+  }
   accept();
   std::memcpy(out.result_buffer(r.len), r.body(), r.len);
   wire::Header h = r.h;
@@ -428,6 +463,7 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
   const SlotKey key{p.h.job, p.h.op, p.h.chunk};
   earn(v, p);
   const auto status = [&](bool held, uint32_t terms, std::shared_ptr<std::vector<uint8_t>> bitmap) {
+    if (!reply_token(v, m)) return drop(Drop::OVER_BUDGET);
     if (bitmap && !spend(v, bitmap->size())) {  // a bare STATUS (the QUERY's size) instead
       drop(Drop::OVER_BUDGET);
       bitmap = nullptr;
@@ -445,17 +481,17 @@ void Reducer::on_query(const wire::Parsed& p, const Verdict& v, Sink& out) {
   };
   if (v.job->pooled && v.pool_gen != v.job->pooled->generation()) return drop(Drop::UNKNOWN_SOURCE);
   if (const Slot* s = find(key, v.pool_gen)) {
-    if (!wire::same_descriptor(s->desc, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+    if (!wire::same_descriptor(s->desc, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, v, m, out);
     return status(s->has_rank(m.id), s->terms, missing_bitmap(*s));
   }
   const ResultLog::Memory mem = recall(key, v.pool_gen);
   if (mem.record) {
-    if (!wire::same_descriptor(mem.record->h, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, m, out);
+    if (!wire::same_descriptor(mem.record->h, p.h)) return refuse(Drop::DESCRIPTOR_MISMATCH, p, v, m, out);
     return resend(*mem.record, v, out);
   }
   switch (mem.known) {
-    case ResultLog::Known::EXPIRED: return refuse(Drop::RESULT_EXPIRED, p, m, out);
-    case ResultLog::Known::ABANDONED: return refuse(Drop::ABANDONED, p, m, out);
+    case ResultLog::Known::EXPIRED: return refuse(Drop::RESULT_EXPIRED, p, v, m, out);
+    case ResultLog::Known::ABANDONED: return refuse(Drop::ABANDONED, p, v, m, out);
     case ResultLog::Known::NOTHING:
     case ResultLog::Known::RETAINED: break;  // (a retained result was answered above)
   }

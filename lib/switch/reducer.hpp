@@ -188,8 +188,8 @@ class alignas(64) Reducer {
   void abandon(Slot& s, Sink& out);
   void give_up(Slot& s);  // abandoned with nobody to tell
   void release(Slot& s);
-  // Counts the drop and, when the reason has one, NACKs the admitted sender `from`.
-  void refuse(Drop d, const wire::Parsed& p, const Member& from, Sink& out);
+  // Counts the drop and, when the reason has one and `from` a reply token, NACKs the admitted sender.
+  void refuse(Drop d, const wire::Parsed& p, const Verdict& v, const Member& from, Sink& out);
   // The resend budget (SECURITY-REVIEW F8): every packet a member sends this
   // shard earns its bytes (up to kMaxCredit); what the shard sends it again
   // (a retained RESULT for a QUERY or RETRANSMIT, a STATUS's bitmap) spends
@@ -200,6 +200,16 @@ class alignas(64) Reducer {
   // them again with. Kept per member entry and pooled generation.
   void earn(const Verdict& v, const wire::Parsed& p);
   bool spend(const Verdict& v, size_t bytes);
+  // The reply budget, in frames: every frame a member's packet draws beyond the one RESULT of each
+  // op takes a token, from one of two buckets: answers (a RESULT sent again, a STATUS) and NACKs.
+  // Each bucket holds kReplyBurst and refills at one a millisecond; each contribution the shard
+  // counts adds one answer (up to kMaxReplies). A rank that lost RESULTs asks for them with the
+  // tokens of its own CONTRIBs, while a flood of requests costs the shard at most a thousand
+  // frames a second per member and bucket, and a flood of refused packets does not take the
+  // answers a real loss needs. Without a token a request is dropped (OVER_BUDGET), a refusal
+  // counted unanswered.
+  bool reply_token(const Verdict& v, const Member& m, bool nack = false);
+  void earn_reply(const Verdict& v, const Member& m);
   void drop(Drop d) { stats_.count(d); }
   void accept() { ++stats_.accepted; }
 
@@ -221,10 +231,18 @@ class alignas(64) Reducer {
   ReducerStats stats_;
   struct Credit {
     uint32_t bytes = 0, gen = 0;  // gen: the pooled generation it was earned under
+    struct Bucket {
+      uint32_t tokens = kReplyBurst;
+      uint64_t refilled_ns = 0;  // the trickle's clock
+    } replies, nacks;
   };
+  Credit& credit(const Verdict& v, const Member& m);
   static constexpr uint32_t kMaxCredit = 1u << 20;
-  std::vector<Credit> credit_;  // by Job::entry_of()
-  PoolShard pool_;              // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
+  static constexpr uint32_t kReplyBurst = 256, kMaxReplies = 4096;
+  static constexpr uint64_t kReplyRefillNs = 1000000;  // one token a millisecond, up to kReplyBurst
+  uint64_t now_ns_ = 0;                                // the packet's (or tick's) time
+  std::vector<Credit> credit_;                         // by Job::entry_of()
+  PoolShard pool_;  // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
   uint64_t next_sweep_ns_ = 0;
   size_t mtu_;
   uint32_t shard_;

@@ -155,3 +155,61 @@ TEST(Reflection, APoolNeitherBindsNorAnswersABroadcastSource) {
 }
 
 }  // namespace
+
+namespace {
+
+size_t count_kind(const std::vector<Out>& outs, const wire::Endpoint& who, wire::Kind k) {
+  size_t n = 0;
+  for (const Out& o : outs) n += o.dst.ip == who.ip && o.dst.port == who.port && o.h.kind == k;
+  return n;
+}
+
+}  // namespace
+
+// A member floods whole-chunk RETRANSMITs of a completed op (each earns the
+// bytes of the RESULT it asks for, so the byte budget alone would answer every
+// one) and CONTRIBs with a wrong descriptor (each would get a NACK): what the
+// shard sends back is bounded in frames, not only in bytes. 256 answers and
+// 256 NACKs at once, then one of each a millisecond, and one more answer per
+// contribution the member makes. A rank that really lost a RESULT still gets
+// it at its next try, and the other rank's answers are its own.
+TEST(Reflection, ARequestFloodDrawsAtMostTheReplyBudgetInFrames) {
+  Node n;
+  // The budget is a shard's (each shard an lcore's work): the mismatched ops are op 5's shard's.
+  const uint32_t shards = n.cfg.reducer_shards, home = wire::shard_of(7, 5, 0, shards);
+  std::vector<uint32_t> ops;
+  for (uint32_t op = 1000; ops.size() < 2100; ++op)
+    if (wire::shard_of(7, op, 0, shards) == home) ops.push_back(op);
+  n.feed(kRank0, 1, contrib_n(7, 5, 0, 2, 360, 1.0f));
+  n.feed(kRank1, 1, contrib_n(7, 5, 1, 2, 360, 2.0f));
+  ASSERT_EQ(to(n.cap.take(), kRank0).results, 1u);
+  for (int k = 0; k < 2000; ++k) {
+    n.feed(kRank0, 1, contrib_n(7, 5, 0, 2, 360, 1.0f, 3));                // RETRANSMIT | LAST_CHUNK
+    n.feed(kRank0, 1, contrib_n(7, ops[size_t(k)], 0, 3, 360, 1.0f));  // group 3: a mismatch
+  }
+  auto outs = n.cap.take();
+  // The budget: 256 at the start, and one for the contribution to op 5.
+  EXPECT_EQ(count_kind(outs, kRank0, wire::Kind::RESULT), 257u);
+  EXPECT_EQ(count_kind(outs, kRank0, wire::Kind::NACK), 256u);
+  EXPECT_EQ(n.dropped(Drop::OVER_BUDGET), 2000u - 257u);
+  EXPECT_EQ(n.dropped(Drop::DESCRIPTOR_MISMATCH), 2000u) << "each refusal counted, answered or not";
+  // Ten milliseconds later: ten more of each.
+  for (int k = 0; k < 100; ++k) {
+    n.feed(kRank0, 1, contrib_n(7, 5, 0, 2, 360, 1.0f, 3), 10 * 1000000);
+    n.feed(kRank0, 1, contrib_n(7, ops[2000 + size_t(k)], 0, 3, 360, 1.0f), 10 * 1000000);
+  }
+  outs = n.cap.take();
+  EXPECT_EQ(count_kind(outs, kRank0, wire::Kind::RESULT), 10u);
+  EXPECT_EQ(count_kind(outs, kRank0, wire::Kind::NACK), 10u);
+  // The other rank, which did not flood, gets its lost RESULT at once.
+  n.feed(kRank1, 1, contrib_n(7, 5, 1, 2, 360, 2.0f, 3), 10 * 1000000);
+  EXPECT_EQ(to(n.cap.take(), kRank1).results, 1u);
+  // Contributions earn answers: ten ops of both ranks, then ten RESULTs again for rank 0 at once.
+  for (uint32_t op = 10; op < 20; ++op) {
+    n.feed(kRank0, 1, contrib_n(7, op, 0, 2, 360, 1.0f), 10 * 1000000);
+    n.feed(kRank1, 1, contrib_n(7, op, 1, 2, 360, 2.0f), 10 * 1000000);
+  }
+  n.cap.take();
+  for (uint32_t op = 10; op < 20; ++op) n.feed(kRank0, 1, contrib_n(7, op, 0, 2, 360, 1.0f, 3), 10 * 1000000);
+  EXPECT_EQ(to(n.cap.take(), kRank0).results, 10u) << "a rank that lost its RESULTs gets each one again";
+}
