@@ -171,13 +171,14 @@ bool Reducer::reply_token(const Verdict& v, const Member& m, bool nack) {
   return true;
 }
 
-void Reducer::earn_reply(const Verdict& v, const Member& m) {
-  Credit::Bucket& b = credit(v, m).replies;
+void Reducer::earn_reply() {
+  Credit::Bucket& b = earned_->replies;
   if (b.tokens < kMaxReplies) ++b.tokens;
 }
 
 void Reducer::earn(const Verdict& v, const wire::Parsed& p) {
   Credit& c = credit(v, *v.member);
+  earned_ = &c;
   const size_t bytes = wire::kFrameOverhead + p.payload_len + (p.sideband ? p.h.count : 0);
   c.bytes = uint32_t(std::min<size_t>(kMaxCredit, c.bytes + bytes));
 }
@@ -369,7 +370,7 @@ void Reducer::contribute(Slot& s, const wire::Parsed& p, const Verdict& v, uint6
   if (test_set(s.ranks_seen, m.id)) return drop(Drop::DUPLICATE);
   s.acc->add(p.payload, m.id);
   accept();
-  earn_reply(v, m);
+  earn_reply();
   stats_.elements += s.lanes();
   if (++s.terms == s.expected) complete(s, now_ns, out);
 }
@@ -414,7 +415,7 @@ void Reducer::merge_partial(Slot& s, const wire::Parsed& p, const Verdict& v, ui
   }
   test_set(s.children_seen, c.id);
   accept();
-  earn_reply(v, c);
+  earn_reply();
   stats_.elements += uint64_t(s.lanes()) * c.terms;
   s.terms += c.terms;
   if (s.terms == s.expected) complete(s, now_ns, out);

@@ -209,7 +209,9 @@ class alignas(64) Reducer {
   // answers a real loss needs. Without a token a request is dropped (OVER_BUDGET), a refusal
   // counted unanswered.
   bool reply_token(const Verdict& v, const Member& m, bool nack = false);
-  void earn_reply(const Verdict& v, const Member& m);
+  // One answer token more for the contribution just counted: its sender's credit, which earn()
+  // found for this packet (a contribution is always earned first).
+  void earn_reply();
   void drop(Drop d) { stats_.count(d); }
   void accept() { ++stats_.accepted; }
 
@@ -241,6 +243,7 @@ class alignas(64) Reducer {
   static constexpr uint32_t kReplyBurst = 256, kMaxReplies = 4096;
   static constexpr uint64_t kReplyRefillNs = 1000000;  // one token a millisecond, up to kReplyBurst
   uint64_t now_ns_ = 0;                                // the packet's (or tick's) time
+  Credit* earned_ = nullptr;                           // the credit earn() last found (credit_ never grows)
   std::vector<Credit> credit_;                         // by Job::entry_of()
   PoolShard pool_;  // ALLOC, binding JOINs, LEAVE and reclaim for the pools' jobs this shard owns
   uint64_t next_sweep_ns_ = 0;

@@ -473,9 +473,15 @@ std::vector<uint8_t> World::raw_frame(const Source& s, std::span<const uint8_t> 
 std::vector<Binding> World::bindings() {
   std::vector<Binding> v;
   for (const auto& pool : S(kRoot).dir.pools())
-    for (const Job* j : pool->jobs())
-      for (uint16_t r = 0; r < j->group(); ++r)
-        if (j->pooled->is_bound(r)) v.push_back({j->cfg->id, r, j->members[r].addr, j->members[r].port});
+    for (const Job* j : pool->jobs()) {
+      // `bound` counts the bound ranks: the search stops at the last (pool B's jobs have 128 ranks).
+      uint32_t left = j->pooled->bound.load(std::memory_order_relaxed);
+      for (uint16_t r = 0; r < j->group() && left; ++r)
+        if (j->pooled->is_bound(r)) {
+          v.push_back({j->cfg->id, r, j->members[r].addr, j->members[r].port});
+          --left;
+        }
+    }
   return v;
 }
 
