@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -308,6 +309,15 @@ def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_r
     netns_map.write_text(''.join(f'{r.ip} {r.ns}\n' for r in tb.ranks))
     switch = tb.substitute('{switch_ip}', tb.ranks[0]) + ':20562'
     sent = []  # the switch's RESULTs after each run: the switch reduces, RHD and the ring do not use it
+    sessions: list[Path] = []  # each mpirun's session directory, removed at the end
+    try:
+        _namespace_runs(tb, tmp_path, p, count, netns_map, log, switch, sent, sessions)
+    finally:
+        for d in sessions:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _namespace_runs(tb, tmp_path, p, count, netns_map, log, switch, sent, sessions):
     for algo in ('switch', 'rhd', 'ring'):
         out = tmp_path / algo
         out.mkdir()
@@ -321,7 +331,12 @@ def test_ranks_in_the_testbeds_namespaces_get_the_same_bits_through_the_switch_r
             # Open MPI 4.1.4's daemons write their hwloc topology into the largest hole of their address
             # space; now and then that hole is where the stack grows and the daemon segfaults in
             # hwloc_shmem_topology_write (seen once in CI). Without a hole it shares no topology.
-            '--mca', 'rtc_hwloc_vmhole', 'none']
+            '--mca', 'rtc_hwloc_vmhole', 'none',
+            # Every "node" here is this host: the daemons of one mpirun removed the shared session
+            # directory (/tmp/ompi.HOST.UID) as they ended while the next mpirun's daemons made theirs in
+            # it ("A call to mkdir was unable to create ... jf.N/0", seen once in CI). Each run its own.
+            '--mca', 'orte_tmpdir_base', tempfile.mkdtemp(prefix='om', dir='/tmp')]
+        sessions.append(Path(cmd[-1]))
         for k in ('LD_PRELOAD', 'LD_LIBRARY_PATH', 'PRISM_MPI_HOST', 'PRISM_ALGO', 'PRISM_SWITCH', 'PRISM_POOL'):
             cmd += ['-x', k]
         r = subprocess.run(cmd + [str(PROG), str(count), '11', str(out)], env=env, capture_output=True, text=True,
