@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO / 'scripts'))
 sys.path.insert(0, str(REPO / 'tests' / 'py'))
 import bench_util  # noqa: E402
 import testbed as tbm  # noqa: E402
-from hostile_frames import add_host, frame, header, link_stats, query, write_pcap  # noqa: E402
+from hostile_frames import add_host, csum, frame, header, link_stats, query, write_pcap  # noqa: E402
 from minimal_client import (ALLOC, CONTRIB, F_LAST_CHUNK, F_RETRANSMIT, HDR, JOIN, MAGIC, VERSION,  # noqa: E402
                             read_switch, shard_port)
 
@@ -171,12 +171,12 @@ class Bench:
             b[30:34] = ip
             # the IPv4 checksum again (the UDP checksum covers the address too: recomputed)
             b[24:26] = b'\0\0'
-            b[24:26] = struct.pack('>H', _csum(bytes(b[14:34])))
+            b[24:26] = struct.pack('>H', csum(bytes(b[14:34])))
             if old != ip:
                 b[40:42] = b'\0\0'
                 udp_len = struct.unpack('>H', b[38:40])[0]
                 pseudo = bytes(b[26:34]) + struct.pack('>BBH', 0, 17, udp_len)
-                s = _csum(pseudo + bytes(b[34:34 + udp_len])) or 0xFFFF
+                s = csum(pseudo + bytes(b[34:34 + udp_len])) or 0xFFFF
                 b[40:42] = struct.pack('>H', s)
             out.append(bytes(b))
         return out
@@ -249,15 +249,6 @@ class Bench:
             res[name]['bytes_back'] = after['rx_bytes'] - before['rx_bytes']
         res['cost'] = 1 - res['flood_to_switch']['gbit_s'] / res['flood_to_sink']['gbit_s']
         return res
-
-
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b'\0'
-    s = sum(struct.unpack(f'>{len(data) // 2}H', data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 def tables(refl: list[dict], bws: list[dict], md: bool) -> str:
