@@ -336,7 +336,7 @@ class World {
   void deliver_all();
 
   // Observations around a step.
-  std::vector<Binding> bindings();
+  void refresh_bindings(std::vector<Binding>& out) const;
   void observe_pools();
   void admitted(int w, const wire::Parsed& p, uint16_t in_port, uint64_t delta, const Value* carried, bool from_queue);
   void check_outs(int w, const wire::Parsed* query);
@@ -364,12 +364,15 @@ class World {
   std::set<Key3> child_forged_;  // root: a PARTIAL claiming the child's address came from outside the queue
   std::map<uint32_t, uint32_t> tenancy_;
   std::map<uint32_t, PoolJobState> pool_state_;
-  std::set<uint32_t> fresh_alloc_;       // pooled jobs an ALLOC took in this step
-  std::vector<Binding> before_, after_;  // bindings around the step
+  std::set<uint32_t> fresh_alloc_;  // pooled jobs an ALLOC took in this step
+  // Bindings around the step: after_ is always the pools' bindings now (only
+  // the root's frames and ticks change them), before_ a copy taken as a step starts.
+  std::vector<Binding> before_, after_;
   std::map<std::tuple<int, uint32_t, uint16_t>, std::deque<uint64_t>> replies_;  // to unregistered sources
   std::deque<InFlight> queue_;
   std::optional<uint32_t> last_allocated_;
   std::optional<Value> last_partial_value_;
+  std::vector<uint8_t> scratch_ = std::vector<uint8_t>(wire::kMaxFrame + 64);  // frames are built here
 };
 
 uint16_t World::natural_sender(uint8_t sel, int w, uint32_t id) {
@@ -431,9 +434,8 @@ std::vector<uint8_t> World::frame(const Source& s, const wire::Header& h, std::s
   Switch& sw = S(s.sw);
   wire::Endpoint dst = sw.dir.self(s.port);
   dst.port = (misc & 2) ? sw.cfg.udp_port : wire::shard_port(sw.cfg.udp_port, wire::shard_of(h, sw.shards));
-  std::vector<uint8_t> f(wire::kMaxFrame + 64);
-  const size_t n = wire::build(f.data(), f.size(), s.ep, dst, h, body, uint16_t(step_));
-  f.resize(n);
+  const size_t n = wire::build(scratch_.data(), scratch_.size(), s.ep, dst, h, body, uint16_t(step_));
+  std::vector<uint8_t> f(scratch_.begin(), scratch_.begin() + long(n));
   if (n && (misc & 1)) f[wire::frame::udp_checksum] = f[wire::frame::udp_checksum + 1] = 0;
   return f;
 }
@@ -470,9 +472,9 @@ std::vector<uint8_t> World::raw_frame(const Source& s, std::span<const uint8_t> 
   return f;
 }
 
-std::vector<Binding> World::bindings() {
-  std::vector<Binding> v;
-  for (const auto& pool : S(kRoot).dir.pools())
+void World::refresh_bindings(std::vector<Binding>& v) const {
+  v.clear();
+  for (const auto& pool : sw_[kRoot]->dir.pools())
     for (const Job* j : pool->jobs()) {
       // `bound` counts the bound ranks: the search stops at the last (pool B's jobs have 128 ranks).
       uint32_t left = j->pooled->bound.load(std::memory_order_relaxed);
@@ -482,7 +484,6 @@ std::vector<Binding> World::bindings() {
           --left;
         }
     }
-  return v;
 }
 
 // A pooled id that became FREE starts a new tenancy; one that left FREE was
@@ -567,13 +568,15 @@ Value contrib_value(const wire::Parsed& p) {
 // into an accumulator. Who sent it, and may it count?
 void World::admitted(int w, const wire::Parsed& p, uint16_t in_port, uint64_t delta, const Value* carried,
                      bool from_queue) {
-  const std::string at = (w == kRoot ? "root" : "leaf") + std::string(" job ") + std::to_string(p.h.job) + " op " +
-                         std::to_string(p.h.op) + " chunk " + std::to_string(p.h.chunk) + " sender " +
-                         std::to_string(p.h.sender) + " from " + ep_str(p.src, in_port);
+  const auto at = [&] {
+    return (w == kRoot ? "root" : "leaf") + std::string(" job ") + std::to_string(p.h.job) + " op " +
+           std::to_string(p.h.op) + " chunk " + std::to_string(p.h.chunk) + " sender " + std::to_string(p.h.sender) +
+           " from " + ep_str(p.src, in_port);
+  };
   SW_CHECK(p.h.kind == wire::Kind::CONTRIB || p.h.kind == wire::Kind::PARTIAL,
-           "only a CONTRIB or PARTIAL reaches an accumulator", at);
+           "only a CONTRIB or PARTIAL reaches an accumulator", at());
   const Job* j = job(w, p.h.job);
-  SW_CHECK(j, "a contribution to an unknown job was summed", at);
+  SW_CHECK(j, "a contribution to an unknown job was summed", at());
   uint32_t who;
   uint32_t terms;
   uint16_t lanes;
@@ -586,31 +589,31 @@ void World::admitted(int w, const wire::Parsed& p, uint16_t in_port, uint64_t de
     } else if (const MemberConfig* m = j->cfg->member(p.h.sender)) {
       legit = m->port == in_port && same_ep(m->addr, p.src);
     }
-    SW_CHECK(legit, "a CONTRIB from an address not registered (or bound) for its rank reached an accumulator", at);
+    SW_CHECK(legit, "a CONTRIB from an address not registered (or bound) for its rank reached an accumulator", at());
     who = p.h.sender;
     terms = 1;
     lanes = p.h.count;
-    SW_CHECK(delta == lanes, "a CONTRIB added another number of elements than it carries", at);
+    SW_CHECK(delta == lanes, "a CONTRIB added another number of elements than it carries", at());
     v = contrib_value(p);
   } else {
     const ChildConfig* c = nullptr;
     for (const ChildConfig& ch : j->cfg->children)
       if (ch.id == p.h.sender && ch.port == in_port && same_ep(ch.addr, p.src)) c = &ch;
-    SW_CHECK(c, "a PARTIAL from an address not registered for its child id reached an accumulator", at);
+    SW_CHECK(c, "a PARTIAL from an address not registered for its child id reached an accumulator", at());
     who = 0x10000u | c->id;
     terms = c->ranks;
     lanes = p.chunk_lanes;
-    SW_CHECK(delta == uint64_t(lanes) * terms, "a PARTIAL added another number of elements than it folds", at);
+    SW_CHECK(delta == uint64_t(lanes) * terms, "a PARTIAL added another number of elements than it folds", at());
     const Key3 k3{p.h.job, p.h.op, p.h.chunk};
     if (from_queue && carried && !child_forged_.count(k3)) v = *carried;
   }
   Chunk& c = chunk_for(w, p.h.job, p.h.op, p.h.chunk, lanes);
-  SW_CHECK(c.st == Chunk::OPEN, "a contribution was counted for a chunk that had completed or was abandoned", at);
-  SW_CHECK(!c.got.count(who), "a contribution was counted twice", at);
-  SW_CHECK(c.lanes == lanes, "a contribution of another element count joined the chunk", at);
+  SW_CHECK(c.st == Chunk::OPEN, "a contribution was counted for a chunk that had completed or was abandoned", at());
+  SW_CHECK(!c.got.count(who), "a contribution was counted twice", at());
+  SW_CHECK(c.lanes == lanes, "a contribution of another element count joined the chunk", at());
   c.got.insert(who);
   c.terms += terms;
-  SW_CHECK(c.terms <= c.expected, "a chunk took more contributions than its job has", at);
+  SW_CHECK(c.terms <= c.expected, "a chunk took more contributions than its job has", at());
   if (v.tainted || v.v.size() != lanes) {
     c.tainted = true;
   } else {
@@ -639,38 +642,41 @@ void World::check_outs(int w, const wire::Parsed* query) {
       std::fprintf(stderr, "[%llu]   %s -> %s job %u op %u chunk %u terms %u status %u flags %u to %s\n",
                    static_cast<unsigned long long>(step_), w == kRoot ? "root" : "leaf", wire::name(h.kind), h.job,
                    h.op, h.chunk, h.terms, h.status, h.flags, ep_str(o.dst, o.port).c_str());
-    const std::string what = std::string(w == kRoot ? "root" : "leaf") + " sent " + wire::name(h.kind) + " job " +
-                             std::to_string(h.job) + " op " + std::to_string(h.op) + " chunk " +
-                             std::to_string(h.chunk) + " to " + ep_str(o.dst, o.port);
+    const auto what = [&] {
+      return std::string(w == kRoot ? "root" : "leaf") + " sent " + wire::name(h.kind) + " job " +
+             std::to_string(h.job) + " op " + std::to_string(h.op) + " chunk " + std::to_string(h.chunk) + " to " +
+             ep_str(o.dst, o.port);
+    };
     const bool to_parent =
         w == kLeaf && registered(w, o.dst, o.port, std::nullopt) && o.dst.ip == sw.cfg.parent->addr.ip;
     const bool to_child = w == kRoot && o.port == 2 && o.dst.ip == ip4(10, 9, 0, 2);
     std::vector<uint8_t> body = o.body ? *o.body : std::vector<uint8_t>();
     switch (h.kind) {
       case wire::Kind::RESULT: {
-        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a RESULT went to an address that is no member of its job", what);
+        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a RESULT went to an address that is no member of its job",
+                 what());
         const Key k{h.job, h.op, h.chunk, tenancy(h.job)};
         auto it = chunks_[w].find(k);
         Chunk* c = it == chunks_[w].end() ? nullptr : &it->second;
         if (h.flags & wire::hflag::RETRANSMIT) {
           SW_CHECK(c && c->st == Chunk::DONE,
-                   "a RESULT was re-sent for a chunk this job (this tenancy of a pooled id) never completed", what);
-          SW_CHECK(body == c->result, "a re-sent RESULT is not the bytes first sent", what);
+                   "a RESULT was re-sent for a chunk this job (this tenancy of a pooled id) never completed", what());
+          SW_CHECK(body == c->result, "a re-sent RESULT is not the bytes first sent", what());
           break;
         }
         if (c && c->st == Chunk::DONE && c->step == step_) {
-          SW_CHECK(body == c->result, "one RESULT went out with two bodies", what);
+          SW_CHECK(body == c->result, "one RESULT went out with two bodies", what());
           break;
         }
-        SW_CHECK(c, "a RESULT for a chunk nobody of this tenancy contributed to", what);
+        SW_CHECK(c, "a RESULT for a chunk nobody of this tenancy contributed to", what());
         if (w == kRoot) {
           SW_CHECK(c->st == Chunk::OPEN && c->terms == c->expected, "a RESULT for a chunk that did not complete",
-                   what + ", " + std::to_string(c->terms) + " of " + std::to_string(c->expected) + " terms");
+                   what() + ", " + std::to_string(c->terms) + " of " + std::to_string(c->expected) + " terms");
           SW_CHECK(h.count == c->lanes && h.terms == h.group, "a RESULT's count or terms disagree with its chunk",
-                   what);
+                   what());
           if (!c->tainted && (h.out_dtype == Format::FP32 || h.out_dtype == Format::INT32)) {
             SW_CHECK(body.size() == size_t(c->lanes) * 4 && h.status == 0,
-                     "a RESULT of small integers has another length or a status", what);
+                     "a RESULT of small integers has another length or a status", what());
             for (uint16_t e = 0; e < c->lanes; ++e) {
               int64_t got;
               if (h.out_dtype == Format::FP32) {
@@ -683,16 +689,16 @@ void World::check_outs(int w, const wire::Parsed* query) {
                 got = i;
               }
               SW_CHECK(got == c->sum[e], "a RESULT is not the exact sum of the first contribution of each rank",
-                       what + ", element " + std::to_string(e) + ": " + std::to_string(got) + " instead of " +
+                       what() + ", element " + std::to_string(e) + ": " + std::to_string(got) + " instead of " +
                            std::to_string(c->sum[e]));
             }
           }
         } else {
-          SW_CHECK(c->st == Chunk::WAIT_PARENT, "a leaf forwarded a RESULT for a chunk it had not sent up", what);
+          SW_CHECK(c->st == Chunk::WAIT_PARENT, "a leaf forwarded a RESULT for a chunk it had not sent up", what());
           const auto pr = parent_results_.find({h.job, h.op, h.chunk});
           const bool from_parent =
               pr != parent_results_.end() && std::find(pr->second.begin(), pr->second.end(), body) != pr->second.end();
-          SW_CHECK(from_parent, "a leaf forwarded a RESULT its parent never sent it (on the parent's port)", what);
+          SW_CHECK(from_parent, "a leaf forwarded a RESULT its parent never sent it (on the parent's port)", what());
         }
         c->st = Chunk::DONE;
         c->step = step_;
@@ -700,18 +706,18 @@ void World::check_outs(int w, const wire::Parsed* query) {
         break;
       }
       case wire::Kind::PARTIAL: {
-        SW_CHECK(to_parent, "a PARTIAL went elsewhere than the parent", what);
+        SW_CHECK(to_parent, "a PARTIAL went elsewhere than the parent", what());
         auto it = chunks_[w].find(Key{h.job, h.op, h.chunk, 0});
-        SW_CHECK(it != chunks_[w].end(), "a PARTIAL for a chunk nobody contributed to", what);
+        SW_CHECK(it != chunks_[w].end(), "a PARTIAL for a chunk nobody contributed to", what());
         Chunk& c = it->second;
-        SW_CHECK(c.terms == c.expected && h.terms == c.terms, "a PARTIAL for a chunk that did not complete", what);
+        SW_CHECK(c.terms == c.expected && h.terms == c.terms, "a PARTIAL for a chunk that did not complete", what());
         if (h.flags & wire::hflag::RETRANSMIT) {
-          SW_CHECK(c.st == Chunk::WAIT_PARENT, "a PARTIAL re-sent for a chunk not waiting for its parent", what);
+          SW_CHECK(c.st == Chunk::WAIT_PARENT, "a PARTIAL re-sent for a chunk not waiting for its parent", what());
         } else if (c.st == Chunk::OPEN) {
           c.st = Chunk::WAIT_PARENT;
           c.step = step_;
         } else {
-          SW_CHECK(c.st == Chunk::WAIT_PARENT && c.step == step_, "a chunk sent its PARTIAL twice", what);
+          SW_CHECK(c.st == Chunk::WAIT_PARENT && c.step == step_, "a chunk sent its PARTIAL twice", what());
         }
         Value v;
         v.tainted = c.tainted;
@@ -720,18 +726,20 @@ void World::check_outs(int w, const wire::Parsed* query) {
         break;
       }
       case wire::Kind::STATUS:
-        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a STATUS went to an address that is no member of its job", what);
+        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a STATUS went to an address that is no member of its job",
+                 what());
         if (h.status == wire::qstatus::HELD) {
-          SW_CHECK(query, "a STATUS HELD without a QUERY", what);
+          SW_CHECK(query, "a STATUS HELD without a QUERY", what());
           const auto it = chunks_[w].find(Key{h.job, h.op, h.chunk, tenancy(h.job)});
           SW_CHECK(it != chunks_[w].end() && it->second.got.count(query->h.sender),
-                   "a STATUS HELD for a contribution this rank (of this tenancy) never made", what);
+                   "a STATUS HELD for a contribution this rank (of this tenancy) never made", what());
         }
         break;
       case wire::Kind::JOINED:
-        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a JOINED went to an address that is no member of its job", what);
+        SW_CHECK(member_of(w, h.job, o.dst, o.port), "a JOINED went to an address that is no member of its job",
+                 what());
         break;
-      case wire::Kind::JOIN: SW_CHECK(to_parent, "a JOIN was sent elsewhere than the parent", what); break;
+      case wire::Kind::JOIN: SW_CHECK(to_parent, "a JOIN was sent elsewhere than the parent", what()); break;
       case wire::Kind::NACK:
       case wire::Kind::LEFT:
       case wire::Kind::ALLOCATED:
@@ -747,15 +755,15 @@ void World::check_outs(int w, const wire::Parsed* query) {
       case wire::Kind::CONTRIB:
       case wire::Kind::ALLOC:
       case wire::Kind::LEAVE:
-      case wire::Kind::QUERY: violated("the switch sent a kind only ranks send", what);
+      case wire::Kind::QUERY: violated("the switch sent a kind only ranks send", what());
     }
     // What goes between the two switches waits in the queue.
     if (to_parent || to_child) {
       InFlight f;
       f.to = w == kRoot ? kLeaf : kRoot;
       f.in_port = w == kRoot ? S(kLeaf).cfg.parent->port : 2;
-      f.frame.resize(wire::kMaxFrame + 64);
-      f.frame.resize(wire::build(f.frame.data(), f.frame.size(), o.src, o.dst, h, body, uint16_t(step_)));
+      const size_t n = wire::build(scratch_.data(), scratch_.size(), o.src, o.dst, h, body, uint16_t(step_));
+      f.frame.assign(scratch_.begin(), scratch_.begin() + long(n));
       if (h.kind == wire::Kind::PARTIAL && last_partial_value_) f.value = *last_partial_value_;
       if (!f.frame.empty()) queue_.push_back(std::move(f));
       if (queue_.size() > kMaxQueue) queue_.pop_front();
@@ -769,7 +777,7 @@ void World::feed(int w, std::span<const uint8_t> frame, uint16_t in_port, const 
   Switch& sw = S(w);
   ++step_;
   fresh_alloc_.clear();
-  before_ = bindings();
+  before_ = after_;
   const uint64_t elements = sw.elements();
   wire::Parsed p;
   const wire::Refusal r = wire::parse(frame, wire::PortRange(sw.cfg.udp_port, uint16_t(sw.shards)), &p);
@@ -810,8 +818,10 @@ void World::feed(int w, std::span<const uint8_t> frame, uint16_t in_port, const 
   } else {
     answer(sw.dir, v, p, sw.cap, &sw.limit, now_);
   }
-  if (w == kRoot) observe_pools();
-  after_ = bindings();
+  if (w == kRoot) {
+    observe_pools();
+    refresh_bindings(after_);
+  }
   const uint64_t delta = sw.elements() - elements;
   if (delta) {
     SW_CHECK(r == wire::Refusal::OK && v.admitted(), "a refused frame reached an accumulator",
@@ -826,11 +836,13 @@ void World::tick_all() {
     Switch& sw = S(w);
     ++step_;
     fresh_alloc_.clear();
-    before_ = bindings();
+    before_ = after_;
     const uint64_t elements = sw.elements();
     for (auto& red : sw.red) red->tick(now_, sw.cap);
-    if (w == kRoot) observe_pools();
-    after_ = bindings();
+    if (w == kRoot) {
+      observe_pools();
+      refresh_bindings(after_);
+    }
     SW_CHECK(sw.elements() == elements, "a tick reached an accumulator", "");
     check_outs(w, nullptr);
   }
