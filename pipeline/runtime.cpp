@@ -92,13 +92,16 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
   start_ports(shared_nothing ? uint32_t(lcores.size()) : 1);
   // 4. Stages, from the ports' end back to RX, each made with what it hands on to; 5. their lcores.
   if (shared_nothing) {
-    for (unsigned id : lcores) lcores_.push_back({id, {}, nullptr});
+    for (unsigned id : lcores) lcores_.push_back({id, {}, nullptr, nullptr});
     wire_shared_nothing();
   } else {
     wire_stages();
     assign_lcores(lcores);
   }
-  for (Lcore& l : lcores_) l.idle = std::make_unique<IdleWait>(cfg.polling, cfg.polling_sleep_max_us);
+  for (Lcore& l : lcores_) {
+    l.idle = std::make_unique<IdleWait>(cfg.polling, cfg.polling_sleep_max_us);
+    l.clock = std::make_unique<StallClock>(stall_tsc());
+  }
   PRISM_LOG(INFO, "polling: %s%s\n", name(cfg.polling),
             cfg.polling == Polling::ADAPTIVE
                 ? (" (an idle lcore sleeps up to " + std::to_string(cfg.polling_sleep_max_us) + " us)").c_str()
@@ -427,7 +430,7 @@ void Runtime::wire_shared_nothing() {
 std::vector<Runtime::LcoreView> Runtime::lcores() const {
   std::vector<LcoreView> v;
   for (const Lcore& l : lcores_) {
-    LcoreView lv{l.id, {}, nullptr, {}, l.idle.get()};
+    LcoreView lv{l.id, {}, nullptr, {}, l.idle.get(), l.clock.get()};
     for (Stage* s : l.stages) {
       if (auto* r = dynamic_cast<const RxStage*>(s)) lv.rx.push_back(r);
       if (auto* b = dynamic_cast<const InboxStage*>(s)) lv.inbox = b;
@@ -441,7 +444,7 @@ std::vector<Runtime::LcoreView> Runtime::lcores() const {
 // Pipelined: RX and TX on the main lcore, reducers spread over the others;
 // one lcore runs them all when it is the only one.
 void Runtime::assign_lcores(const std::vector<unsigned>& ids) {
-  for (unsigned id : ids) lcores_.push_back({id, {}, nullptr});
+  for (unsigned id : ids) lcores_.push_back({id, {}, nullptr, nullptr});
   for (auto& s : rx_) lcores_[0].stages.push_back(s.get());
   if (lcores_.size() == 1)
     for (auto& s : red_) lcores_[0].stages.push_back(s.get());
@@ -469,18 +472,37 @@ int Runtime::lcore_main(void* arg) {
   return 0;
 }
 
+uint64_t Runtime::stall_tsc() const {
+  const uint64_t us = std::max<uint64_t>(50000, 4ull * cfg_.polling_sleep_max_us);
+  return tsc_hz_ / 1000000 * us;
+}
+
+uint64_t Runtime::now_tsc() const { return lcores_.at(0).clock->view(rte_rdtsc()); }
+
+// Every stage of the lcore sees its StallClock, not the TSC: time in which
+// the lcore did not run (SIGSTOP, a paused VM) does not count against ops.
 void Runtime::loop(Lcore& l, bool main) {
-  uint64_t next_check = 0;
+  uint64_t next_check = 0, stalls = 0, skipped = 0;
+  StallClock& clock = *l.clock;
   l.idle->start();
   while (!stop_.load(std::memory_order_relaxed)) {
-    uint64_t now = rte_rdtsc();
+    uint64_t now = clock.at(rte_rdtsc());
     unsigned pass = 0;
     for (Stage* s : l.stages) {  // each stage's busy time: one TSC read per stage and pass
       const unsigned moved = s->poll(now);
-      const uint64_t t = rte_rdtsc();
+      const uint64_t t = clock.at(rte_rdtsc());
       if (moved) s->busy_tsc.add(t - now);
       pass += moved;
       now = t;
+    }
+    if (clock.stalls() != stalls) [[unlikely]] {
+      stalls = clock.stalls();
+      PRISM_LOG(WARNING,
+                "lcore %u did not run for %.3f s (stopped, paused or starved): time it did not run does not count "
+                "against ops (%llu stalls, %.3f s in all)\n",
+                l.id, double(clock.skipped() - skipped) / double(tsc_hz_), (unsigned long long)stalls,
+                double(clock.skipped()) / double(tsc_hz_));
+      skipped = clock.skipped();
     }
     l.idle->after_pass(pass);  // adaptive: a pass that moved nothing may sleep (idle.hpp)
     if (main && now >= next_check) {
@@ -493,7 +515,7 @@ void Runtime::loop(Lcore& l, bool main) {
 bool Runtime::idle(uint64_t now) const {
   uint64_t last = start_tsc_;
   for (const auto& r : rx_) last = std::max(last, r->last_rx_tsc());
-  if (now - last < uint64_t(opt_.exit_when_idle_ms) * tsc_hz_ / 1000) return false;
+  if (now < last || now - last < uint64_t(opt_.exit_when_idle_ms) * tsc_hz_ / 1000) return false;
   for (const auto& r : rings_)
     if (!rte_ring_empty(r)) return false;
   for (const auto& s : rx_)
@@ -506,7 +528,7 @@ bool Runtime::idle(uint64_t now) const {
 }
 
 int Runtime::run() {
-  start_tsc_ = rte_get_tsc_cycles();
+  start_tsc_ = lcores_[0].clock->at(rte_rdtsc());
   for (size_t i = 1; i < lcores_.size(); ++i) {
     if (lcores_[i].stages.empty()) continue;
     rte_eal_remote_launch(&Runtime::lcore_main, &lcores_[i], lcores_[i].id);

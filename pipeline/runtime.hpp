@@ -23,6 +23,7 @@
 #include "steer.hpp"
 #include "switch/directory.hpp"
 #include "tx.hpp"
+#include "util/stall_clock.hpp"
 
 namespace prism::pipe {
 
@@ -83,7 +84,8 @@ class Runtime {
     std::vector<const RxStage*> rx;
     const InboxStage* inbox = nullptr;
     std::vector<const ReduceStage*> shards;
-    const IdleWait* idle = nullptr;  // how much it slept (polling: adaptive)
+    const IdleWait* idle = nullptr;     // how much it slept (polling: adaptive)
+    const StallClock* clock = nullptr;  // its stalls: time it did not run, left out of its clock
   };
   std::vector<LcoreView> lcores() const;
   // How a port steers each shard to its lcore (shared nothing), and its queues.
@@ -98,6 +100,12 @@ class Runtime {
   // The DPDK port behind a configured port.
   uint16_t dpdk_port(uint16_t cfg_port) const { return dpdk_port_.at(cfg_port); }
   uint64_t tsc_hz() const { return tsc_hz_; }
+  // The switch's clock now, in TSC ticks, as the main lcore's stages see it
+  // (the TSC less the stalls it saw): for telemetry's ages.
+  uint64_t now_tsc() const;
+  // A gap between two of an lcore's clock readings longer than this is a
+  // stall, left out of its clock: 50 ms, or 4 adaptive sleeps at their longest.
+  uint64_t stall_tsc() const;
   // Each packet goes RX -> reducer -> TX in one call chain on one lcore,
   // without rings (shared nothing, or one lcore pipelined; round_robin).
   bool run_to_completion() const { return run_to_completion_; }
@@ -106,7 +114,8 @@ class Runtime {
   struct Lcore {
     unsigned id;
     std::vector<Stage*> stages;
-    std::unique_ptr<IdleWait> idle;  // polling: busy or adaptive
+    std::unique_ptr<IdleWait> idle;     // polling: busy or adaptive
+    std::unique_ptr<StallClock> clock;  // the time its stages see (util/stall_clock.hpp)
   };
   struct PortInfo {  // what setup learned of a port's device
     bool can_chain = false;

@@ -138,6 +138,10 @@ int tel_lcores(const char*, const char*, rte_tel_data* d) {
       for (const auto& [name, n] : sums(routes, kRouteCounters)) rte_tel_data_add_dict_u64(d, (k + name).c_str(), n);
       if (l.inbox) dict_add(d, k + "inbox_", l.inbox->counters(), kInboxCounters);
       if (l.idle) dict_add(d, k, l.idle->counters(), kIdleCounters);
+      if (l.clock) {
+        rte_tel_data_add_dict_u64(d, (k + "stalls").c_str(), l.clock->stalls());
+        rte_tel_data_add_dict_u64(d, (k + "stalled_ms").c_str(), l.clock->skipped() * 1000 / rt.tsc_hz());
+      }
       for (const ReduceStage* r : l.shards)
         rte_tel_data_add_dict_u64(d, (k + "shard" + std::to_string(r->shard()) + "_packets").c_str(),
                                   r->counters().dequeued.get());
@@ -186,7 +190,7 @@ int tel_jobs(const char*, const char*, rte_tel_data* d) {
 }
 
 // Job pools: the switch's clock as the shards read it (their now_ns), for idle times.
-uint64_t now_ns(const Runtime& rt) { return uint64_t(double(rte_get_tsc_cycles()) * (1e9 / double(rt.tsc_hz()))); }
+uint64_t now_ns(const Runtime& rt) { return uint64_t(double(rt.now_tsc()) * (1e9 / double(rt.tsc_hz()))); }
 
 // A pool's ids and counters, as "name value" pairs: telemetry and the summary.
 std::vector<std::pair<std::string, uint64_t>> pool_fields(const sw::Pool& p) {
@@ -352,6 +356,11 @@ void print_summary(const Runtime& rt, bool report_incomplete) {
       std::printf("  lcore %u (shards %s): rx %llu, %s%s\n", l.id, shard_list(l).c_str(), (unsigned long long)rx,
                   pairs(sums(routes, kRouteCounters)).c_str(), inbox.c_str());
     }
+  for (const Runtime::LcoreView& l : rt.lcores())
+    if (l.clock && l.clock->stalls())
+      std::printf("  lcore %u stalls: %llu, %.3f s not counted against ops (the longest %.3f s)\n", l.id,
+                  (unsigned long long)l.clock->stalls(), double(l.clock->skipped()) / double(rt.tsc_hz()),
+                  double(l.clock->longest()) / double(rt.tsc_hz()));
   if (rt.config().polling == Polling::ADAPTIVE)
     for (const Runtime::LcoreView& l : rt.lcores())
       if (l.idle)

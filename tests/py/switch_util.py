@@ -233,6 +233,7 @@ class Summary:
     pools: dict = field(default_factory=dict)      # pool id -> {first, count, max_group, free, allocated, ...}
     pooled_jobs: dict = field(default_factory=dict)  # job -> {state, group, bound, idle_ms} (jobs not free)
     polling: dict = field(default_factory=dict)    # lcore -> {sleeps, slept_us} (polling: adaptive)
+    stalls: dict = field(default_factory=dict)     # lcore -> (stalls, seconds left out, the longest)
     oversize: dict = field(default_factory=dict)   # port -> frames above its MTU (the operator's hint line)
     header: str = ''
 
@@ -265,6 +266,7 @@ _ABANDONED = re.compile(r'^  INCOMPLETE job (\d+): (\d+) op chunks abandoned aft
 _POOL = re.compile(r'^  pool (\d+): ' + _PAIRS + '$')
 _POOLED = re.compile(r'^    pooled job (\d+) ([a-z]+): ' + _PAIRS + '$')
 _POLLING = re.compile(r'^  lcore (\d+) polling adaptive: ' + _PAIRS + '$')
+_STALLS = re.compile(r'^  lcore (\d+) stalls: (\d+), ([0-9.]+) s not counted against ops \(the longest ([0-9.]+) s\)$')
 _OVERSIZE = re.compile(r"^  port (\d+): (\d+) frames larger than the port's MTU \(a GSO super-packet .*\)$")
 
 
@@ -310,6 +312,8 @@ def parse_summary(stdout: str) -> Summary:
             s.incomplete.append(tuple(map(int, m.groups())))
         elif m := _ABANDONED.match(ln):
             s.abandoned[int(m[1])] = int(m[2])
+        elif m := _STALLS.match(ln):
+            s.stalls[int(m[1])] = (int(m[2]), float(m[3]), float(m[4]))
         elif m := _POLLING.match(ln):
             s.polling[int(m[1])] = _pairs(m[2])
         elif m := _OVERSIZE.match(ln):

@@ -1,0 +1,132 @@
+"""A switch that stays up (issue 39; docs/PROTOCOL.md, "Stalls, restarts and
+stops"): prism-rank processes in their own network namespaces (scripts/testbed.py)
+run checked allreduces, each result compared by the rank with its own reference
+model of the whole job (--check), while the switch is frozen (SIGSTOP) and
+continued, killed and started again, or stopped.
+
+Needs root; skips without it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import switch_util as su
+from test_pool import pool_yaml
+from testbed import make_testbed, skip_unless_possible  # noqa: F401
+
+RANK = su.BUILD / 'app' / 'prism-rank'
+PORT = 20562  # the testbed switch's udp_port
+
+
+def run_async(tb, command, ranks=None, timeout=120, label=None):
+    """tb.run in a thread: (thread, box) where box[0] gets the runs."""
+    box = []
+    t = threading.Thread(target=lambda: box.append(tb.run(command, timeout=timeout, ranks=ranks, label=label)))
+    t.start()
+    return t, box
+
+
+def checked(repeat: int, size: str = '1MiB', *extra) -> list[str]:
+    return [str(RANK), '--config', '{config}', '--rank', '{rank}', '--size', size, '--repeat', str(repeat),
+            '--check', '--timeout-ms', '10000', *map(str, extra)]
+
+
+def completed(tb, sw='switch', job=7) -> int:
+    jobs = tb.telemetry(sw, ['/prism/jobs']).get('/prism/jobs') or {}
+    return jobs.get(f'job{job}_chunks_completed', 0)
+
+
+def assert_exact(runs, repeat: int):
+    for r in runs:
+        assert not r.timed_out and r.rc == 0, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr[-3000:]}'
+        assert f'identical to the reference model ({repeat} collectives)' in r.stdout, r.stdout
+
+
+def pooled(repeat: int, size: str = '1MiB') -> list[str]:
+    """A group of every testbed rank that takes a job from pool 1000 (rendezvous through a file)."""
+    return [str(RANK), '--store', 'file://{dir}/store', '--ranks', '{ranks}', '--rank', '{rank}', '--switch',
+            f'{{switch_ip}}:{PORT}', '--pool', '1000', '--algo', 'switch', '--size', size, '--repeat', str(repeat),
+            '--check', '--timeout-ms', '10000']
+
+
+def pooled_completed(tb) -> int:
+    jobs = tb.telemetry('switch', ['/prism/jobs']).get('/prism/jobs') or {}
+    return sum(v for k, v in jobs.items() if k.startswith('job1') and k.endswith('_chunks_completed'))
+
+
+def freeze(tb, name: str, seconds: float):
+    """SIGSTOP the switch `name` for `seconds`, then SIGCONT."""
+    sw = next(s for s in tb.switches if s.name == name)
+    os.kill(sw.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(sw.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize('seconds', [1, 3, 8])
+def test_a_switch_frozen_mid_job_loses_no_op(make_testbed, seconds):
+    """The switch is frozen (SIGSTOP) for 1, 3 or 8 s while 4 ranks run checked 1 MiB allreduces
+    (op_timeout_ms 3000, the ranks' own timeout 10 s): the time it did not run does not count
+    against an op, so every rank finishes and every result is exact."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4)
+    repeat = 300
+    ranks, box = run_async(tb, checked(repeat), timeout=240)
+    assert su.wait_for(lambda: completed(tb) > 2000, 60), 'the job did not get under way'
+    assert ranks.is_alive(), 'the ranks finished before the switch was frozen: make the run longer'
+    freeze(tb, 'switch', seconds)
+    ranks.join()
+    assert_exact(box[0], repeat)
+    exit = tb.stop_switches()['switch']
+    s = su.parse_summary(exit.stdout)
+    assert s.jobs[7]['timed_out'] == 0 and s.jobs[7]['in_flight'] == 0, s.jobs
+    # The switch saw the stall and says so: the summary, and a warning when it woke.
+    stalls, left_out, longest = s.stalls[0]
+    assert stalls >= 1 and seconds - 0.2 <= longest <= left_out < seconds + 2, s.stalls
+    assert 'did not run for' in exit.stderr, exit.stderr[-2000:]
+
+
+def test_a_switch_frozen_under_a_pooled_job_loses_no_op(make_testbed):
+    """A group takes a job from a pool and runs checked allreduces; the switch frozen 3 s (its
+    pool's idle reclaim and the op's timeout both stand still): every rank finishes exact, and
+    the pooled job is released as usual at the end."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='bridge', settings={'pools': pool_yaml(1000, 2, 4, '10.88.0.0/24', 2000)})
+    repeat = 200
+    ranks, box = run_async(tb, pooled(repeat), timeout=240)
+    assert su.wait_for(lambda: pooled_completed(tb) > 2000, 60), 'the pooled job did not get under way'
+    assert ranks.is_alive(), 'the ranks finished before the switch was frozen: make the run longer'
+    freeze(tb, 'switch', 3)
+    ranks.join()
+    assert_exact(box[0], repeat)
+    s = su.parse_summary(tb.stop_switches()['switch'].stdout)
+    assert s.pools[1000]['reclaimed'] == 0 and s.pools[1000]['free'] == 2, s.pools
+    assert s.stalls[0][0] >= 1
+
+
+def test_the_ranks_own_timeout_fires_when_the_switch_is_gone_for_good(make_testbed):
+    """The switch frozen and never continued: the ranks do not wait for ever: each fails after
+    its own timeout (--timeout-ms 4000) with an error that says no result came."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4)
+    cmd = checked(100000)
+    cmd[cmd.index('--timeout-ms') + 1] = '4000'
+    ranks, box = run_async(tb, cmd, timeout=60)
+    assert su.wait_for(lambda: completed(tb) > 2000, 60), 'the job did not get under way'
+    sw = tb.switches[0]
+    os.kill(sw.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        ranks.join()
+    finally:
+        os.kill(sw.pid, signal.SIGCONT)
+    assert time.monotonic() - t0 < 4 + 6, 'the ranks waited far past their timeout'
+    for r in box[0]:
+        assert not r.timed_out and r.rc == 1, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'no RESULT for' in r.stderr, r.stderr
