@@ -603,6 +603,12 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
   c.retention_ms = uint32_t(rd.uint_or(root, "retention_ms", "", 0, 3600000, 1000));
   c.retention_mib = uint32_t(rd.uint_or(root, "retention_mib", "", 0, 4096, 64));
   c.op_timeout_ms = uint32_t(rd.uint_or(root, "op_timeout_ms", "", 0, 3600000, 3000));
+  c.peer_timeout_ms =
+      uint32_t(rd.uint_or(root, "peer_timeout_ms", "", 0, 3600000, std::max<uint32_t>(15000, c.op_timeout_ms)));
+  if (c.op_timeout_ms && c.peer_timeout_ms < c.op_timeout_ms)
+    rd.fail(root["peer_timeout_ms"], "peer_timeout_ms",
+            std::to_string(c.peer_timeout_ms) + " is below op_timeout_ms (" + std::to_string(c.op_timeout_ms) +
+                "): an op waiting for another switch is given at least op_timeout_ms");
   c.partial_retry_ms = uint32_t(rd.uint_or(root, "partial_retry_ms", "", 0, 3600000, 200));
   if (const YAML::Node r = root["rings"]) {
     rd.only(r, "rings", {"size"});
@@ -669,10 +675,10 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
                       ": not valid YAML: " + e.msg);
   }
   if (!root || root.IsNull()) throw ConfigError(name + ": the file is empty: see configs/reference.yaml");
-  rd.only(
-      root, "",
-      {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms", "partial_retry_ms",
-       "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools", "polling", "polling_sleep_max_us"});
+  rd.only(root, "",
+          {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
+           "peer_timeout_ms", "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools",
+           "polling", "polling_sleep_max_us"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);

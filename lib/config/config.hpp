@@ -190,9 +190,14 @@ struct SwitchConfig {
   std::vector<JobConfig> jobs;
   std::vector<PoolConfig> pools;
   int kulisch_width = kMaxWidth;
-  uint32_t retention_ms = 1000;     // how long a completed result is kept for retransmission
-  uint32_t retention_mib = 64;      // room per reducer shard for retained results (0: none are kept)
-  uint32_t op_timeout_ms = 3000;    // an incomplete op is abandoned after this (0: never)
+  uint32_t retention_ms = 1000;   // how long a completed result is kept for retransmission
+  uint32_t retention_mib = 64;    // room per reducer shard for retained results (0: none are kept)
+  uint32_t op_timeout_ms = 3000;  // an incomplete op is abandoned after this (0: never)
+  // An op whose own members have all contributed and that waits only for
+  // another switch (a root for a child's PARTIAL, a leaf for its parent's
+  // RESULT) is abandoned after this instead: that switch judges it, and may
+  // be stalled or restarting meanwhile (at least op_timeout_ms).
+  uint32_t peer_timeout_ms = 15000;
   uint32_t partial_retry_ms = 200;  // a leaf re-sends a PARTIAL whose RESULT is this late (0: never)
   uint32_t ring_size = 1024;        // VOQ ring entries (power of two)
   ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;

@@ -27,7 +27,8 @@ struct Reducer::Slot {
   State state = State::FREE;
   uint32_t gen = 0;                // bumped each time the slot opens: tells a reuse from the op before
   uint32_t pool_gen = 0;           // a pooled job's generation when it opened (switch/pool.hpp)
-  int32_t older = -1, newer = -1;  // neighbours in the open-order list
+  int32_t older = -1, newer = -1;  // neighbours in the open-order list (or the peer list)
+  bool waits_on_peer = false;      // on the peer list: only another switch can complete it
   const Job* job = nullptr;
   wire::Header desc;  // the op's descriptor, fixed by the first packet
   std::unique_ptr<Accumulator> acc;
@@ -74,6 +75,7 @@ void Reducer::Slot::start(const SlotKey& k, const Job& j, uint32_t job_gen, cons
   pool_gen = job_gen;
   t_open = now_ns;
   state = State::OPEN;
+  waits_on_peer = false;
 }
 
 Reducer::Reducer(const Directory& dir, uint32_t slots, size_t mtu, uint32_t shard, size_t result_mtu,
@@ -244,14 +246,7 @@ Reducer::Slot* Reducer::open(const wire::Parsed& p, const Verdict& v, ResultLog:
   free_.pop_back();
   index_.put(key, uint32_t(idx) + 1);
   cache_[cache_at(key)] = idx;
-  // The newest open slot: the end of the open-order list.
-  s.older = newest_open_;
-  s.newer = -1;
-  if (newest_open_ >= 0)
-    slots_[size_t(newest_open_)]->newer = idx;
-  else
-    oldest_open_ = idx;
-  newest_open_ = idx;
+  link_newest(s);  // the newest open slot: the end of the open-order list
   ++js.opened;
   ++js.in_flight;
   dir_.note_op(job, s.key.op, shard_);  // sessions start past every op opened
@@ -676,11 +671,40 @@ void Reducer::abandon(Slot& s, Sink& out) {
   release(s);
 }
 
+// The two lists of open slots, each in the order the slots opened: those
+// this switch judges by op_timeout_ms, and those that wait only for another
+// switch, judged by peer_timeout_ms (moved there, oldest first, when their
+// op_timeout_ms passed: the peer list stays in opening order too).
+void Reducer::link_newest(Slot& s) {
+  int32_t& oldest = s.waits_on_peer ? oldest_peer_ : oldest_open_;
+  int32_t& newest = s.waits_on_peer ? newest_peer_ : newest_open_;
+  s.older = newest;
+  s.newer = -1;
+  (newest >= 0 ? slots_[size_t(newest)]->newer : oldest) = s.self;
+  newest = s.self;
+}
+
+void Reducer::unlink(Slot& s) {
+  int32_t& oldest = s.waits_on_peer ? oldest_peer_ : oldest_open_;
+  int32_t& newest = s.waits_on_peer ? newest_peer_ : newest_open_;
+  (s.older >= 0 ? slots_[size_t(s.older)]->newer : oldest) = s.newer;
+  (s.newer >= 0 ? slots_[size_t(s.newer)]->older : newest) = s.older;
+}
+
+// Every contribution this switch's own members owe is in: what is missing is
+// another switch's (a leaf's parent's RESULT, a root's child's PARTIAL).
+bool Reducer::waits_only_on_peers(const Slot& s) const {
+  if (s.state == State::WAIT_PARENT) return true;
+  if (s.job->children.empty()) return false;
+  for (const Member& m : s.job->local_members())
+    if (!s.has_rank(m.id)) return false;
+  return true;
+}
+
 void Reducer::release(Slot& s) {
   index_.erase(s.key);
+  unlink(s);
   s.state = State::FREE;
-  (s.older >= 0 ? slots_[size_t(s.older)]->newer : oldest_open_) = s.newer;
-  (s.newer >= 0 ? slots_[size_t(s.newer)]->older : newest_open_) = s.older;
   free_.push_back(s.self);
   --stats_of_[s.job->index]->in_flight;
   --stats_.slots_in_use;
@@ -690,11 +714,12 @@ void Reducer::release(Slot& s) {
 // them (their ranks are unbound), so they are given up now, silently, rather
 // than after op_timeout_ms. Looked at every 100 ms; costs a walk of the open slots.
 void Reducer::abandon_released() {
-  for (int32_t i = oldest_open_; i >= 0;) {
-    Slot& s = *slots_[size_t(i)];
-    i = s.newer;
-    if (s.job->pooled && s.job->pooled->generation() != s.pool_gen) give_up(s);
-  }
+  for (const int32_t head : {oldest_open_, oldest_peer_})
+    for (int32_t i = head; i >= 0;) {
+      Slot& s = *slots_[size_t(i)];
+      i = s.newer;
+      if (s.job->pooled && s.job->pooled->generation() != s.pool_gen) give_up(s);
+    }
 }
 
 void Reducer::give_up(Slot& s) {
@@ -731,8 +756,19 @@ void Reducer::expire(uint64_t now_ns, Sink& out) {
   }
   const uint64_t timeout = uint64_t(dir_.config().op_timeout_ms) * 1000000;
   if (timeout == 0) return;
-  while (oldest_open_ >= 0 && slots_[size_t(oldest_open_)]->t_open + timeout <= now_ns)
-    abandon(*slots_[size_t(oldest_open_)], out);
+  const uint64_t peer_timeout = std::max(timeout, uint64_t(dir_.config().peer_timeout_ms) * 1000000);
+  while (oldest_open_ >= 0 && slots_[size_t(oldest_open_)]->t_open + timeout <= now_ns) {
+    Slot& s = *slots_[size_t(oldest_open_)];
+    if (peer_timeout > timeout && waits_only_on_peers(s)) {  // the other switch judges it
+      unlink(s);
+      s.waits_on_peer = true;
+      link_newest(s);
+      continue;
+    }
+    abandon(s, out);
+  }
+  while (oldest_peer_ >= 0 && slots_[size_t(oldest_peer_)]->t_open + peer_timeout <= now_ns)
+    abandon(*slots_[size_t(oldest_peer_)], out);
 }
 
 }  // namespace prism::sw

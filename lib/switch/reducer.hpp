@@ -188,6 +188,9 @@ class alignas(64) Reducer {
   void abandon(Slot& s, Sink& out);
   void give_up(Slot& s);  // abandoned with nobody to tell
   void release(Slot& s);
+  void link_newest(Slot& s);
+  void unlink(Slot& s);
+  bool waits_only_on_peers(const Slot& s) const;
   // Counts the drop and, when the reason has one and `from` a reply token, NACKs the admitted sender.
   void refuse(Drop d, const wire::Parsed& p, const Verdict& v, const Member& from, Sink& out);
   // The resend budget (SECURITY-REVIEW F8): every packet a member sends this
@@ -225,6 +228,8 @@ class alignas(64) Reducer {
   // Open slots in the order they opened (a doubly linked list through the
   // slots): the oldest is the first to time out, so a tick looks at one.
   int32_t oldest_open_ = -1, newest_open_ = -1;
+  // Open slots that wait only for another switch, past their op_timeout_ms: also in opening order.
+  int32_t oldest_peer_ = -1, newest_peer_ = -1;
   std::vector<std::pair<int32_t, uint32_t>> waiting_;  // (slot, its generation): leaves waiting for the parent
   ResultLog log_;                                      // completed results, and tombstones of the chunks let go
   Sessions sessions_;

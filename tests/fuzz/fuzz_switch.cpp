@@ -107,6 +107,7 @@ reducers: {shards: 3}
 retention_ms: 200
 retention_mib: 1
 op_timeout_ms: 300
+peer_timeout_ms: 600
 )";
 
 // The leaf: job 9's ranks 2 and 3, its parent the root's port 2, two shards.
@@ -125,6 +126,7 @@ reducers: {shards: 2}
 retention_ms: 200
 retention_mib: 1
 op_timeout_ms: 300
+peer_timeout_ms: 600
 partial_retry_ms: 50
 )";
 
@@ -1108,7 +1110,7 @@ void World::run(Reader& in) {
   }
 }
 
-// Traffic stops: the clock goes far past op_timeout_ms, retention_ms and
+// Traffic stops: the clock goes far past op_timeout_ms, peer_timeout_ms, retention_ms and
 // every idle_timeout_ms, every shard ticks (a few times: the released jobs'
 // slots are swept 100 ms after the release), and nothing may be left.
 void World::quiesce() {

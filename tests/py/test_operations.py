@@ -92,6 +92,27 @@ def test_a_switch_frozen_mid_job_loses_no_op(make_testbed, seconds):
     assert 'did not run for' in exit.stderr, exit.stderr[-2000:]
 
 
+@pytest.mark.parametrize('which', ['leaf', 'root'])
+def test_a_frozen_leaf_or_root_loses_no_op(make_testbed, which):
+    """Two ranks behind a leaf, two behind the root: the leaf, or the root, frozen for 8 s while
+    they run checked allreduces. The running switch leaves the ops that wait only on the frozen
+    one to it (peer_timeout_ms, 15 s, not op_timeout_ms, 3 s): every rank finishes exact."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='tree')
+    repeat = 200
+    ranks, box = run_async(tb, checked(repeat), timeout=240)
+    assert su.wait_for(lambda: completed(tb, 'root') > 2000, 60), 'the job did not get under way'
+    assert ranks.is_alive(), 'the ranks finished before the switch was frozen: make the run longer'
+    freeze(tb, which, 8)
+    ranks.join()
+    assert_exact(box[0], repeat)
+    exits = tb.stop_switches()
+    for name, e in exits.items():
+        s = su.parse_summary(e.stdout)
+        assert s.jobs[7]['timed_out'] == 0 and s.jobs[7]['in_flight'] == 0, (name, s.jobs)
+    assert su.parse_summary(exits[which].stdout).stalls[0][0] >= 1
+
+
 def test_a_switch_frozen_under_a_pooled_job_loses_no_op(make_testbed):
     """A group takes a job from a pool and runs checked allreduces; the switch frozen 3 s (its
     pool's idle reclaim and the op's timeout both stand still): every rank finishes exact, and

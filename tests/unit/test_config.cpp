@@ -209,6 +209,7 @@ TEST(ConfigReference, LoadsWithTheDocumentedValues) {
   EXPECT_EQ(c.retention_ms, 1000u);
   EXPECT_EQ(c.retention_mib, 64u);
   EXPECT_EQ(c.op_timeout_ms, 3000u);
+  EXPECT_EQ(c.peer_timeout_ms, 15000u);
   EXPECT_EQ(c.ring_size, 1024u);
   EXPECT_EQ(c.arbiter, prism::ArbiterMode::ROUND_ROBIN);
   EXPECT_EQ(c.arbiter_seed, 1u);
@@ -342,6 +343,7 @@ TEST(ConfigValid, NumbersAtTheEdgesOfTheirRanges) {
   EXPECT_EQ(c.lcores, (std::vector<unsigned>{1023, 0}));
   EXPECT_EQ(c.retention_mib, 4096u);
   EXPECT_EQ(c.op_timeout_ms, 3600000u);
+  EXPECT_EQ(c.peer_timeout_ms, 3600000u);  // by default at least op_timeout_ms
   EXPECT_EQ(parse_config(with(kBase, "size: 256", "size: 64")).ring_size, 64u);
   // The low edges: no retention at all, and no timeout.
   const SwitchConfig z = parse_config(kBase + "retention_mib: 0\nop_timeout_ms: 0\n");
@@ -492,6 +494,8 @@ TEST(ConfigErrors, TopLevelKeyPathsHaveNoLeadingDot) {
   expect_error(kBase + "kulisch_width: 7\n", 21, "kulisch_width", {"out of range", "8..4096"});
   expect_error(kBase + "retention_ms: x\n", 21, "retention_ms", {"not a whole number"});
   expect_error(kBase + "op_timeout_ms: -1\n", 21, "op_timeout_ms", {"not a whole number"});
+  expect_error(kBase + "op_timeout_ms: 3000\npeer_timeout_ms: 2999\n", 22, "peer_timeout_ms",
+               {"2999 is below op_timeout_ms (3000)"});
   expect_error(kBase + "retention_mib: 1.5\n", 21, "retention_mib", {"not a whole number"});
 }
 

@@ -323,8 +323,8 @@ jobs:
 
 // Addressed to switch port `to` (the one it is fed on: a frame for another
 // port's address is not the switch's, F19).
-std::vector<uint8_t> contrib_from(const SwitchConfig& c, const wire::Endpoint& src, uint16_t sender,
-                                  uint8_t flags = 0, uint16_t to = 0) {
+std::vector<uint8_t> contrib_from(const SwitchConfig& c, const wire::Endpoint& src, uint16_t sender, uint8_t flags = 0,
+                                  uint16_t to = 0) {
   wire::Header h;
   h.kind = wire::Kind::CONTRIB;
   h.job = 7;
@@ -893,9 +893,66 @@ op_timeout_ms: 50
   EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
 }
 
-// A leaf whose parent never answers gives up op_timeout_ms after the chunk
-// opened, like a root: its four ranks all contributed, so all four are told,
-// terms 4 and a bitmap with no rank missing here (0x00).
+// A root whose own members have all contributed and that waits only for a
+// child's PARTIAL leaves the chunk to the child past op_timeout_ms (the child
+// may be stalled or restarting) and gives it up at peer_timeout_ms; a chunk
+// that also lacks one of its own members goes at op_timeout_ms, in opening
+// order, the other list or not.
+TEST(Switch, ARootWaitsForAChildUntilPeerTimeoutButNotForItsOwnMembers) {
+  Switch sw(R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+    children:
+      - {id: 2, port: 0, mac: "02:00:00:00:f0:01", ip: 10.0.0.9, ranks: 2}
+op_timeout_ms: 50
+peer_timeout_ms: 400
+)");
+  wire::Header h;
+  h.kind = wire::Kind::CONTRIB;
+  h.job = 7;
+  h.group = 4;
+  h.count = 1;
+  const float x = 1.0f;
+  const auto send = [&](uint32_t op, uint16_t r, uint64_t now) {
+    h.op = op;
+    h.sender = r;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), member_ep(sw.cfg, r), {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(&x), 4}));
+    sw.feed(f, 0, now);
+  };
+  send(1, 0, 0);  // op 1: both members in, the child's PARTIAL missing
+  send(1, 1, 0);
+  send(2, 0, 10'000'000);  // op 2: member 1 missing too
+  sw.red.tick(100'000'000, sw.cap);
+  ASSERT_EQ(sw.cap.outs.size(), 1u);  // op 2 only, to its one contributor
+  EXPECT_EQ(sw.cap.outs[0].h.op, 2u);
+  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  sw.cap.outs.clear();
+  sw.red.tick(399'999'999, sw.cap);
+  EXPECT_TRUE(sw.cap.outs.empty());
+  sw.red.tick(400'000'000, sw.cap);
+  ASSERT_EQ(sw.cap.outs.size(), 2u);  // op 1, to both members, naming no member of this switch
+  for (const Out& o : sw.cap.outs) {
+    EXPECT_EQ(o.h.op, 1u);
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+    EXPECT_EQ(o.h.terms, 2);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x00});
+  }
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+}
+
+// A leaf whose parent never answers gives up peer_timeout_ms after the chunk
+// opened: its four ranks all contributed, so all four are told, terms 4 and a
+// bitmap with no rank missing here (0x00).
 TEST(Switch, ALeafAbandonsAChunkItsParentNeverAnswered) {
   Switch leaf(R"(
 switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:fe:00", ip: 10.9.0.1}}
@@ -930,7 +987,13 @@ partial_retry_ms: 0
   }
   ASSERT_EQ(leaf.cap.outs.size(), 1u);  // the PARTIAL
   leaf.cap.outs.clear();
+  // Its own members are all in: past op_timeout_ms the chunk waits on (the parent judges it, and
+  // may be stalled or restarting), until peer_timeout_ms (by default 15 000 ms, at least op_timeout_ms).
   leaf.red.tick(1'000'000'010, leaf.cap);
+  leaf.red.tick(14'999'999'999, leaf.cap);
+  EXPECT_TRUE(leaf.cap.outs.empty());
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);
+  leaf.red.tick(15'000'000'010, leaf.cap);
   ASSERT_EQ(leaf.cap.outs.size(), 4u);
   for (const Out& o : leaf.cap.outs) {
     EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
