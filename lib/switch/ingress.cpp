@@ -135,12 +135,18 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
     }
     return refuse(c.drop, c.source_checked);
   }
-  if (p.h.kind == wire::Kind::NACK || p.h.kind == wire::Kind::ALLOCATED || p.h.kind == wire::Kind::LEFT ||
-      p.h.kind == wire::Kind::STATUS)
-    return refuse(Drop::WRONG_KIND, false);  // what a switch sends, never answered
+  // What a switch sends, never answered; of it a switch takes only OP_ABANDONED from the
+  // switch above or below it in a tree (a chunk that switch gave up), checked as its
+  // RESULT or PARTIAL would be.
+  const bool peer_abandoned = p.h.kind == wire::Kind::NACK && p.h.status == uint8_t(wire::NackReason::OP_ABANDONED) &&
+                              (dir.is_parent(p.src) || (dir.job(p.h.job) && !dir.job(p.h.job)->children.empty()));
+  if ((p.h.kind == wire::Kind::NACK && !peer_abandoned) || p.h.kind == wire::Kind::ALLOCATED ||
+      p.h.kind == wire::Kind::LEFT || p.h.kind == wire::Kind::STATUS)
+    return refuse(Drop::WRONG_KIND, false);
   if (p.h.kind == wire::Kind::ALLOC) return alloc_verdict(dir, p, in_port);
   v.job = dir.job(p.h.job);
-  if (p.h.kind == wire::Kind::RESULT || p.h.kind == wire::Kind::JOINED) {  // from the parent only, never answered
+  if (p.h.kind == wire::Kind::RESULT || p.h.kind == wire::Kind::JOINED ||
+      (peer_abandoned && dir.is_parent(p.src))) {  // from the parent only, never answered
     if (!dir.is_parent(p.src)) return refuse(Drop::UNKNOWN_SOURCE, false);
     // The parent is bound to its switch port as a member is: its address
     // arriving anywhere else is a spoof (SECURITY-REVIEW F3).
@@ -165,7 +171,7 @@ Verdict ingress(const Directory& dir, wire::Refusal refusal, const wire::Parsed&
   } else if (p.h.kind == wire::Kind::CONTRIB || p.h.kind == wire::Kind::QUERY) {  // a QUERY is its CONTRIB's
     if (p.h.sender < v.job->member_of_rank.size() && v.job->member_of_rank[p.h.sender] >= 0)
       m = &v.job->members[size_t(v.job->member_of_rank[p.h.sender])];
-  } else {  // PARTIAL
+  } else {  // PARTIAL, or a child's OP_ABANDONED
     if (p.h.sender < v.job->child_of_id.size() && v.job->child_of_id[p.h.sender] >= 0)
       m = &v.job->children[size_t(v.job->child_of_id[p.h.sender])];
   }

@@ -303,7 +303,7 @@ void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sin
     case wire::Kind::PARTIAL:
     case wire::Kind::RESULT: break;
     case wire::Kind::QUERY: return on_query(p, v, out);
-    case wire::Kind::NACK:
+    case wire::Kind::NACK: return on_peer_abandoned(p, v, out);  // ingress admits only a peer's OP_ABANDONED
     case wire::Kind::ALLOCATED:
     case wire::Kind::LEFT:
     case wire::Kind::STATUS: return drop(Drop::WRONG_KIND);  // ingress admits none of these
@@ -652,16 +652,36 @@ void Reducer::forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now
 // OP_ABANDONED: the contributions that arrived in `terms`, the members that
 // had not in a bitmap); members that never contributed are not. Its key is
 // tombstoned, so a late packet for it is told too and counts nothing.
-void Reducer::abandon(Slot& s, Sink& out) {
+// The chunk is given up: by this switch (its op_timeout_ms or
+// peer_timeout_ms), or because the switch above or below it gave it up
+// (`told`, whose bitmap of missing ranks joins this switch's own).
+// Every member of this switch that contributed is told, with the ranks known
+// missing; so is every other switch of the tree the chunk involves, which
+// would otherwise wait for it (PROTOCOL.md, "The switch stalls").
+void Reducer::abandon(Slot& s, Sink& out, const Told& told) {
   const Job& job = *s.job;
   // A pooled job released since the slot opened has no members left to tell.
   if (job.pooled && job.pooled->generation() != s.pool_gen) return give_up(s);
   ++stats_of_[s.job->index]->timed_out;
   // Without the bitmap when it would not fit a frame (terms still counts).
-  const std::shared_ptr<const std::vector<uint8_t>> missing = missing_bitmap(s);
-  for (const Member& m : job.local_members()) {
-    if (!s.has_rank(m.id)) continue;
+  const std::shared_ptr<std::vector<uint8_t>> missing = missing_bitmap(s);
+  if (missing && told.missing.size() == missing->size())
+    for (size_t i = 0; i < missing->size(); ++i) (*missing)[i] |= told.missing[i];
+  const auto tell = [&](const Member& m) {
     Out o = nack(dir_, s.desc, wire::NackReason::OP_ABANDONED, m);
+    o.h.terms = uint16_t(s.terms);
+    o.body = missing;
+    out.send(std::move(o));
+    ++stats_.nacks_sent;
+  };
+  for (const Member& m : job.local_members())
+    if (s.has_rank(m.id)) tell(m);
+  for (const Member& c : job.children)
+    if (told.by_child != &c) tell(c);
+  if (const auto& parent = dir_.config().parent; parent && !told.by_parent) {
+    Out o = nack(dir_, s.desc, wire::NackReason::OP_ABANDONED,
+                 Member{job.cfg->id, dir_.config().id, parent->port, parent->addr, 1, false});
+    o.dst.port = wire::shard_port(parent->addr.port, wire::shard_of(s.desc, parent->shards));
     o.h.terms = uint16_t(s.terms);
     o.body = missing;
     out.send(std::move(o));
@@ -669,6 +689,18 @@ void Reducer::abandon(Slot& s, Sink& out) {
   }
   log_.tombstone(s.key, ResultLog::Known::ABANDONED, s.pool_gen);
   release(s);
+}
+
+void Reducer::abandon(Slot& s, Sink& out) { abandon(s, out, Told{}); }
+
+// Another switch of the tree gave a chunk up (NACK OP_ABANDONED from the
+// parent, or from a child): so does this one, at once, if it holds it open.
+void Reducer::on_peer_abandoned(const wire::Parsed& p, const Verdict& v, Sink& out) {
+  const SlotKey key{p.h.job, p.h.op, p.h.chunk};
+  Slot* s = find(key, generation(*v.job));
+  if (!s) return drop(Drop::STALE_RESULT);  // done, given up already, or never opened here
+  accept();
+  abandon(*s, out, Told{v.from_parent, v.from_parent ? nullptr : v.member, {p.payload, p.payload_len}});
 }
 
 // The two lists of open slots, each in the order the slots opened: those

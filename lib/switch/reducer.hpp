@@ -185,7 +185,15 @@ class alignas(64) Reducer {
   void let_go_oldest(bool for_room);
   void send_partial(Slot& s, bool retransmit, Sink& out);
   void forward_parent_result(Slot& s, const wire::Parsed& p, uint64_t now_ns, Sink& out);
-  void abandon(Slot& s, Sink& out);
+  // Another switch that gave the chunk up first: the parent, or a child; and its bitmap of missing ranks.
+  struct Told {
+    bool by_parent = false;
+    const Member* by_child = nullptr;
+    std::span<const uint8_t> missing;
+  };
+  void abandon(Slot& s, Sink& out, const Told& told);
+  void abandon(Slot& s, Sink& out);  // this switch's own decision
+  void on_peer_abandoned(const wire::Parsed& p, const Verdict& v, Sink& out);
   void give_up(Slot& s);  // abandoned with nobody to tell
   void release(Slot& s);
   void link_newest(Slot& s);

@@ -113,6 +113,31 @@ def test_a_frozen_leaf_or_root_loses_no_op(make_testbed, which):
     assert su.parse_summary(exits[which].stdout).stalls[0][0] >= 1
 
 
+@pytest.mark.parametrize('where', ['leaf', 'root'])
+def test_a_rank_killed_in_a_tree_fails_every_other_rank_at_once_naming_it(make_testbed, where):
+    """A rank behind the leaf, or behind the root, is killed mid-job: the switch it belongs to
+    gives the op up after op_timeout_ms (3 s) and tells the other switch, which gives it up too
+    (PROTOCOL.md, "The switch stalls"): every other rank, behind either switch, fails with
+    OP_ABANDONED naming the dead rank, well before its own 10 s timeout."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, layout='tree')
+    victim = next(r.rank for r in tb.ranks if r.switch == where)
+    others = [r.rank for r in tb.ranks if r.rank != victim]
+    cmd = checked(100000)
+    survivors, box = run_async(tb, cmd, others, timeout=60)
+    killed = tb.run(cmd, ranks=[victim], timeout=2.5)  # SIGTERM at 2.5 s, mid-op
+    survivors.join()
+    assert killed[0].timed_out, killed[0].stdout + killed[0].stderr
+    for r in box[0]:
+        assert not r.timed_out and r.rc == 1, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'the switch abandoned the op' in r.stderr and f'missing rank {victim}' in r.stderr, r.stderr
+        assert r.seconds < 2.5 + 3 + 4, r.seconds  # op_timeout_ms, not the ranks' own 10 s
+    exits = tb.stop_switches()
+    for name, e in exits.items():
+        s = su.parse_summary(e.stdout)
+        assert s.jobs[7]['in_flight'] == 0 and s.jobs[7]['timed_out'] > 0, (name, s.jobs)
+
+
 def test_a_switch_frozen_under_a_pooled_job_loses_no_op(make_testbed):
     """A group takes a job from a pool and runs checked allreduces; the switch frozen 3 s (its
     pool's idle reclaim and the op's timeout both stand still): every rank finishes exact, and

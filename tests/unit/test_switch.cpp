@@ -885,11 +885,14 @@ op_timeout_ms: 50
 )");
   sw.feed(contrib(sw.cfg, 0, 4, {1.0f, 2.0f}), 0, 0);
   sw.red.tick(50'000'000, sw.cap);
-  ASSERT_EQ(sw.cap.outs.size(), 1u);
-  const Out& o = sw.cap.outs[0];
-  EXPECT_EQ(o.dst.ip, member_ep(sw.cfg, 0).ip);
-  EXPECT_EQ(o.h.terms, 1);
-  EXPECT_EQ(*o.body, std::vector<uint8_t>{0x02});
+  ASSERT_EQ(sw.cap.outs.size(), 2u);  // rank 0, and the child (which may hold the chunk too)
+  for (const Out& o : sw.cap.outs) {
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+    EXPECT_EQ(o.h.terms, 1);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x02});
+  }
+  EXPECT_EQ(sw.cap.outs[0].dst.ip, member_ep(sw.cfg, 0).ip);
+  EXPECT_EQ(sw.cap.outs[1].dst.ip, sw.cfg.jobs[0].children[0].addr.ip);
   EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
 }
 
@@ -932,15 +935,17 @@ peer_timeout_ms: 400
   send(1, 1, 0);
   send(2, 0, 10'000'000);  // op 2: member 1 missing too
   sw.red.tick(100'000'000, sw.cap);
-  ASSERT_EQ(sw.cap.outs.size(), 1u);  // op 2 only, to its one contributor
-  EXPECT_EQ(sw.cap.outs[0].h.op, 2u);
-  EXPECT_EQ(sw.cap.outs[0].h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+  ASSERT_EQ(sw.cap.outs.size(), 2u);  // op 2 only, to its one contributor and the child
+  for (const Out& o : sw.cap.outs) {
+    EXPECT_EQ(o.h.op, 2u);
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+  }
   EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
   sw.cap.outs.clear();
   sw.red.tick(399'999'999, sw.cap);
   EXPECT_TRUE(sw.cap.outs.empty());
   sw.red.tick(400'000'000, sw.cap);
-  ASSERT_EQ(sw.cap.outs.size(), 2u);  // op 1, to both members, naming no member of this switch
+  ASSERT_EQ(sw.cap.outs.size(), 3u);  // op 1, to both members and the child, naming no member of this switch
   for (const Out& o : sw.cap.outs) {
     EXPECT_EQ(o.h.op, 1u);
     EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
@@ -994,13 +999,137 @@ partial_retry_ms: 0
   EXPECT_TRUE(leaf.cap.outs.empty());
   EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);
   leaf.red.tick(15'000'000'010, leaf.cap);
-  ASSERT_EQ(leaf.cap.outs.size(), 4u);
+  ASSERT_EQ(leaf.cap.outs.size(), 5u);  // its four ranks, and the parent (at its shard's port)
   for (const Out& o : leaf.cap.outs) {
     EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
     EXPECT_EQ(o.h.terms, 4);
     EXPECT_EQ(*o.body, std::vector<uint8_t>{0x00});
   }
+  EXPECT_EQ(leaf.cap.outs[4].dst.ip, leaf.cfg.parent->addr.ip);
+  EXPECT_EQ(leaf.cap.outs[4].port, leaf.cfg.parent->port);
   EXPECT_EQ(leaf.red.stats().slots_in_use, 0u);
+}
+
+// A tree gives a chunk up as one: the switch that gives it up tells the
+// other (PROTOCOL.md, "The switch stalls"), which gives it up at once, its
+// members told with both switches' missing ranks. A root told by its child
+// does not tell that child again; a leaf told by its parent does not answer
+// it. Nobody else can say so: an OP_ABANDONED from a member, a stranger, or
+// the parent's address on another port abandons nothing.
+TEST(Switch, AnAbandonedChunkIsAbandonedByTheWholeTreeAtOnce) {
+  const std::string root_yaml = R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+  - {id: 1, mac: "02:00:00:00:ff:01", ip: 10.9.0.1}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+    children:
+      - {id: 2, port: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2, ranks: 2}
+op_timeout_ms: 50
+)";
+  const std::string leaf_yaml = R"(
+switch: {id: 2, role: leaf, parent: {port: 1, mac: "02:00:00:00:ff:01", ip: 10.9.0.1}}
+ports:
+  - {id: 0, mac: "02:00:00:00:f0:00", ip: 10.1.0.254}
+  - {id: 1, mac: "02:00:00:00:f0:01", ip: 10.9.0.2}
+jobs:
+  - id: 7
+    group: 4
+    members:
+      - {rank: 2, port: 0, mac: "02:00:00:00:00:02", ip: 10.1.0.3}
+      - {rank: 3, port: 0, mac: "02:00:00:00:00:03", ip: 10.1.0.4}
+op_timeout_ms: 50
+)";
+  const auto send = [](Switch& sw, uint16_t rank, uint32_t op, uint64_t now) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.op = op;
+    h.sender = rank;
+    h.group = 4;
+    h.count = 1;
+    const float x = 1.0f;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), sw.cfg.jobs[0].member(rank)->addr,
+                         {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(&x), 4}));
+    sw.feed(f, 0, now);
+  };
+  const auto only = [](Capture& cap, wire::Kind k) {
+    std::vector<Out> v;
+    for (const Out& o : cap.outs)
+      if (o.h.kind == k) v.push_back(o);
+    cap.outs.clear();
+    return v;
+  };
+  // Rank 3 (behind the leaf) never sends: the leaf gives op 5 up at 50 ms and tells the root,
+  // which gives it up too, naming rank 3, without telling the leaf again.
+  Switch root(root_yaml), leaf(leaf_yaml);
+  send(root, 0, 5, 0);
+  send(root, 1, 5, 0);
+  send(leaf, 2, 5, 0);
+  leaf.red.tick(50'000'000, leaf.cap);
+  std::vector<Out> up = only(leaf.cap, wire::Kind::NACK);
+  ASSERT_EQ(up.size(), 2u);  // rank 2, and the parent
+  EXPECT_EQ(*up[0].body, std::vector<uint8_t>{0x08});
+  ASSERT_EQ(up[1].dst.ip, root.cfg.ports[1].ip);
+  root.feed(frame_of(up[1]), 1, 60'000'000);
+  std::vector<Out> down = only(root.cap, wire::Kind::NACK);
+  ASSERT_EQ(down.size(), 2u);  // ranks 0 and 1; not the child that said so
+  for (const Out& o : down) {
+    EXPECT_EQ(o.h.op, 5u);
+    EXPECT_EQ(o.h.status, uint8_t(wire::NackReason::OP_ABANDONED));
+    EXPECT_EQ(o.h.terms, 2);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x08});  // rank 3, from the leaf's bitmap
+    EXPECT_EQ(o.port, 0);
+  }
+  EXPECT_EQ(root.red.stats().slots_in_use, 0u);
+  EXPECT_EQ(root.red.job_stats().at(7).timed_out, 1u);
+  // Rank 1 (at the root) never sends: the root gives op 6 up at op_timeout_ms and tells the
+  // leaf, whose chunk waits for the parent; the leaf gives it up, naming rank 1, and does not
+  // answer its parent.
+  send(root, 0, 6, 100'000'000);
+  send(leaf, 2, 6, 100'000'000);
+  send(leaf, 3, 6, 100'000'000);
+  ASSERT_EQ(only(leaf.cap, wire::Kind::PARTIAL).size(), 1u);
+  root.red.tick(150'000'000, root.cap);
+  down = only(root.cap, wire::Kind::NACK);
+  ASSERT_EQ(down.size(), 2u);  // rank 0, and the child
+  EXPECT_EQ(down[1].dst.ip, leaf.cfg.ports[1].ip);
+  EXPECT_EQ(*down[1].body, std::vector<uint8_t>{0x02});
+  leaf.feed(frame_of(down[1]), 1, 151'000'000);
+  std::vector<Out> told = only(leaf.cap, wire::Kind::NACK);
+  ASSERT_EQ(told.size(), 2u);  // ranks 2 and 3; not the parent
+  for (const Out& o : told) {
+    EXPECT_EQ(o.h.op, 6u);
+    EXPECT_EQ(*o.body, std::vector<uint8_t>{0x02});
+    EXPECT_EQ(o.port, 0);
+  }
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 0u);
+  // A second notice for a chunk given up already changes nothing.
+  leaf.feed(frame_of(down[1]), 1, 152'000'000);
+  EXPECT_TRUE(leaf.cap.outs.empty());
+  EXPECT_EQ(leaf.red.stats().drops[size_t(Drop::STALE_RESULT)], 1u);
+  // Nobody else gives a chunk up for the tree: the parent's NACK on the members' port, a rank's
+  // own OP_ABANDONED, and a stranger's are refused before the reducer and answered with nothing.
+  send(leaf, 2, 7, 200'000'000);
+  Out forged = down[1];
+  forged.h.op = 7;
+  forged.dst = {leaf.cfg.ports[0].mac, leaf.cfg.ports[0].ip, 20562};
+  leaf.feed(frame_of(forged), 0, 201'000'000);
+  EXPECT_EQ(leaf.drops(Drop::SPOOFED), 1u);
+  forged.src = leaf.cfg.jobs[0].member(3)->addr;
+  leaf.feed(frame_of(forged), 0, 202'000'000);
+  forged.src.ip = 0x0a010063;
+  leaf.feed(frame_of(forged), 0, 203'000'000);
+  EXPECT_EQ(leaf.drops(Drop::WRONG_KIND), 2u);
+  EXPECT_TRUE(leaf.cap.outs.empty());
+  EXPECT_EQ(leaf.red.stats().slots_in_use, 1u);  // op 7 still open
 }
 
 // The log's tombstones are exact and forget the oldest first: checked
