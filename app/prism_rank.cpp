@@ -108,6 +108,7 @@ std::string usage() {
          "                        growing while no chunk is lost, halved by a loss)\n"
          "  --chunk-elems C       elements per packet (default: the most the path MTU fits)\n"
          "  --timeout-ms T        an op fails when none of its chunks completed for T ms (default 10000)\n"
+         "  --join-timeout-ms T   joining fails when not every rank of the job joined within T ms (default 60000)\n"
          "  --no-gso              send every chunk as its own datagram (sendmmsg), not runs of them as UDP GSO\n"
          "  --first-op N          the first op number (default 0): a job restarted under a new one\n"
          "  --linger-ms T         keep the group (and a pooled job) T ms after the last collective, then leave\n"
@@ -192,14 +193,25 @@ Run parse(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       std::exit(0);
     }
-  const cli::Args a(
-      argc, argv, 1,
-      {"--config",   "--rank",      "--job",      "--size",       "--count",       "--input",       "--seed",
-       "--dtype",    "--out-dtype", "--policy",   "--transport",  "--exceptions",  "--collective",  "--root",
-       "--algo",     "--repeat",    "--warmup",   "--split",      "--window",      "--chunk-elems", "--timeout-ms",
-       "--first-op", "--output",    "--segments", "--candidates", "--calibration", "--calibrate",   "--store",
-       "--ranks",    "--switch",    "--pool",     "--pool-job",   "--shards",      "--linger-ms",   "--data"},
-      {"--check", "--json", "--in-place", "--list-algos", "--no-gso"});
+  const cli::Args a(argc, argv, 1, {"--config",      "--rank",
+                                    "--job",         "--size",
+                                    "--count",       "--input",
+                                    "--seed",        "--dtype",
+                                    "--out-dtype",   "--policy",
+                                    "--transport",   "--exceptions",
+                                    "--collective",  "--root",
+                                    "--algo",        "--repeat",
+                                    "--warmup",      "--split",
+                                    "--window",      "--chunk-elems",
+                                    "--timeout-ms",  "--join-timeout-ms",
+                                    "--first-op",    "--output",
+                                    "--segments",    "--candidates",
+                                    "--calibration", "--calibrate",
+                                    "--store",       "--ranks",
+                                    "--switch",      "--pool",
+                                    "--pool-job",    "--shards",
+                                    "--linger-ms",   "--data"},
+                    {"--check", "--json", "--in-place", "--list-algos", "--no-gso"});
   if (!a.positional.empty()) fail("unexpected argument '" + a.positional[0] + "' (see --help)");
   Run r;
   r.json = a.has("--json");
@@ -299,6 +311,7 @@ Run parse(int argc, char** argv) {
   r.tune.window = uint32_t(a.num("--window", 1, 1 << 20, 0));
   r.tune.chunk_elems = uint32_t(a.num("--chunk-elems", 0, 65535, 0));
   r.tune.timeout_ms = uint32_t(a.num("--timeout-ms", 1, 3600000, r.tune.timeout_ms));
+  r.tune.join_timeout_ms = uint32_t(a.num("--join-timeout-ms", 1, 3600000, r.tune.join_timeout_ms));
   r.tune.first_op = uint32_t(a.num("--first-op", 0, UINT32_MAX, 0));
   r.tune.gso = !a.has("--no-gso");
   const uint64_t esz = info(d.dtype).bytes;

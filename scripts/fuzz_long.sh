@@ -12,9 +12,13 @@
 #   OUTDIR   the fuzz build (default build-fuzz/; scripts/fuzz.sh 0 OUTDIR builds it)
 # Environment: JOB_RUNS (default 500000) executions a job.
 #
-# Logs: OUTDIR/long/<invocation>/fuzz-<job>.log. Prints a summary (jobs done,
-# executions, exec/s, edges, features, corpus, sanitizer reports) and exits 1
-# when any job found something.
+# A run belongs to one commit: the first invocation copies OUTDIR/fuzz_switch
+# to OUTDIR/long/<commit>/fuzz_switch (scripts/fuzz.sh builds it from the
+# working tree: commit first), and every invocation at that commit runs that
+# copy and adds to that run, so rebuilding OUTDIR meanwhile changes nothing.
+# Logs: OUTDIR/long/<commit>/<invocation>/fuzz-<job>.log. Prints a summary
+# (jobs done, executions, exec/s, edges, features, corpus, sanitizer reports)
+# and exits 1 when any job found something.
 set -euo pipefail
 exec </dev/null
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,8 +31,12 @@ for v in "$TOTAL" "$WORKERS" "$JOB_RUNS"; do
 done
 [ -x "$OUT/fuzz_switch" ] || { echo "fuzz_long.sh: $OUT/fuzz_switch missing: run FUZZ_TARGETS=switch scripts/fuzz.sh 0 $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
-LONG=$OUT/long
+COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[ -z "$(git -C "$ROOT" status --porcelain -- lib tests/fuzz scripts/fuzz.sh 2>/dev/null)" ] ||
+  echo "fuzz_long.sh: warning: lib/ or tests/fuzz/ differs from commit $COMMIT: the run is of what was built" >&2
+LONG=$OUT/long/$COMMIT
 mkdir -p "$LONG" "$OUT/corpus/switch" "$OUT/crashes"
+[ -x "$LONG/fuzz_switch" ] || cp "$OUT/fuzz_switch" "$LONG/fuzz_switch"
 
 # What the finished jobs of earlier invocations did: a finished job's log ends with its final stats.
 summary() {
@@ -58,12 +66,12 @@ need=$(( (TOTAL - execs + JOB_RUNS - 1) / JOB_RUNS ))
 if [ "$need" -gt 0 ] && [ "$reports" = 0 ]; then
   run=$LONG/$(date -u +%Y%m%dT%H%M%S)
   mkdir -p "$run"
-  echo "fuzz_long.sh: $execs of $TOTAL executions done; $need jobs of $JOB_RUNS to go, $WORKERS at a time; logs in $run"
-  ( cd "$run" && "$OUT/fuzz_switch" -jobs="$need" -workers="$WORKERS" -runs="$JOB_RUNS" -max_len=9100 -timeout=10 \
+  echo "fuzz_long.sh: commit $COMMIT: $execs of $TOTAL executions done; $need jobs of $JOB_RUNS to go, $WORKERS at a time; logs in $run"
+  ( cd "$run" && "$LONG/fuzz_switch" -jobs="$need" -workers="$WORKERS" -runs="$JOB_RUNS" -max_len=9100 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/crashes/switch-" \
       "$OUT/corpus/switch" "$OUT/seeds/switch" >/dev/null 2>&1 ) || true
   read -r done execs secs reports cov ft corp < <(summary | tail -1)
 fi
 rate=$(( secs > 0 ? execs / secs : 0 ))
-echo "fuzz_long.sh: $done jobs, $execs executions in $secs s of fuzzing ($rate exec/s a job), cov $cov, ft $ft, corpus $corp, $reports jobs with a finding"
+echo "fuzz_long.sh: commit $COMMIT: $done jobs, $execs executions in $secs s of fuzzing ($rate exec/s a job), cov $cov, ft $ft, corpus $corp, $reports jobs with a finding"
 [ "$reports" = 0 ]

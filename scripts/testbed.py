@@ -663,9 +663,11 @@ class Testbed:
     def telemetry_socket(self, sw: Switch) -> Path:
         return DPDK_RUN_DIR / sw.prefix / 'dpdk_telemetry.v2'
 
-    def _start_switches(self):
+    def _start_switches(self, names: list[str] | None = None):
         # The root first: a leaf's partials need their parent.
         for sw in sorted(self.switches, key=lambda s: s.role != 'root'):
+            if names is not None and sw.name not in names:
+                continue
             if (DPDK_RUN_DIR / sw.prefix).exists():
                 shutil.rmtree(DPDK_RUN_DIR / sw.prefix, ignore_errors=True)
             out = open(self.dir / f'{sw.name}.out', 'w')
@@ -803,6 +805,21 @@ class Testbed:
             return out
         finally:
             s.close()
+
+    def kill_switch(self, name: str):
+        """SIGKILL to the switch `name` (no summary, nothing cleaned up: a crash); start_switch(name)
+        starts it again with the same configuration."""
+        sw = next(s for s in self.switches if s.name == name)
+        if sw.pid and is_our_switch(sw.pid, sw.prefix):
+            os.kill(sw.pid, signal.SIGKILL)
+        if sw.proc:
+            sw.proc.wait(timeout=20)
+        sw.pid = 0
+        sw.proc = None
+
+    def start_switch(self, name: str):
+        """Starts the switch `name` (stopped or killed before) and waits until its ports are up."""
+        self._start_switches([name])
 
     def stop_switches(self, timeout: float = 20) -> dict[str, SwitchExit]:
         """SIGINT to every switch (leaf first); returns their exits with stdout (the summary)."""

@@ -343,11 +343,12 @@ void Reducer::on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_n
   if (p.h.kind == wire::Kind::JOIN && v.job->pooled) {
     const Member* m = pool_.join(p, v, out, now_ns);
     if (!m) return;
-    if (!sessions_.on_join(p, *m, out)) return refuse(Drop::MALFORMED, p, v, *m, out);
+    if (!sessions_.on_join(p, *m, out, now_ns)) return refuse(Drop::MALFORMED, p, v, *m, out);
     accept();
     return pool_.joined(*v.job, sessions_.complete(*v.job));
   }
-  const bool ok = p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out) : sessions_.on_joined(p, out);
+  const bool ok =
+      p.h.kind == wire::Kind::JOIN ? sessions_.on_join(p, *v.member, out, now_ns) : sessions_.on_joined(p, out);
   if (ok) return accept();
   if (v.member) return refuse(Drop::MALFORMED, p, v, *v.member, out);
   drop(Drop::MALFORMED);

@@ -25,6 +25,7 @@ Sessions::Sessions(const Directory& dir, size_t mtu) : dir_(dir), state_(dir.job
   for (const Job* j : dir.all_jobs()) {  // a pooled job: room for max_group ranks
     state_[j->index].nonce.assign(j->cfg->group, 0);
     state_[j->index].via_child.assign(j->cfg->group, -1);
+    state_[j->index].heard.assign(j->cfg->group, 0);
   }
 }
 
@@ -79,7 +80,7 @@ void Sessions::answer(const Job& j, State& st, uint16_t rank, Sink& out) {
   out.send(std::move(o));
 }
 
-bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
+bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out, uint64_t now_ns) {
   const Job& j = *dir_.job(p.h.job);
   const uint16_t rank = p.h.sender;
   const uint32_t nonce = p.h.op;
@@ -110,6 +111,11 @@ bool Sessions::on_join(const wire::Parsed& p, const Member& from, Sink& out) {
     ++st.joined;
     st.bitmap.reset();
   }
+  st.heard[rank] = now_ns;
+  // Not complete yet: a JOIN no longer repeated is no rank's that is still joining.
+  if (!st.complete && st.joined == group)
+    for (uint16_t r = 0; r < group; ++r)
+      if (st.nonce[r] && st.heard[r] + kJoinFreshNs < now_ns) forget(j, r);
   st.via_child[rank] = from.child ? int32_t(&from - j.children.data()) : -1;
   if (from.child && p.h.chunk && (!st.hinted || serial_after(p.h.chunk, st.hint))) {
     st.hint = p.h.chunk;

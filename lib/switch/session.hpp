@@ -31,12 +31,18 @@ class Sessions {
   // A session's first op lies in [base, base + kFirstOpSpread), base being
   // one past the highest op number the tree remembers (0 when none).
   static constexpr uint32_t kFirstOpSpread = uint32_t(1) << 24;
+  // A rank's JOIN counts toward completing a session only while it is
+  // repeated: one not heard again for this long before the session completes
+  // is dropped from it (a rank that died while the others were joining, or
+  // the lone rank of an attempt before). libprism repeats every 500 ms at
+  // most; PROTOCOL.md asks for at least every second.
+  static constexpr uint64_t kJoinFreshNs = 3'000'000'000;
   // `mtu`: the IP MTU a JOINED must fit (the reducer's, for its PARTIALs and
   // NACKs): a group whose bitmap would not fit is answered without one.
   explicit Sessions(const Directory& dir, size_t mtu = 1500);
   // A JOIN from a member rank, or (at a root) a child forwarding one of its
   // ranks' JOINs. False when it is malformed (nonce 0, rank outside the group).
-  bool on_join(const wire::Parsed& p, const Member& from, Sink& out);
+  bool on_join(const wire::Parsed& p, const Member& from, Sink& out, uint64_t now_ns = 0);
   // A leaf: the parent's JOINED, forwarded to the member rank it answers.
   // False when that rank is not a member here.
   bool on_joined(const wire::Parsed& p, Sink& out);
@@ -50,6 +56,7 @@ class Sessions {
   struct State {
     std::vector<uint32_t> nonce;     // by rank; 0: not joined in this session
     std::vector<int32_t> via_child;  // by rank: the child it joined through (-1: a member here)
+    std::vector<uint64_t> heard;     // by rank: when its JOIN last came (the switch's clock)
     uint32_t joined = 0;
     bool complete = false;
     uint32_t first_op = 0;

@@ -67,13 +67,13 @@ struct Node {
   Capture cap;
   explicit Node(const char* yaml) : cfg(parse_config(yaml)), dir(cfg), red(dir, 16) {}
   // A datagram from `src` (a member's or child's address) on switch port `port`.
-  Verdict feed(const wire::Endpoint& src, uint16_t port, const std::vector<uint8_t>& msg) {
+  Verdict feed(const wire::Endpoint& src, uint16_t port, const std::vector<uint8_t>& msg, uint64_t now = 0) {
     wire::Parsed p;
     EXPECT_EQ(wire::parse_message(msg, &p), wire::Refusal::OK);
     p.src = src;
     p.dst = dir.self(port);
     const Verdict v = ingress(dir, wire::Refusal::OK, p, port);
-    if (v.admitted()) red.on_packet(p, v, 0, cap);
+    if (v.admitted()) red.on_packet(p, v, now, cap);
     return v;
   }
   wire::Endpoint member(uint16_t rank) const { return cfg.jobs[0].member(rank)->addr; }
@@ -194,6 +194,40 @@ TEST(Session, ARankThatJoinsAgainWithAnotherNonceStartsANewSession) {
   root.cap.outs.clear();
   root.feed(child, 1, join(3, 203));
   EXPECT_TRUE(first_op_past(completed(root.cap.outs), first + 10));  // past the first session's ops
+}
+
+// A JOIN counts only while its rank repeats it (PROTOCOL.md: at least every
+// second until COMPLETE; the switch drops one not heard for 3 s when the
+// session would complete). Rank 3 of an earlier attempt joined alone and
+// died; the job started again 10 s later: its ranks 0-2 do not complete a
+// session with the dead rank's JOIN (they would run ops it never joins and
+// fail), and the new rank 3 joining completes it, with its own nonce.
+TEST(Session, AJoinNoLongerRepeatedDoesNotCompleteASession) {
+  Node root(kRoot);
+  const wire::Endpoint child = root.cfg.jobs[0].children[0].addr;
+  constexpr uint64_t s = 1'000'000'000;
+  root.feed(child, 1, join(3, 300), 1 * s);
+  root.feed(child, 1, join(3, 300), 2 * s);  // repeated for a while, then the process died
+  root.feed(root.member(0), 0, join(0, 100), 10 * s);
+  root.feed(root.member(1), 0, join(1, 101), 10 * s);
+  root.feed(child, 1, join(2, 102), 10 * s);
+  for (const Out& o : root.cap.outs) EXPECT_FALSE(joined(o).complete);
+  EXPECT_EQ(joined(root.cap.outs.back()).terms, 3);  // rank 3's stale JOIN dropped
+  EXPECT_EQ(joined(root.cap.outs.back()).bitmap, 0x07);
+  root.cap.outs.clear();
+  root.feed(child, 1, join(3, 301), 10 * s + 400'000'000);
+  completed(root.cap.outs);
+  for (const Out& o : root.cap.outs)
+    if (joined(o).rank == 3) EXPECT_EQ(joined(o).nonce, 301u);
+  // A rank that repeats its JOIN within the window stays in: ranks joined over 10 s, each
+  // repeating every second, complete a session.
+  Node again(kRoot);
+  for (uint64_t t = 0; t <= 10; ++t) again.feed(again.member(0), 0, join(0, 500), t * s);
+  for (uint64_t t = 5; t <= 10; ++t) again.feed(again.member(1), 0, join(1, 501), t * s);
+  again.feed(child, 1, join(2, 502), 10 * s);
+  again.cap.outs.clear();
+  again.feed(child, 1, join(3, 503), 10 * s + 900'000'000);
+  completed(again.cap.outs);
 }
 
 // Review F4: op numbers are not predictable off the path. Switches given
