@@ -3,7 +3,8 @@
 //   prism-switch [EAL options] -- --config FILE [--exit-when-idle MS] [--quiet]
 //
 // Without hugepages it falls back to --no-huge (with a warning) rather than
-// fail. SIGINT, SIGTERM and SIGHUP stop it cleanly and print a summary. Counters are on
+// fail. SIGINT, SIGTERM and SIGHUP stop it gracefully (no new ops; those in flight
+// finish within stop_timeout_ms; a second signal stops at once) and print a summary. Counters are on
 // DPDK's telemetry socket: dpdk-telemetry.py -f <file-prefix>, then /prism/...
 #include <fcntl.h>
 #include <rte_eal.h>
@@ -11,6 +12,7 @@
 #include <rte_log.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -48,7 +50,15 @@ bool hugepages_available() {
   return false;
 }
 
-void on_signal(int) { pipe::Runtime::request_stop(); }
+// The first SIGINT, SIGTERM or SIGHUP stops gracefully (no new ops; those in
+// flight finish within stop_timeout_ms); a second one stops at once.
+std::atomic<int> g_signals{0};
+void on_signal(int) {
+  if (g_signals.fetch_add(1) == 0)
+    pipe::Runtime::request_drain();
+  else
+    pipe::Runtime::request_stop();
+}
 
 // The EAL's --file-prefix (default "rte").
 std::string file_prefix(const std::vector<std::string>& eal) {

@@ -51,11 +51,27 @@ void ReduceStage::refresh_snapshot() {
   seq_.fetch_add(1, std::memory_order_release);
 }
 
+// A graceful stop: the runtime moved to `phase` (Runtime::check_drain).
+void ReduceStage::on_phase(int phase) {
+  if (phase >= 1 && seen_.load(std::memory_order_relaxed) < 1) work_->drain();
+  if (phase >= 2) {
+    work_->abandon_all(*out_);
+    out_->flush();
+  }
+  refresh_snapshot();
+  seen_.store(phase, std::memory_order_release);
+}
+
 // Cost per packet: the work's, plus one ring dequeue per burst. The arbiter
 // decides which input ring is served first each pass: that is how arrival
 // order is varied on purpose.
 unsigned ReduceStage::poll(uint64_t now_tsc) {
   const uint64_t now_ns = uint64_t(double(now_tsc) * ns_per_tsc_);
+  if (phase_) {
+    const int phase = phase_->load(std::memory_order_acquire);
+    if (phase != seen_.load(std::memory_order_relaxed)) [[unlikely]]
+      on_phase(phase);
+  }
   if (now_tsc >= next_tick_) {
     work_->tick(now_ns, *out_);
     next_tick_ = now_tsc + tsc_hz_ / 1000;

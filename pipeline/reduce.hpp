@@ -29,6 +29,9 @@ class ShardWork {
   virtual void tick(uint64_t now_ns, Emitter& out) = 0;
   // The shard's reducer, when the work is the switch's.
   virtual const sw::Reducer* reducer() const { return nullptr; }
+  // A graceful stop (sw::Reducer::drain, abandon_all): no new ops; then give up what is open.
+  virtual void drain() {}
+  virtual void abandon_all(Emitter&) {}
 };
 
 // What a shard's work is told when it is made.
@@ -63,6 +66,8 @@ class ReducerWork final : public ShardWork {
   void serve(uint16_t in_port, rte_mbuf** burst, unsigned n, uint64_t now_ns, Emitter& out) override;
   void tick(uint64_t now_ns, Emitter& out) override { red_.tick(now_ns, out); }
   const sw::Reducer* reducer() const override { return &red_; }
+  void drain() override { red_.drain(); }
+  void abandon_all(Emitter& out) override { red_.abandon_all(out); }
 
  private:
   sw::Reducer red_;
@@ -105,11 +110,18 @@ class ReduceStage final : public Stage {
   // A copy of the reducer's statistics (and its jobs'), refreshed by the
   // owning lcore every tick; empty when the work has no reducer.
   sw::ReducerStats snapshot(std::vector<std::pair<uint32_t, sw::JobStats>>* jobs = nullptr) const;
+  // A graceful stop: the runtime's phase (0 running, 1 draining, 2 abandoning), which the
+  // shard acts on from its own lcore at its next poll; seen() is the last phase it acted on.
+  void follow(const std::atomic<int>* phase) { phase_ = phase; }
+  int seen() const { return seen_.load(std::memory_order_acquire); }
 
  private:
   void serve(uint16_t in_port, rte_mbuf** burst, unsigned n, uint64_t now_ns);
   void refresh_snapshot();
+  void on_phase(int phase);
   uint32_t shard_;
+  const std::atomic<int>* phase_ = nullptr;
+  std::atomic<int> seen_{0};
   std::unique_ptr<ShardWork> work_;
   std::unique_ptr<Emitter> out_;
   std::vector<VoqInput> in_;

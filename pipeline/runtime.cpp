@@ -17,6 +17,7 @@
 namespace prism::pipe {
 
 std::atomic<bool> Runtime::stop_{false};
+std::atomic<bool> Runtime::drain_{false};
 
 int logtype() {
   static const int t = [] {
@@ -69,6 +70,7 @@ rte_mempool* make_page_pool(const char* name, unsigned n, size_t* max_frame) {
 Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt), dir_(cfg) {
   tsc_hz_ = rte_get_tsc_hz();
   stop_.store(false);
+  drain_.store(false);
   if (cfg.ports.empty()) throw SetupError(cfg.path + ": no ports configured: list the switch's ports under ports:");
   const std::vector<unsigned> lcores = choose_lcores();  // before anything is made: a bad list costs nothing
 
@@ -102,6 +104,7 @@ Runtime::Runtime(const SwitchConfig& cfg, const RunOptions& opt) : cfg_(cfg), op
     l.idle = std::make_unique<IdleWait>(cfg.polling, cfg.polling_sleep_max_us);
     l.clock = std::make_unique<StallClock>(stall_tsc());
   }
+  for (auto& r : red_) r->follow(&phase_);
   PRISM_LOG(INFO, "polling: %s%s\n", name(cfg.polling),
             cfg.polling == Polling::ADAPTIVE
                 ? (" (an idle lcore sleeps up to " + std::to_string(cfg.polling_sleep_max_us) + " us)").c_str()
@@ -472,6 +475,62 @@ int Runtime::lcore_main(void* arg) {
   return 0;
 }
 
+// The graceful stop (PROTOCOL.md, "The switch stops"), every 10 ms on the
+// main lcore: tell the shards to take no new op, wait until none has had a
+// chunk open for a second (meanwhile they answer retransmissions of the
+// last RESULTs and refuse the next ops, so that the ranks hear why) or
+// stop_timeout_ms has passed, then have them give up what is left
+// (OP_ABANDONED to its contributors), and stop once each has.
+void Runtime::check_drain(uint64_t now) {
+  const auto open_chunks = [&] {
+    size_t n = 0;
+    for (const auto& r : red_) n += r->snapshot().slots_in_use;
+    return n;
+  };
+  const auto all_seen = [&](int phase) {
+    for (const auto& r : red_)
+      if (r->seen() < phase) return false;
+    return true;
+  };
+  const double ms = double(now - drain_start_) * 1e3 / double(tsc_hz_);
+  switch (phase_.load(std::memory_order_relaxed)) {
+    case 0:
+      drain_start_ = now;
+      drain_deadline_ = now + uint64_t(cfg_.stop_timeout_ms) * (tsc_hz_ / 1000);
+      for (const auto& r : rx_)  // traffic in the last 100 ms: ranks are mid-job, linger for their next ops
+        if (int64_t(now - r->last_rx_tsc()) < int64_t(tsc_hz_ / 10)) had_open_ = true;
+      PRISM_LOG(NOTICE,
+                "stopping: no new ops, JOINs or ALLOCs; the ops in flight have %u ms (stop_timeout_ms) "
+                "to finish (a second signal stops at once)\n",
+                cfg_.stop_timeout_ms);
+      phase_.store(cfg_.stop_timeout_ms ? 1 : 2, std::memory_order_release);
+      return;
+    case 1:
+      if (!all_seen(1)) return;
+      if (open_chunks() != 0) {
+        drained_at_ = 0;
+        had_open_ = true;
+      } else if (!drained_at_) {
+        drained_at_ = now;
+        if (had_open_) PRISM_LOG(NOTICE, "stopping: every op in flight finished, %.0f ms after the signal\n", ms);
+      }
+      // A second's linger only where ranks were busy (traffic just before the signal, or chunks
+      // open since): an idle switch stops at once.
+      if (drained_at_ && (!had_open_ || now >= drained_at_ + tsc_hz_ || now >= drain_deadline_)) {
+        stop_.store(true);
+      } else if (now >= drain_deadline_) {
+        PRISM_LOG(WARNING,
+                  "stopping: stop_timeout_ms (%u) passed with %zu chunks open: giving them up (NACK "
+                  "OP_ABANDONED to their contributors)\n",
+                  cfg_.stop_timeout_ms, open_chunks());
+        phase_.store(2, std::memory_order_release);
+      }
+      return;
+    default:
+      if (all_seen(2) || now >= drain_deadline_ + tsc_hz_ / 10) stop_.store(true);
+  }
+}
+
 uint64_t Runtime::stall_tsc() const {
   const uint64_t us = std::max<uint64_t>(50000, 4ull * cfg_.polling_sleep_max_us);
   return tsc_hz_ / 1000000 * us;
@@ -508,6 +567,8 @@ void Runtime::loop(Lcore& l, bool main) {
     if (main && now >= next_check) {
       next_check = now + tsc_hz_ / 100;  // every 10 ms
       if (opt_.exit_when_idle_ms && idle(now)) stop_.store(true);
+      if (drain_.load(std::memory_order_relaxed)) [[unlikely]]
+        check_drain(now);
     }
   }
 }

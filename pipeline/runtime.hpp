@@ -72,6 +72,10 @@ class Runtime {
   // ops were left incomplete at an idle exit.
   int run();
   static void request_stop() { stop_.store(true); }
+  // A graceful stop (SIGTERM): no new ops, the ops in flight finish or, after
+  // stop_timeout_ms, are given up (OP_ABANDONED); then run() returns as for
+  // request_stop(). Async-signal-safe, as request_stop() is.
+  static void request_drain() { drain_.store(true); }
 
   // What telemetry, the summary and the bench read.
   const std::vector<std::unique_ptr<RxStage>>& rx() const { return rx_; }
@@ -160,7 +164,13 @@ class Runtime {
   std::vector<Lcore> lcores_;
   uint64_t tsc_hz_ = 0, start_tsc_ = 0;
   bool run_to_completion_ = false;
-  static std::atomic<bool> stop_;
+  static std::atomic<bool> stop_, drain_;
+  // The graceful stop, driven by the main lcore: 0 running, 1 draining (no new ops), 2 giving up
+  // what is left; every shard follows it (ReduceStage::follow).
+  std::atomic<int> phase_{0};
+  uint64_t drain_start_ = 0, drain_deadline_ = 0, drained_at_ = 0;
+  bool had_open_ = false;  // traffic at the signal or chunks open since: linger a second once none is
+  void check_drain(uint64_t now_tsc);
 };
 
 }  // namespace prism::pipe

@@ -610,6 +610,7 @@ void read_settings(const Reader& rd, const YAML::Node& root, SwitchConfig& c) {
             std::to_string(c.peer_timeout_ms) + " is below op_timeout_ms (" + std::to_string(c.op_timeout_ms) +
                 "): an op waiting for another switch is given at least op_timeout_ms");
   c.partial_retry_ms = uint32_t(rd.uint_or(root, "partial_retry_ms", "", 0, 3600000, 200));
+  c.stop_timeout_ms = uint32_t(rd.uint_or(root, "stop_timeout_ms", "", 0, 3600000, 5000));
   if (const YAML::Node r = root["rings"]) {
     rd.only(r, "rings", {"size"});
     c.ring_size = uint32_t(rd.uint_or(r, "size", "rings", 64, 1u << 20, 1024));
@@ -678,7 +679,7 @@ SwitchConfig parse_config(const std::string& text, const std::string& name) {
   rd.only(root, "",
           {"switch", "ports", "jobs", "kulisch_width", "retention_ms", "retention_mib", "op_timeout_ms",
            "peer_timeout_ms", "partial_retry_ms", "rings", "arbiter", "reducers", "fanout", "layout", "lcores", "pools",
-           "polling", "polling_sleep_max_us"});
+           "polling", "polling_sleep_max_us", "stop_timeout_ms"});
   SwitchConfig c;
   c.path = name;
   read_switch(rd, root, c);

@@ -198,6 +198,9 @@ struct SwitchConfig {
   // RESULT) is abandoned after this instead: that switch judges it, and may
   // be stalled or restarting meanwhile (at least op_timeout_ms).
   uint32_t peer_timeout_ms = 15000;
+  // A graceful stop (SIGTERM): how long the ops in flight have to finish
+  // before the switch gives them up and exits (0: at once).
+  uint32_t stop_timeout_ms = 5000;
   uint32_t partial_retry_ms = 200;  // a leaf re-sends a PARTIAL whose RESULT is this late (0: never)
   uint32_t ring_size = 1024;        // VOQ ring entries (power of two)
   ArbiterMode arbiter = ArbiterMode::ROUND_ROBIN;

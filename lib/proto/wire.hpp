@@ -113,8 +113,9 @@ enum class NackReason : uint8_t {
   OUT_OF_POOL = 11,
   RANK_TAKEN = 12,
   CHUNK_TOO_LARGE = 13,
+  SWITCH_STOPPING = 14,
 };
-inline constexpr size_t kNackReasonCount = 13;
+inline constexpr size_t kNackReasonCount = 14;
 inline constexpr Entry<NackReason> kNackReasons[] = {
     {NackReason::MALFORMED, "malformed",
      "the packet's header or body is invalid: fix the sender (it is a bug), do not resend it as it is"},
@@ -152,6 +153,10 @@ inline constexpr Entry<NackReason> kNackReasons[] = {
      "the op chunk needs more than the switch gives one chunk: its RESULT, sideband included (count x (width of "
      "out_dtype + 1) + 60 bytes), must fit the switch's MTU, and its accumulator the switch's per-slot memory "
      "(FP32_BINOMIAL keeps 4 bytes per rank and element): send smaller chunks (docs/PROTOCOL.md, Sizes)"},
+    {NackReason::SWITCH_STOPPING, "switch_stopping",
+     "the switch is stopping (its operator asked it to, SIGTERM): it takes no new op, JOIN or ALLOC and gives up "
+     "the ops still in flight after stop_timeout_ms: fail the collective, and run the job again once the switch "
+     "is back"},
 };
 static_assert(std::size(kNackReasons) == kNackReasonCount, "every NackReason has a row in kNackReasons");
 constexpr std::span<const Entry<NackReason>> entries(NackReason) { return kNackReasons; }

@@ -44,6 +44,7 @@ enum class Drop : uint8_t {
   OVER_BUDGET,
   RATE_LIMITED,
   OVER_RATE,
+  STOPPING,
   kCount
 };
 
@@ -94,6 +95,7 @@ inline constexpr Entry<Drop> kDrops[] = {
     {Drop::OVER_RATE, "over_rate",
      "a packet of a job beyond its configured peak rate (jobs[].rate, pools[].rate: trTCM red), dropped at RX "
      "before any reducer work; its sender's timers send again"},
+    {Drop::STOPPING, "stopping", "a new op, JOIN or ALLOC while the switch was stopping (SIGTERM)"},
 };
 static_assert(std::size(kDrops) == size_t(Drop::kCount), "every Drop has a row in kDrops");
 constexpr std::span<const Entry<Drop>> entries(Drop) { return kDrops; }
@@ -122,6 +124,7 @@ constexpr std::optional<wire::NackReason> nack_for(Drop d) {
     case Drop::OUT_OF_POOL: return R::OUT_OF_POOL;
     case Drop::RANK_TAKEN: return R::RANK_TAKEN;
     case Drop::TOO_LARGE: return R::CHUNK_TOO_LARGE;
+    case Drop::STOPPING: return R::SWITCH_STOPPING;
     case Drop::OVER_BUDGET:
     case Drop::RATE_LIMITED:
     case Drop::OVER_RATE: return std::nullopt;

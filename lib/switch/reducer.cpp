@@ -295,7 +295,10 @@ void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sin
   ++stats_.packets;
   if (v.job && v.job->pooled && v.member) v.job->pooled->heard(now_ns);  // not idle
   switch (p.h.kind) {
-    case wire::Kind::ALLOC: ++stats_.pool_packets; return pool_.on_alloc(p, v, now_ns, out);
+    case wire::Kind::ALLOC:
+      ++stats_.pool_packets;
+      if (draining_) return drop(Drop::STOPPING);  // from no member: unanswered, its asker's timer tries again
+      return pool_.on_alloc(p, v, now_ns, out);
     case wire::Kind::LEAVE: ++stats_.pool_packets; return pool_.on_leave(p, v, sessions_, out, now_ns);
     case wire::Kind::JOIN:
     case wire::Kind::JOINED: return on_session(p, v, now_ns, out);
@@ -327,6 +330,8 @@ void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sin
   if (!s) {
     const ResultLog::Memory m = recall(key, gen);
     if (m.record) return repeat(*m.record, p, v, out);
+    if (draining_ && m.known == ResultLog::Known::NOTHING && !before_drain(*v.job, p.h.op))
+      return refuse(Drop::STOPPING, p, v, *v.member, out);
     s = open(p, v, m.known, now_ns, out);
     if (!s) return;
   }
@@ -340,6 +345,10 @@ void Reducer::take(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sin
 // pooled job's JOIN binds its rank first (switch/pool_shard.hpp).
 void Reducer::on_session(const wire::Parsed& p, const Verdict& v, uint64_t now_ns, Sink& out) {
   ++stats_.session_packets;
+  if (draining_ && p.h.kind == wire::Kind::JOIN) {  // no new session while stopping
+    if (v.member) return refuse(Drop::STOPPING, p, v, *v.member, out);
+    return drop(Drop::STOPPING);  // a pooled rank not bound yet: its timer tries again
+  }
   if (p.h.kind == wire::Kind::JOIN && v.job->pooled) {
     const Member* m = pool_.join(p, v, out, now_ns);
     if (!m) return;
@@ -693,6 +702,23 @@ void Reducer::abandon(Slot& s, Sink& out, const Told& told) {
 }
 
 void Reducer::abandon(Slot& s, Sink& out) { abandon(s, out, Told{}); }
+
+void Reducer::drain() {
+  if (draining_) return;
+  draining_ = true;
+  drain_limit_.assign(dir_.all_jobs().size(), std::nullopt);
+  for (const Job* j : dir_.all_jobs()) drain_limit_[j->index] = dir_.first_fresh_op(*j);
+}
+
+bool Reducer::before_drain(const Job& job, uint32_t op) const {
+  const std::optional<uint32_t>& limit = drain_limit_[job.index];
+  return limit && int32_t(op - *limit) < 0;  // serial order (RFC 1982), as sessions count
+}
+
+void Reducer::abandon_all(Sink& out) {
+  while (oldest_open_ >= 0) abandon(*slots_[size_t(oldest_open_)], out);
+  while (oldest_peer_ >= 0) abandon(*slots_[size_t(oldest_peer_)], out);
+}
 
 // Another switch of the tree gave a chunk up (NACK OP_ABANDONED from the
 // parent, or from a child): so does this one, at once, if it holds it open.

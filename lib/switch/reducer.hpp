@@ -145,6 +145,15 @@ class alignas(64) Reducer {
   // abandons timed-out chunks; call every few ms. Costs the work it finds
   // (plus one look at the oldest result and the oldest open chunk).
   void tick(uint64_t now_ns, Sink& out);
+  // A graceful stop (docs/PROTOCOL.md, "The switch stops"): from now on the
+  // shard opens no chunk of an op newer than every op the job had opened (at
+  // any shard) when drain() was called, and takes no JOIN or ALLOC, each
+  // refused with NACK SWITCH_STOPPING (`stopping`); chunks of the ops in
+  // flight still open and complete. abandon_all() then gives up every chunk
+  // still open, as op_timeout_ms would.
+  void drain();
+  void abandon_all(Sink& out);
+  bool draining() const { return draining_; }
 
   const ReducerStats& stats() const { return stats_; }
   const std::unordered_map<uint32_t, JobStats>& job_stats() const { return jobs_; }
@@ -226,7 +235,12 @@ class alignas(64) Reducer {
   void drop(Drop d) { stats_.count(d); }
   void accept() { ++stats_.accepted; }
 
+  // Whether an op of `job` opened before drain() (its chunks may still open).
+  bool before_drain(const Job& job, uint32_t op) const;
+
   const Directory& dir_;
+  bool draining_ = false;
+  std::vector<std::optional<uint32_t>> drain_limit_;  // by Job::index: one past its highest op at drain()
   // Key -> slot + 1 for every live slot: a flat table (key_table.hpp), so
   // an op's first packet and its release cost one probe each, not a hash
   // library's buckets and signatures.

@@ -334,6 +334,7 @@ class World {
   void feed(int w, std::span<const uint8_t> frame, uint16_t in_port, const Value* carried = nullptr,
             bool from_queue = false);
   void tick_all();
+  void stop_all(bool give_up);  // Reducer::drain, or abandon_all, at every shard of both switches
   void deliver(size_t i);
   void deliver_all();
 
@@ -850,6 +851,28 @@ void World::tick_all() {
   }
 }
 
+void World::stop_all(bool give_up) {
+  for (int w : {kRoot, kLeaf}) {
+    Switch& sw = S(w);
+    ++step_;
+    fresh_alloc_.clear();
+    before_ = after_;
+    const uint64_t elements = sw.elements();
+    for (auto& red : sw.red) {
+      if (give_up)
+        red->abandon_all(sw.cap);
+      else
+        red->drain();
+    }
+    if (w == kRoot) {
+      observe_pools();
+      refresh_bindings(after_);
+    }
+    SW_CHECK(sw.elements() == elements, "a stop reached an accumulator", "");
+    check_outs(w, nullptr);
+  }
+}
+
 void World::deliver(size_t i) {
   if (queue_.empty()) return;
   i %= queue_.size();
@@ -1076,6 +1099,10 @@ void World::run(Reader& in) {
       }
       case ADVANCE: {
         const uint8_t dt = in.u8();
+        if (dt >= 254) {  // a graceful stop of both switches: no new ops (254), then give up what is open (255)
+          stop_all(dt == 255);
+          break;
+        }
         now_ += (dt < 128 ? uint64_t(dt) : uint64_t(dt - 128) * 10) * kMs;
         tick_all();
         break;

@@ -59,6 +59,11 @@ void declared() {
   a.contrib(J7R0, J7, 5, 2, 1, kLast, 4).contrib(J7R2, J7, 5, 2, 1, kLast, 4).advance(200).advance(200);
   a.contrib(J7R1, J7, 5, 2, 1, kLast, 4).query(J7R0, J7, 5, 2, 1).contrib(J7R0, J7, 5, 2, 1, kRetransmit, 4);
   write("declared-abandon", a);
+  Writer g;  // a graceful stop: op 6 in flight finishes (another chunk of it too), op 7 is refused, then give up
+  g.contrib(J7R0, J7, 6, 0, 0, kLast, 1).contrib(LEAF_R2, J9, 6, 0).advance(254);
+  g.contrib(J7R1, J7, 6, 0, 0, kLast, 1).contrib(J7R2, J7, 6, 0, 0, kLast, 1).contrib(J7R0, J7, 6, 1, 0, kLast, 1);
+  g.contrib(J7R0, J7, 7, 0, 0, kLast, 1).allreduce(J9, 6, 1, 1, 0, 2).advance(255).deliver_all();
+  write("graceful-stop", g);
   Writer q;  // job 8: its quota of 2 slots, a refused format, no UDP checksum (optional for it)
   q.contrib(J8R0, J8, 0, 0).contrib(J8R0, J8, 1, 0).contrib(J8R0, J8, 2, 0).contrib(J8R0, J8, 3, 0, 6);
   q.contrib(J8R1, J8, 0, 0, 0, kLast, 0, 0, 0, 0, 0, 1).contrib(J8R1, J8, 1, 0, 2).contrib(J8R1, J8, 2, 0);

@@ -21,7 +21,8 @@ enum Act : uint8_t {
   ALLOC = 3,         // src port pool nonce group
   LEAVE = 4,         // src port job sender nonce
   INJECT = 5,        // src port kind job op chunk sender group count desc flags variant: a PARTIAL, RESULT or JOINED
-  ADVANCE = 6,       // dt: the clock moves dt ms (dt < 128) or (dt - 128) * 10 ms, then every shard ticks
+  ADVANCE = 6,       // dt: the clock moves dt ms (dt < 128) or (dt - 128) * 10 ms, then every shard ticks;
+                     // 254: both switches begin a graceful stop (Reducer::drain), 255: they give up what is open
   TICK = 7,          // every shard of both switches ticks at the current time
   DELIVER = 8,       // idx: the pending switch-to-switch frame idx (mod their number) reaches its switch
   DROP = 9,          // idx: that frame is lost

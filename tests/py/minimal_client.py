@@ -88,6 +88,7 @@ NACK_REASON = {
     12: ('RANK_TAKEN', 'this rank of the job is already bound to another address'),
     13: ('CHUNK_TOO_LARGE', 'the chunk is larger than the switch takes (its RESULT must fit the MTU): '
          'send smaller chunks'),
+    14: ('SWITCH_STOPPING', 'the switch is stopping: it takes no new op; run the job again once it is back'),
 }
 NO_FREE_SLOT, OP_ABANDONED = 6, 8
 # magic ver kind job op chunk sender group terms count dtype out policy enc transport exc flags status

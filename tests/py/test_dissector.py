@@ -78,7 +78,8 @@ TRANSPORT = {1: 'ROUNDED', 2: 'KULISCH', 3: 'AUTO'}
 EXCEPTIONS = {1: 'IEEE', 2: 'SATURATE'}
 NACK_REASON = {1: 'MALFORMED', 2: 'UNKNOWN_JOB', 3: 'NOT_A_MEMBER', 4: 'DESCRIPTOR_MISMATCH',
                5: 'ACCUMULATOR_TOO_NARROW', 6: 'NO_FREE_SLOT', 7: 'RESULT_EXPIRED', 8: 'OP_ABANDONED',
-               9: 'POOL_FULL', 10: 'GROUP_TOO_LARGE', 11: 'OUT_OF_POOL', 12: 'RANK_TAKEN', 13: 'CHUNK_TOO_LARGE'}
+               9: 'POOL_FULL', 10: 'GROUP_TOO_LARGE', 11: 'OUT_OF_POOL', 12: 'RANK_TAKEN', 13: 'CHUNK_TOO_LARGE',
+               14: 'SWITCH_STOPPING'}
 # Lane unit exponents: the input format's smallest subnormal.
 UNIT = {1: -149, 2: -24, 3: -133, 4: -9, 5: -10, 6: -16, 7: -17, 8: 0, 9: 0}
 # fp8: exponent bits, mantissa bits, bias, how NaN/Inf are encoded.
@@ -691,13 +692,13 @@ def test_nack_reasons(tmp_path):
     # A NACK echoes the refused packet's descriptor, valid or not.
     frames.append(frame(header(4, terms=0, count=0, dtype=0x42, out_dtype=0, policy=9, encoding=7, transport=0,
                                exceptions=5, status=4)))
-    frames.append(frame(header(4, terms=0, count=0, status=14)))   # unknown reason
+    frames.append(frame(header(4, terms=0, count=0, status=15)))   # unknown reason
     frames.append(frame(header(4, terms=0, count=3, status=1)))   # a NACK carries count 0
     frames.append(frame(header(4, terms=0, count=0, status=2) + b'\x01\x02'))  # and an empty body
     pcap = write_pcap(tmp_path / 'nack.pcap', frames)
     tsf, dumped = cross_check(pcap)
     n = len(NACK_REASON)
-    assert n == 13
+    assert n == 14
     assert [d['refusal'] for d in dumped] == ['ok'] * (n + 1) + ['bad_nack_reason', 'bad_count', 'payload_length']
     assert [num(f, 'prism.nack_reason') for f in tsf[:n]] == list(NACK_REASON)
     assert num(tsf[n], 'prism.dtype') == 0x42 and num(tsf[n], 'prism.encoding') == 7

@@ -288,3 +288,54 @@ def test_two_jobs_in_flight_when_the_switch_is_killed_and_restarted(make_testbed
     for job in (7, 8):
         assert s.jobs[job]['in_flight'] == 0, s.jobs
     assert not s.incomplete
+
+
+# ------------------------------------------------------------------ a graceful stop (PROTOCOL.md, "The switch stops")
+def test_sigterm_lets_the_ops_in_flight_finish_and_refuses_new_ones_by_name(make_testbed):
+    """SIGTERM while four ranks run checked allreduces back to back: the switch takes no new op
+    (NACK SWITCH_STOPPING), lets the op in flight finish (none timed out, none left open), exits 0
+    with its summary within stop_timeout_ms (5 s), and every rank fails its next collective at
+    once, naming the cause, never with a wrong result."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4)
+    ranks, box = run_async(tb, checked(100000), timeout=60)
+    assert su.wait_for(lambda: completed(tb) > 2000, 60), 'the job did not get under way'
+    sw = tb.switches[0]
+    t0 = time.monotonic()
+    os.kill(sw.pid, signal.SIGTERM)
+    rc = sw.proc.wait(timeout=20)
+    took = time.monotonic() - t0
+    ranks.join()
+    assert rc == 0 and took < 5 + 1.5, (rc, took)
+    out, err = (tb.dir / 'switch.out').read_text(), (tb.dir / 'switch.err').read_text()
+    assert 'every op in flight finished' in err, err[-2000:]
+    s = su.parse_summary(out)
+    assert s.jobs[7]['in_flight'] == 0 and s.jobs[7]['timed_out'] == 0, s.jobs
+    assert s.shard_total('elements') > 0 and s.shard_dropped['stopping'] > 0, s.shard_dropped
+    for r in box[0]:
+        assert not r.timed_out and r.rc == 1, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'switch_stopping' in r.stderr and 'check failed' not in r.stderr, r.stderr
+    sw.pid, sw.proc = 0, None
+
+
+def test_a_second_signal_stops_at_once(make_testbed):
+    """Two SIGTERMs in a row under load: the switch exits at once (well within stop_timeout_ms),
+    with its summary; the ranks fail naming why (abandoned, or no RESULT), none wrongly."""
+    su.require_binaries(RANK)
+    tb = make_testbed(ranks=4, settings={'stop_timeout_ms': 30000})
+    ranks, box = run_async(tb, checked(100000), timeout=60)
+    assert su.wait_for(lambda: completed(tb) > 2000, 60), 'the job did not get under way'
+    sw = tb.switches[0]
+    t0 = time.monotonic()
+    os.kill(sw.pid, signal.SIGTERM)
+    time.sleep(0.05)
+    os.kill(sw.pid, signal.SIGTERM)
+    rc = sw.proc.wait(timeout=20)
+    took = time.monotonic() - t0
+    ranks.join()
+    assert rc == 0 and took < 2, (rc, took)
+    assert su.parse_summary((tb.dir / 'switch.out').read_text()).shard_total('elements') > 0
+    for r in box[0]:
+        assert not r.timed_out and r.rc == 1, f'rank {r.rank}: exit {r.rc}\n{r.stdout}{r.stderr}'
+        assert 'check failed' not in r.stderr, r.stderr
+    sw.pid, sw.proc = 0, None

@@ -654,7 +654,7 @@ def malformed_variants():
     # NACK.
     nack = dict(kind=NACK, terms=0, count=0, status=4)
     add('nack_ok', 'ok', good(body=b'', **nack))
-    for code in (0, 14, 255):  # 1..13 are reasons
+    for code in (0, 15, 255):  # 1..14 are reasons
         add(f'nack_reason_{code}', 'bad_nack_reason', good(body=b'', **{**nack, 'status': code}))
     add('nack_count', 'bad_count', good(body=b'', **{**nack, 'count': 1}))
     add('nack_body', 'payload_length', good(body=b'\0', **nack))

@@ -365,7 +365,8 @@ def test_a_rank_killed_mid_op_fails_the_others_clearly_and_the_job_restarts(make
 
 
 def test_a_switch_restart_mid_op_recovers_or_fails_clearly(make_testbed):
-    """The switch is stopped while the ranks run allreduce after allreduce (checked against the
+    """The switch is killed (kill -9: a graceful stop would refuse the next op instead,
+    test_operations.py) while the ranks run allreduce after allreduce (checked against the
     reference model each time) and started again 0.5 s later: every rank either finishes with
     exact results or fails with an error that says what happened; none hangs past its timeout,
     none reports a wrong result."""
@@ -382,10 +383,9 @@ def test_a_switch_restart_mid_op_recovers_or_fails_clearly(make_testbed):
             break
         time.sleep(0.1)
     assert ranks.is_alive(), 'the ranks finished before the switch was stopped: make the run longer'
-    first = tb.stop_switches()['switch']
-    assert first.rc == 0, first.stderr[-2000:]
+    tb.kill_switch('switch')
     time.sleep(0.5)
-    tb._start_switches()
+    tb.start_switch('switch')
     ranks.join()
     for r in box[0]:
         assert not r.timed_out, f'rank {r.rank} hung: {r.stderr}'
@@ -394,8 +394,8 @@ def test_a_switch_restart_mid_op_recovers_or_fails_clearly(make_testbed):
             assert r.rc == 1 and ('abandoned' in r.stderr or 'no RESULT for' in r.stderr), r.stderr
         else:
             assert 'identical to the reference model (2000 collectives)' in r.stdout, r.stdout
-    # The restart fell in the middle: both switches reduced part of the run.
-    assert su.parse_summary(first.stdout).jobs[7]['completed'] > 0, first.stdout
+    # The restart fell in the middle: the first switch had completed 2000 chunks (above), the
+    # second reduced part of the run too.
     assert stop(tb)['switch'].jobs[7]['completed'] > 0
 
 

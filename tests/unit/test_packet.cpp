@@ -1004,7 +1004,8 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
                                                  {10, "group_too_large"},
                                                  {11, "out_of_pool"},
                                                  {12, "rank_taken"},
-                                                 {13, "chunk_too_large"}};
+                                                 {13, "chunk_too_large"},
+                                                 {14, "switch_stopping"}};
   for (const auto& [c, n] : reasons) {
     ASSERT_EQ(from_code<NackReason>(uint8_t(c)), NackReason(c)) << n;
     EXPECT_STREQ(wire::name(NackReason(c)), n);
@@ -1014,8 +1015,8 @@ TEST(Wire, ClosedSetsCarryTheDocumentedCodes) {
     EXPECT_NE(d.find(": "), std::string::npos) << n << ": " << d;
   }
   EXPECT_FALSE(from_code<NackReason>(0).has_value());
-  EXPECT_FALSE(from_code<NackReason>(14).has_value());
-  EXPECT_STREQ(wire::name(NackReason(14)), "?");
+  EXPECT_FALSE(from_code<NackReason>(15).has_value());
+  EXPECT_STREQ(wire::name(NackReason(15)), "?");
   // Refusals: named by their table, in code order, "?" beyond it.
   EXPECT_STREQ(wire::name(Refusal::OK), "ok");
   EXPECT_STREQ(wire::name(Refusal::SHORT_FRAME), "short_frame");

@@ -477,6 +477,7 @@ TEST(Ingress, DropToNackMappingIsProtocols) {
       {Drop::RANK_TAKEN, R::RANK_TAKEN},
       {Drop::TOO_LARGE, R::CHUNK_TOO_LARGE},
       {Drop::NO_MEMORY, R::NO_FREE_SLOT},
+      {Drop::STOPPING, R::SWITCH_STOPPING},
   };
   for (size_t i = 0; i < size_t(Drop::kCount); ++i) {
     const Drop d = Drop(i);
@@ -1634,3 +1635,72 @@ TEST(Ingress, AFrameForAnotherStationIsNotTheSwitchs) {
 }
 
 }  // namespace
+
+// A graceful stop (PROTOCOL.md, "The switch stops"): once drained, the
+// reducer still opens, completes and retransmits the chunks of the ops in
+// flight (any op not newer than the newest opened), and refuses a newer op and
+// a JOIN with NACK SWITCH_STOPPING; abandon_all() then gives up what is open.
+TEST(Switch, AStoppingSwitchFinishesTheOpsInFlightAndTakesNoNewOne) {
+  Switch sw(R"(
+switch: {id: 1, role: root}
+ports:
+  - {id: 0, mac: "02:00:00:00:ff:00", ip: 10.0.0.254}
+jobs:
+  - id: 7
+    group: 2
+    members:
+      - {rank: 0, port: 0, mac: "02:00:00:00:00:00", ip: 10.0.0.1}
+      - {rank: 1, port: 0, mac: "02:00:00:00:00:01", ip: 10.0.0.2}
+)");
+  const auto send = [&](uint16_t r, uint32_t op, uint32_t chunk) {
+    wire::Header h;
+    h.kind = wire::Kind::CONTRIB;
+    h.job = 7;
+    h.op = op;
+    h.chunk = chunk;
+    h.sender = r;
+    h.group = 2;
+    h.count = 1;
+    const float x = 1.0f;
+    std::vector<uint8_t> f(wire::kMaxFrame);
+    f.resize(wire::build(f.data(), f.size(), member_ep(sw.cfg, r), {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562}, h,
+                         {reinterpret_cast<const uint8_t*>(&x), 4}));
+    sw.feed(f, 0, 0);
+  };
+  const auto nack_reasons = [&] {
+    std::vector<uint8_t> v;
+    for (const Out& o : sw.cap.outs)
+      if (o.h.kind == wire::Kind::NACK) v.push_back(o.h.status);
+    sw.cap.outs.clear();
+    return v;
+  };
+  send(0, 5, 0);  // op 5 in flight
+  sw.red.drain();
+  EXPECT_TRUE(sw.red.draining());
+  send(1, 5, 0);  // completes: its RESULT to both ranks
+  EXPECT_EQ(sw.red.stats().results_sent, 2u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+  send(0, 5, 1);  // a chunk of op 5 not seen yet: op 5 is in flight, it opens
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  EXPECT_TRUE(nack_reasons().empty());
+  send(0, 6, 0);  // a new op
+  EXPECT_EQ(nack_reasons(), std::vector<uint8_t>{uint8_t(wire::NackReason::SWITCH_STOPPING)});
+  EXPECT_EQ(sw.red.stats().drops[size_t(Drop::STOPPING)], 1u);
+  EXPECT_EQ(sw.red.stats().slots_in_use, 1u);
+  wire::Header jh = wire::session_header(wire::Kind::JOIN, 7, 2);
+  jh.op = 1234;  // its nonce
+  jh.sender = 0;
+  std::vector<uint8_t> join(wire::kMaxFrame);
+  join.resize(wire::build(join.data(), join.size(), member_ep(sw.cfg, 0),
+                          {sw.cfg.ports[0].mac, sw.cfg.ports[0].ip, 20562}, jh, {}));
+  {
+    wire::Parsed p;
+    ASSERT_EQ(wire::parse(join, sw.cfg.udp_port, &p), wire::Refusal::OK);
+  }
+  sw.feed(join, 0, 0);
+  EXPECT_EQ(nack_reasons(), std::vector<uint8_t>{uint8_t(wire::NackReason::SWITCH_STOPPING)});
+  EXPECT_EQ(sw.red.stats().drops[size_t(Drop::STOPPING)], 2u);
+  sw.red.abandon_all(sw.cap);  // stop_timeout_ms passed: op 5 chunk 1 is given up
+  EXPECT_EQ(nack_reasons(), std::vector<uint8_t>{uint8_t(wire::NackReason::OP_ABANDONED)});
+  EXPECT_EQ(sw.red.stats().slots_in_use, 0u);
+}

@@ -98,6 +98,7 @@ local NACK_REASON = {
   [11] = "OUT_OF_POOL",
   [12] = "RANK_TAKEN",
   [13] = "CHUNK_TOO_LARGE",
+  [14] = "SWITCH_STOPPING",
 }
 local NACK_OP_ABANDONED = 8
 local NACK_REASON_TEXT = {
@@ -114,6 +115,7 @@ local NACK_REASON_TEXT = {
   [11] = "out of pool: the source or its switch port is outside the pool",
   [12] = "rank taken: that rank is bound to another address",
   [13] = "chunk too large: its RESULT fits no frame, or its accumulator the switch's per-slot memory; send smaller chunks",
+  [14] = "the switch is stopping: it takes no new op; run the job again once it is back",
 }
 
 local FLAG_RETRANSMIT, FLAG_LAST_CHUNK, FLAG_SIDEBAND = 0x01, 0x02, 0x04
